@@ -1,0 +1,163 @@
+"""The public entry points: ``gemm``, ``row_index``, ``col_index``, ``register_op``.
+
+``evt.gemm(A, B, fn, **inputs)`` equals ``fn(A.float() @ B.float(), **inputs)`` with full-size outputs in
+``A.dtype`` (or ``out_dtype``) and reduction outputs in float32 (float64 for float64 A and B). On CUDA tensors
+it runs one generated Triton kernel (plus, when needed, a small vector-stage kernel); on CPU the reference
+executor, or the generated kernels through the Triton interpreter with ``backend="triton"``.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+import torch
+
+from .epilogue import Epilogue
+from .errors import EpilogueError, EpilogueTypeError, ShapeError
+from .frontend.proxy import TracedTensor
+from .frontend.signature import check_keywords, epilogue_params, input_spec
+from .ops.registry import FLOAT_ONLY, REGISTRY, define
+
+GEMM_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+BACKENDS = ("reference", "triton")
+
+
+def _identity(acc):
+    return acc
+
+
+@functools.lru_cache(maxsize=512)
+def _cached_epilogue(fn, acc_shape, acc_dtype, specs, keep):
+    return Epilogue(fn, acc_shape, acc_dtype, list(specs), keep=keep)
+
+
+def get_epilogue(fn_or_ep, acc_shape, acc_dtype, inputs: dict, keep=None) -> Epilogue:
+    """The traced, optimized epilogue for this signature (cached; tracing never depends on values)."""
+    fn = fn_or_ep.fn if isinstance(fn_or_ep, Epilogue) else fn_or_ep
+    if not callable(fn):
+        raise EpilogueTypeError(f"epilogue must be a function or an evt.Epilogue, got {type(fn).__name__}")
+    names = check_keywords(fn, inputs)
+    specs = tuple(input_spec(n, inputs[n]) for n in names if n in inputs)
+    keep = None if keep is None else tuple(sorted(set(keep)))
+    if isinstance(fn_or_ep, Epilogue) and fn_or_ep.signature == (tuple(acc_shape), acc_dtype, tuple(
+            s.signature for s in specs), keep):
+        return fn_or_ep
+    try:
+        return _cached_epilogue(fn, tuple(acc_shape), acc_dtype, specs, keep)
+    except TypeError as e:
+        if "unhashable" in str(e):
+            return Epilogue(fn, tuple(acc_shape), acc_dtype, list(specs), keep=keep)
+        raise
+
+
+def check_operands(A, B) -> tuple[int, int, int, int, bool]:
+    """Validate A and B; returns (L, M, N, K, batched)."""
+    for name, t in (("A", A), ("B", B)):
+        if not isinstance(t, torch.Tensor):
+            raise EpilogueTypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() not in (2, 3):
+            raise ShapeError(f"{name} must have 2 or 3 dims ((M, K) / (L, M, K) for A, (K, N) / (L, K, N) for B), "
+                             f"got shape {tuple(t.shape)}")
+        if t.dtype not in GEMM_DTYPES:
+            raise EpilogueTypeError(f"{name} has dtype {t.dtype}; expected one of float16, bfloat16, float32, float64")
+    if A.dtype != B.dtype:
+        raise EpilogueTypeError(f"A and B must have the same dtype, got A {A.dtype} and B {B.dtype}")
+    if A.device != B.device:
+        raise EpilogueError(f"A and B must be on the same device, got A on {A.device} and B on {B.device}")
+    if A.shape[-1] != B.shape[-2]:
+        raise ShapeError(f"inner dimensions of A {tuple(A.shape)} and B {tuple(B.shape)} do not match: "
+                         f"A.shape[-1] = {A.shape[-1]} but B.shape[-2] = {B.shape[-2]}")
+    if B.dim() == 3 and A.dim() == 2:
+        raise ShapeError(f"batched B {tuple(B.shape)} needs batched A (L, M, K), got A {tuple(A.shape)}")
+    batched = A.dim() == 3
+    if batched and B.dim() == 3 and A.shape[0] != B.shape[0]:
+        raise ShapeError(f"batch sizes of A {tuple(A.shape)} and B {tuple(B.shape)} differ")
+    L = A.shape[0] if batched else 1
+    return L, A.shape[-2], B.shape[-1], A.shape[-1], batched
+
+
+def gemm(A: torch.Tensor, B: torch.Tensor, epilogue: Callable | Epilogue | None = None, *,
+         out_dtype: torch.dtype | None = None, backend: str | None = None, deterministic: bool = False,
+         allow_tf32: bool = False, outputs=None, config=None, **inputs):
+    """``epilogue(A @ B, **inputs)`` as one fused kernel.
+
+    Args:
+        A: (M, K) or (L, M, K); B: (K, N) or (L, K, N); float16, bfloat16, float32 or float64.
+        epilogue: a plain PyTorch function whose first parameter is the fp32 accumulator (or an ``Epilogue``).
+        out_dtype: dtype of full-size outputs (default ``A.dtype``).
+        backend: "triton" (default on CUDA) or "reference" (default on CPU).
+        deterministic: combine cross-tile reductions in a fixed order (bit-identical across runs).
+        allow_tf32: let float32 GEMMs use TF32 tensor cores.
+        outputs: positions of the outputs wanted (others are pruned and returned as None).
+        config: a ``GemmConfig`` to use instead of autotuning.
+        **inputs: the epilogue's keyword inputs: tensors (roles follow broadcasting against acc) or numbers.
+    """
+    epilogue = _identity if epilogue is None else epilogue
+    L, M, N, K, batched = check_operands(A, B)
+    if out_dtype is not None and out_dtype not in GEMM_DTYPES:
+        raise EpilogueTypeError(f"out_dtype must be one of float16, bfloat16, float32, float64, got {out_dtype}")
+    for name, v in inputs.items():
+        if isinstance(v, torch.Tensor) and v.device != A.device:
+            raise EpilogueError(f"input {name!r} is on {v.device} but A and B are on {A.device}; move it to {A.device}")
+    if backend is None:
+        backend = "triton" if A.is_cuda else "reference"
+    if backend not in BACKENDS:
+        raise EpilogueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    acc_dtype = torch.float64 if A.dtype == torch.float64 else torch.float32
+    acc_shape = (L, M, N) if batched else (M, N)
+    ep = get_epilogue(epilogue, acc_shape, acc_dtype, inputs, keep=outputs)
+    out_dtype = out_dtype or A.dtype
+    if backend == "reference":
+        acc = torch.matmul(A.to(acc_dtype), B.to(acc_dtype))
+        return ep.reference(acc, out_dtype=out_dtype, **inputs)
+    from .runtime.gemm import run_gemm
+    return run_gemm(ep, A, B, inputs, out_dtype=out_dtype, deterministic=deterministic, allow_tf32=allow_tf32,
+                    config=config)
+
+
+def row_index(x) -> TracedTensor:
+    """The global row coordinate m of every element of ``x`` (a traced value shaped like acc), as int64."""
+    if not isinstance(x, TracedTensor):
+        raise EpilogueTypeError(f"evt.row_index takes the traced acc (inside an epilogue), got {type(x).__name__}")
+    return x.tracer.index(x, -2, "evt.row_index")
+
+
+def col_index(x) -> TracedTensor:
+    """The global column coordinate n of every element of ``x`` (a traced value shaped like acc), as int64."""
+    if not isinstance(x, TracedTensor):
+        raise EpilogueTypeError(f"evt.col_index takes the traced acc (inside an epilogue), got {type(x).__name__}")
+    return x.tracer.index(x, -1, "evt.col_index")
+
+
+def register_op(name: str, torch_fn: Callable, triton_fn, *, derivative: Callable | None = None,
+                float_only: bool = True) -> Callable:
+    """Add a user-defined elementwise op (the EVT seed's "add a new unary operation").
+
+    ``torch_fn`` is its eager meaning (and reference), ``triton_fn`` a ``@triton.jit`` function taking and
+    returning Triton tensors in the compute dtype (fp32), ``derivative(grad, x, out)`` optionally its backward
+    in plain torch. Returns a callable to use inside epilogues (on real tensors it calls ``torch_fn``).
+    """
+    if not name.isidentifier():
+        raise EpilogueError(f"register_op: name must be a Python identifier, got {name!r}")
+    if name in REGISTRY:
+        raise EpilogueError(f"register_op: an op named {name!r} already exists")
+    if not hasattr(triton_fn, "fn") and not callable(triton_fn):
+        raise EpilogueTypeError("register_op: triton_fn must be a @triton.jit function")
+    import inspect as _inspect
+    arity = len(_inspect.signature(torch_fn).parameters)
+    params = [f"x{i}" for i in range(arity)]
+    namespace: dict = {}
+    exec(f"def _sig({', '.join(params)}): ...", namespace)  # a signature with the op's arity
+    op = define(name, namespace["_sig"], operands=tuple(params), torch_ref=torch_fn,
+                triton=f"{name}({', '.join('{%d}' % i for i in range(arity))})", derivative=derivative,
+                traits=frozenset({FLOAT_ONLY}) if float_only else frozenset(), user_defined=triton_fn)
+
+    def call(*args):
+        if any(isinstance(a, TracedTensor) for a in args):
+            tracer = next(a for a in args if isinstance(a, TracedTensor)).tracer
+            return tracer.call_op(op, args, {}, spelled=name)
+        return torch_fn(*args)
+
+    call.__name__ = name
+    call.op = op
+    return call

@@ -1,0 +1,132 @@
+"""``Epilogue``: a traced, optimized epilogue for one input signature.
+
+``evt.trace(fn, acc=..., **inputs)`` builds one; ``evt.gemm`` builds (and caches) one per signature. It holds the
+graph as traced and after the pass pipeline (``ep.graph``), the IR after each pass (``ep.passes_log``), and runs
+on the reference executor (``ep.reference(acc, **inputs)``) or, via codegen, as a Triton kernel (``ep.source()``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from .errors import EpilogueError, EpilogueTypeError
+from .frontend.signature import Spec, check_keywords, epilogue_params, input_spec
+from .frontend.tracer import InputSpec, Tracer
+from .ir.graph import Graph
+from .ir.interpret import Interpreter
+from .ir.layouts import make_output, output_view
+from .ir.types import AXES, Stage
+from .passes.pipeline import run_pipeline
+
+
+@dataclass(frozen=True)
+class OutputInfo:
+    position: int
+    dims: tuple          # per returned dim: (axes walked, expanded size or None)
+    kind: str            # "tile" or "vector"
+    dtype: torch.dtype   # the IR dtype of the value
+
+
+class Epilogue:
+    def __init__(self, fn: Callable, acc_shape: tuple[int, ...], acc_dtype: torch.dtype, inputs: list[InputSpec],
+                 keep=None, debug: bool | None = None):
+        if len(acc_shape) not in (2, 3):
+            raise EpilogueError(f"acc must have shape (M, N) or (L, M, N), got {tuple(acc_shape)}")
+        if acc_dtype not in (torch.float32, torch.float64):
+            raise EpilogueTypeError(f"acc dtype must be float32 (or float64), got {acc_dtype}")
+        self.fn = fn
+        self.name = getattr(fn, "__name__", "epilogue")
+        self.acc_shape = tuple(acc_shape)
+        self.acc_dtype = acc_dtype
+        self.input_specs = list(inputs)
+        self.keep = None if keep is None else tuple(sorted(set(keep)))
+        tracer = Tracer(self.acc_shape, acc_dtype, self.input_specs)
+        result = fn(tracer.acc, **tracer.inputs)
+        self.returns_tuple = isinstance(result, (tuple, list))
+        tracer.finish(result)
+        self.axis_sizes = dict(tracer.axis_sizes)
+        self.batched = tracer.batched
+        self.traced: Graph = tracer.graph
+        self.passes_log: list[tuple[str, str]] = []
+        self.graph: Graph = run_pipeline(self.traced, keep=self.keep, debug=debug, record=self.passes_log)
+        self.outputs = [OutputInfo(n.target, n.attrs["dims"], n.attrs["kind"], n.dtype) for n in self.traced.outputs]
+        for o in self.outputs:  # refuse views that need a copy now, at trace time, with the user's sizes
+            output_view(o.dims, self.axis_sizes, what=f"output {o.position} of {self.name}")
+        self._kernels = {}
+
+    # ------------------------------------------------------------------ signature
+    @property
+    def signature(self):
+        return (self.acc_shape, self.acc_dtype, tuple(s.signature for s in self.input_specs), self.keep)
+
+    @property
+    def has_vector_stage(self) -> bool:
+        return any(n.stage == Stage.VECTOR and n.op != "reduce" for n in self.graph.nodes)
+
+    def __repr__(self):
+        return f"<Epilogue {self.name} acc{self.acc_shape} outputs={len(self.outputs)} nodes={len(self.graph.nodes)}>"
+
+    # ------------------------------------------------------------------ results
+    def output_dtype(self, o: OutputInfo, out_dtype: torch.dtype) -> torch.dtype:
+        """Full-size (tile) floating outputs take ``out_dtype``; reduction/vector outputs are float32
+        (float64 for float64 GEMMs); bool and integer outputs keep their dtype."""
+        if not o.dtype.is_floating_point:
+            return o.dtype
+        if o.kind == "tile":
+            return out_dtype
+        return torch.float64 if self.acc_dtype == torch.float64 else torch.float32
+
+    def pack(self, values: dict):
+        """Results in the epilogue's own return convention (a tensor or a tuple); unwanted outputs are None."""
+        res = tuple(values.get(o.position) for o in self.outputs)
+        return res if self.returns_tuple else res[0]
+
+    def reference(self, acc: torch.Tensor, out_dtype: torch.dtype | None = None, **inputs):
+        """Run the optimized IR with torch ops (the "reference" backend)."""
+        if tuple(acc.shape) != self.acc_shape:
+            raise EpilogueError(f"acc has shape {tuple(acc.shape)}, but {self.name} was traced for {self.acc_shape}")
+        check_keywords(self.fn, inputs)
+        sizes = {a: s for a, s in zip(("L", "M", "N") if self.batched else ("M", "N"), acc.shape)}
+        sizes.setdefault("L", 1)
+        raw = Interpreter(self.graph, sizes).run(acc.to(self.acc_dtype), inputs)
+        out_dtype = out_dtype or self.acc_dtype
+        results = {}
+        for o in self.outputs:
+            if o.position not in raw:
+                continue
+            base, base_axes, view = make_output(o.dims, sizes, self.output_dtype(o, out_dtype), acc.device)
+            value = raw[o.position].expand([sizes[a] for a in AXES])
+            index = tuple(slice(None) if a in base_axes else 0 for a in AXES)
+            base.copy_(value[index].reshape(base.shape))
+            results[o.position] = view
+        return self.pack(results)
+
+    # ------------------------------------------------------------------ inspection
+    def to_dot(self) -> str:
+        return self.graph.to_dot(self.name)
+
+    def show(self) -> str:
+        """The IR after each pass, as ``evtorch show`` prints it."""
+        return "\n\n".join(f"== {name} ==\n{text}" for name, text in self.passes_log)
+
+    def source(self, dtype: torch.dtype = torch.float16, **options) -> str:
+        """The generated Triton source for A and B of ``dtype`` (see ``evtorch.codegen``)."""
+        from .codegen.program import build_program
+        return build_program(self, dtype, **options).source
+
+
+def trace(fn: Callable, *, keep=None, debug: bool | None = None, **examples) -> Epilogue:
+    """Trace ``fn`` with example tensors or ``evt.spec`` placeholders for every input, acc included by name."""
+    acc_name, names = epilogue_params(fn)
+    if acc_name not in examples:
+        raise EpilogueTypeError(f"evt.trace needs an example for the accumulator {acc_name!r} "
+                                f"(e.g. {acc_name}=evt.spec((M, N))); got {', '.join(examples) or 'nothing'}")
+    acc = examples.pop(acc_name)
+    if not isinstance(acc, (torch.Tensor, Spec)):
+        raise EpilogueTypeError(f"{acc_name!r} must be a tensor or evt.spec, got {type(acc).__name__}")
+    check_keywords(fn, examples)
+    specs = [input_spec(n, examples[n]) for n in names if n in examples]
+    acc_dtype = torch.float64 if acc.dtype == torch.float64 else torch.float32
+    return Epilogue(fn, tuple(acc.shape), acc_dtype, specs, keep=keep, debug=debug)

@@ -1,0 +1,83 @@
+"""Reading an epilogue's signature and classifying call arguments into input specs.
+
+The first parameter is the accumulator; the others are keyword inputs. Their values decide their specs:
+a tensor (shape, dtype) or a Python number (a runtime scalar: a new value never recompiles).
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Callable
+
+import torch
+
+from ..errors import EpilogueError, EpilogueTypeError
+from ..ir.types import SUPPORTED_DTYPES
+from .tracer import InputSpec
+
+#: keyword names ``evt.gemm`` uses for itself; an epilogue parameter may not be called so
+RESERVED = frozenset({"out_dtype", "backend", "deterministic", "allow_tf32", "outputs", "config"})
+
+
+class Spec:
+    """A placeholder for ``evt.trace``: ``evt.spec((M, N), torch.float16)`` stands for a tensor of that shape."""
+
+    def __init__(self, shape, dtype=torch.float32):
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = dtype
+
+    def __repr__(self):
+        return f"spec({self.shape}, {self.dtype})"
+
+
+def spec(shape, dtype=torch.float32) -> Spec:
+    return Spec(shape, dtype)
+
+
+def epilogue_params(fn: Callable) -> tuple[str, list[str]]:
+    """(accumulator parameter name, keyword input names) of an epilogue function."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        raise EpilogueTypeError(f"epilogue {fn!r} has no inspectable signature; pass a Python function") from None
+    if not params:
+        raise EpilogueTypeError(f"epilogue {getattr(fn, '__name__', fn)} takes no parameters; its first parameter "
+                                "receives the accumulator acc = A @ B")
+    for p in params:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            raise EpilogueTypeError(f"epilogue parameter *{p.name} / **{p.name} is not supported; name every input")
+        if p.name in RESERVED:
+            raise EpilogueError(f"epilogue parameter {p.name!r} clashes with an evt.gemm option "
+                                f"({', '.join(sorted(RESERVED))}); rename it")
+    return params[0].name, [p.name for p in params[1:]]
+
+
+def check_keywords(fn: Callable, given: dict) -> list[str]:
+    """The input names, after checking ``given`` names exactly the epilogue's keyword parameters (or their
+    defaults cover the rest)."""
+    _, names = epilogue_params(fn)
+    params = inspect.signature(fn).parameters
+    missing = [n for n in names if n not in given and params[n].default is inspect.Parameter.empty]
+    unexpected = [n for n in given if n not in names]
+    fname = getattr(fn, "__name__", "epilogue")
+    if missing:
+        raise EpilogueTypeError(f"{fname}() is missing keyword input(s) {', '.join(map(repr, missing))}; "
+                                f"it takes {', '.join(names) or 'no inputs'}")
+    if unexpected:
+        raise EpilogueTypeError(f"{fname}() got unexpected keyword input(s) {', '.join(map(repr, unexpected))}; "
+                                f"it takes {', '.join(names) or 'no inputs'}")
+    return names
+
+
+def input_spec(name: str, value) -> InputSpec:
+    if isinstance(value, bool) or isinstance(value, int) and not isinstance(value, bool):
+        return InputSpec(name, "number", dtype=torch.bool if isinstance(value, bool) else torch.int64)
+    if isinstance(value, float):
+        return InputSpec(name, "number", dtype=torch.float32)
+    if isinstance(value, (torch.Tensor, Spec)):
+        dtype = value.dtype
+        if dtype.is_complex or dtype not in SUPPORTED_DTYPES:
+            raise EpilogueTypeError(f"input {name!r} has dtype {dtype}, which is not supported; expected a float "
+                                    "(float16, bfloat16, float32, float64), integer or bool tensor")
+        return InputSpec(name, "tensor", tuple(value.shape), dtype)
+    raise EpilogueTypeError(f"input {name!r} is a {type(value).__name__}; expected a tensor, an evt.spec(...) "
+                            "placeholder or a Python number")

@@ -1,0 +1,556 @@
+"""Tracing a plain PyTorch epilogue into an IR graph.
+
+The tracer calls the user's function once on ``TracedTensor`` proxies: ``acc`` (bound to the iteration axes
+L, M, N), one proxy per keyword input, and records every op as an IR node. Roles follow eager broadcasting:
+a keyword tensor stays *pending* until it meets an accumulator-derived value, and its dims bind to the axes
+they align with there (so ``bias[:, None]`` becomes a column broadcast and ``bias`` a row broadcast, whatever
+the sizes happen to be). Reductions end the tile stage: their results and everything computed from them
+are vector-stage values, which may not flow back into a full-tile computation.
+"""
+from __future__ import annotations
+
+import inspect
+import math
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..errors import (EpilogueError, EpilogueTypeError, ShapeError, UnsupportedOpError)
+from ..ir.graph import Graph
+from ..ir.node import Node
+from ..ir.types import FLOAT_DTYPES, SUPPORTED_DTYPES, Stage, canonical, dtype_name, is_float
+from ..ops import REGISTRY
+from ..ops.registry import BOOL_ONLY, CAST, FLOAT_ONLY, REDUCTION, OpDef
+from . import dims as D
+from .proxy import TracedTensor
+
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """What the tracer knows of one keyword input: a tensor's shape and dtype, or a Python number."""
+
+    name: str
+    kind: str  # "tensor" or "number"
+    shape: tuple[int, ...] = ()
+    dtype: torch.dtype = torch.float32
+
+    @property
+    def signature(self):
+        if self.kind == "number":
+            return (self.name, "number", self.dtype)
+        return (self.name, "tensor", self.shape, self.dtype)
+
+
+@dataclass
+class _Pending:
+    """An expression over keyword inputs only, waiting to learn which axes its dims walk."""
+
+    kind: str                       # "input" or "op"
+    name: str = ""                  # input name
+    op: OpDef | None = None
+    operands: tuple = ()            # TracedTensor | number | None
+    attrs: dict | None = None
+    dtype: torch.dtype = torch.float32
+
+
+class Tracer:
+    def __init__(self, acc_shape: tuple[int, ...], acc_dtype: torch.dtype, inputs: list[InputSpec],
+                 device: torch.device | str = "cpu"):
+        self.registry = REGISTRY
+        self.graph = Graph()
+        self.device = torch.device(device)
+        self.acc_dtype = acc_dtype
+        self.batched = len(acc_shape) == 3
+        names = ("L", "M", "N") if self.batched else ("M", "N")
+        self.axis_sizes = dict(zip(names, acc_shape))
+        self.axis_sizes.setdefault("L", 1)
+        self._tile_dependent: set[int] = set()
+        self._consts: dict[Any, Node] = {}
+        acc_node = self._add("acc", None, (), {}, names, acc_dtype, Stage.TILE, name="acc")
+        self._tile_dependent.add(id(acc_node))
+        self.acc = TracedTensor(self, acc_node, None, [D.Dim(s, (a,)) for a, s in zip(names, acc_shape)],
+                                acc_dtype, label="acc")
+        self.inputs = {spec.name: self._make_input(spec) for spec in inputs}
+
+    # ------------------------------------------------------------------ setup
+    def _make_input(self, spec: InputSpec) -> TracedTensor:
+        if spec.kind == "number":
+            node = self._add("scalar", spec.name, (), {}, (), spec.dtype, Stage.TILE, name=spec.name)
+            return TracedTensor(self, node, None, (), spec.dtype, label=spec.name)
+        if len(spec.shape) == 0:
+            node = self._add("input", spec.name, (), {"binding": ()}, (), spec.dtype, Stage.TILE, name=spec.name)
+            return TracedTensor(self, node, None, (), spec.dtype, label=spec.name)
+        dims = [D.Dim(s, (), frozenset({(spec.name, j)}) if s != 1 else frozenset())
+                for j, s in enumerate(spec.shape)]
+        return TracedTensor(self, None, _Pending("input", name=spec.name, dtype=spec.dtype), dims, spec.dtype,
+                            label=spec.name)
+
+    def _add(self, op, target, args, attrs, axes, dtype, stage, name=None) -> Node:
+        return self.graph.add(op, target, args, attrs, axes, dtype, stage, name=name,
+                              meta={"where": self.user_frame()})
+
+    # ------------------------------------------------------------------ diagnostics
+    @staticmethod
+    def user_frame() -> str | None:
+        """'file:line in fn: code' of the innermost frame outside evtorch and torch (the user's line)."""
+        frame = inspect.currentframe()
+        while frame is not None:
+            fname = os.path.abspath(frame.f_code.co_filename)
+            if not fname.startswith(_PKG_DIR) and not fname.startswith(_TORCH_DIR) and "<frozen" not in fname:
+                info = inspect.getframeinfo(frame, context=1)
+                code = info.code_context[0].strip() if info.code_context else ""
+                return f"{info.filename}:{info.lineno} in {info.function}: {code}"
+            frame = frame.f_back
+        return None
+
+    def _err(self, cls, msg):
+        return cls(msg, where=self.user_frame())
+
+    # ------------------------------------------------------------------ torch entry points
+    def call_torch(self, func, args, kwargs):
+        name = getattr(func, "__name__", str(func))
+        if "out" in kwargs and kwargs["out"] is not None:
+            raise self._err(EpilogueError, f"{name}(..., out=...) writes in place; epilogue ops must be out-of-place "
+                                           "(return the value instead)")
+        self._refuse_captured(name, args, kwargs)
+        views = {torch.transpose: "transpose", torch.swapaxes: "transpose", torch.permute: "permute",
+                 torch.unsqueeze: "unsqueeze", torch.squeeze: "squeeze", torch.reshape: "reshape",
+                 torch.flatten: "flatten", torch.t: "t", torch.broadcast_to: "expand"}
+        if func in views:
+            return self.view(args[0], views[func], args[1:], kwargs)
+        if func in (torch.zeros_like, torch.ones_like, torch.full_like):
+            return self.full_like(func, args, kwargs)
+        if func in (torch.max, torch.min) and not (len(args) == 2 and isinstance(args[1], TracedTensor)):
+            alt = "amax" if func is torch.max else "amin"
+            raise self._err(UnsupportedOpError, f"torch.{name}(x[, dim]) is not supported (it also returns indices); "
+                                                f"use x.{alt}(dim) for the values or torch.{name}imum(a, b)")
+        op = self.registry.by_torch_fn.get(func)
+        if op is None and getattr(func, "__name__", None) in self.registry.by_method and \
+                getattr(func, "__qualname__", "").startswith(("Tensor.", "_TensorBase.", "TensorBase.")):
+            op = self.registry.by_method[func.__name__]
+        if op is None:
+            raise self._err(UnsupportedOpError, f"{_qualname(func)} is not supported in an epilogue"
+                                                f"{self.registry.suggest(name)}")
+        return self.call_op(op, args, kwargs, spelled=_qualname(func))
+
+    def _refuse_captured(self, name, args, kwargs):
+        for a in list(args) + list(kwargs.values()):
+            if isinstance(a, torch.Tensor):
+                raise self._err(EpilogueTypeError,
+                                f"{name}() got a real tensor of shape {tuple(a.shape)} captured from outside the "
+                                "epilogue; pass every tensor as a keyword input so evtorch can load it")
+
+    def call_op(self, op: OpDef, args, kwargs, spelled=None) -> TracedTensor:
+        spelled = spelled or op.name
+        if kwargs.get("inplace"):
+            raise self._err(EpilogueError, f"{spelled}(..., inplace=True) is not supported; use inplace=False")
+        self._refuse_captured(spelled, args, kwargs)
+        try:
+            operands, attrs = op.bind(args, kwargs)
+        except TypeError as e:
+            raise self._err(EpilogueTypeError, f"{spelled}: bad arguments ({e}); expected {op.name}"
+                                               f"{inspect.signature(op.signature)}") from None
+        attrs.pop("inplace", None)  # refused above when true; not part of the op's meaning
+        if not op.has(REDUCTION):  # attributes at their default are left out: the IR prints and hashes cleaner
+            defaults = {k: p.default for k, p in inspect.signature(op.signature).parameters.items()}
+            attrs = {k: v for k, v in attrs.items() if not (k in defaults and _same(defaults[k], v))}
+        if op.has(REDUCTION):
+            return self.reduce(op, operands[0], **attrs)
+        for i, v in enumerate(operands):
+            if not (isinstance(v, (TracedTensor, int, float, bool)) or v is None):
+                raise self._err(EpilogueTypeError, f"{spelled}: operand {op.operands[i]!r} is a "
+                                                   f"{type(v).__name__}; expected a tensor or a number")
+        if op.decompose is not None:
+            return op.decompose(*operands, **attrs)
+        if op.name == "pow":
+            if isinstance(attrs["exponent"], TracedTensor) or not isinstance(attrs["exponent"], (int, float)):
+                raise self._err(UnsupportedOpError, f"{spelled}: the exponent must be a constant number, got "
+                                                    f"{type(attrs['exponent']).__name__}; for a tensor exponent "
+                                                    "write torch.exp(y * torch.log(x))")
+        return self.apply(op, operands, attrs, spelled)
+
+    # ------------------------------------------------------------------ elementwise
+    def apply(self, op: OpDef, operands: list, attrs: dict, spelled: str) -> TracedTensor:
+        proxies = [v for v in operands if isinstance(v, TracedTensor)]
+        if not proxies:
+            raise self._err(EpilogueTypeError, f"{spelled} got no traced tensor")
+        self._check_dtypes(op, operands, spelled)
+        meta = self._meta_eval(op, operands, attrs, spelled)
+        out_dtype = meta.dtype if isinstance(meta, torch.Tensor) else _py_dtype(meta)
+        out_shape = tuple(meta.shape) if isinstance(meta, torch.Tensor) else ()
+        rank = len(out_shape)
+        aligned = [(p, (None,) * (rank - p.ndim) + p.dims) for p in proxies]
+
+        # which axes each output position walks, from the operands that are already bound
+        pos_axes: list[tuple | None] = [None] * rank
+        for p, dims in aligned:
+            for i, d in enumerate(dims):
+                if d is not None and d.axes:
+                    if pos_axes[i] is not None and pos_axes[i] != d.axes:
+                        raise self._err(ShapeError, f"{spelled}: combines values whose dim {i - rank} walks "
+                                                    f"different axes ({'*'.join(pos_axes[i])} vs {'*'.join(d.axes)}), "
+                                                    "e.g. acc with its own transpose; one fused epilogue visits "
+                                                    "each (m, n) once, so this cannot be expressed")
+                    pos_axes[i] = d.axes
+        binding: dict = {}
+        can_bind = True
+        for p, dims in aligned:
+            for i, d in enumerate(dims):
+                if d is None or not d.inputs:
+                    continue
+                if pos_axes[i] is None:
+                    can_bind = False
+                    continue
+                for key in d.inputs:
+                    if binding.get(key, pos_axes[i]) != pos_axes[i]:
+                        raise self._err(ShapeError, f"{spelled}: input {key[0]!r} dim {key[1]} would walk both "
+                                                    f"{'*'.join(binding[key])} and {'*'.join(pos_axes[i])}")
+                    binding[key] = pos_axes[i]
+        any_axes = any(a is not None for a in pos_axes) or any(p.node is not None and p.node.axes for p in proxies)
+        if not can_bind:
+            if any_axes:
+                bad = next(p for p, dims in aligned if any(d is not None and d.inputs and pos_axes[i] is None
+                                                         for i, d in enumerate(dims)))
+                raise self._err(ShapeError, self._unbindable_msg(spelled, bad, proxies, out_shape))
+            dims = []
+            for i in range(rank):
+                ins = frozenset().union(*[d.inputs for _, ds in aligned if ds[i] is not None for d in [ds[i]]])
+                dims.append(D.Dim(out_shape[i], (), ins))
+            pend = _Pending("op", op=op, operands=tuple(operands), attrs=attrs, dtype=out_dtype)
+            return TracedTensor(self, None, pend, dims, out_dtype)
+
+        nodes = [self.materialize(v, binding) if isinstance(v, TracedTensor) else self.const(v, op)
+                 for v in operands]
+        node = self._compute(op, nodes, attrs, out_dtype, spelled)
+        dims = [D.Dim(out_shape[i], pos_axes[i] or ()) for i in range(rank)]
+        return TracedTensor(self, node, None, dims, out_dtype)
+
+    def _unbindable_msg(self, spelled, bad, proxies, out_shape):
+        vec = [p for p in proxies if p.node is not None and p.node.stage == Stage.VECTOR]
+        if vec:
+            return (f"{spelled}: a reduction result {D.describe(vec[0].dims)} is combined with input "
+                    f"{bad.label or 'value'} {tuple(bad.shape)} into a full-size value; using a reduction result "
+                    "inside a tile computation is not supported (it would need a second pass over the tile)")
+        acc_shape = tuple(self.acc.shape)
+        return (f"{spelled}: input {bad.label or 'value'} of shape {tuple(bad.shape)} does not broadcast against "
+                f"acc of shape {acc_shape} (the result would have shape {out_shape}, larger than acc); expected "
+                "(M, N), (N,), (1, N), (M, 1), a scalar, or batched (L, M, N), (L, 1, N), (L, M, 1), (L, 1, 1)")
+
+    def _check_dtypes(self, op: OpDef, operands, spelled):
+        for name, v in zip(op.operands, operands):
+            if not isinstance(v, TracedTensor):
+                continue
+            if op.has(FLOAT_ONLY) and not is_float(v.dtype):
+                raise self._err(EpilogueTypeError, f"{spelled} needs a floating-point input, but {name!r} "
+                                                   f"({v.label or 'value'}) has dtype {v.dtype}; cast it first "
+                                                   "with .float()")
+            if op.has(BOOL_ONLY) and v.dtype != torch.bool:
+                raise self._err(EpilogueTypeError, f"{spelled} is defined on booleans here, but {name!r} has dtype "
+                                                   f"{v.dtype}; compare first (e.g. x > 0)")
+
+    def _meta_eval(self, op: OpDef, operands, attrs, spelled):
+        args = [self._meta(v) for v in operands]
+        try:
+            return op.torch_ref(*args, **attrs)
+        except (RuntimeError, TypeError, ValueError) as e:
+            shapes = ", ".join(f"{v.label or 'value'}{tuple(v.shape)}" for v in operands if isinstance(v, TracedTensor))
+            msg = str(e).split("\n")[0]
+            cls = ShapeError if "size" in msg or "shape" in msg or "broadcast" in msg else EpilogueTypeError
+            raise self._err(cls, f"{spelled} on {shapes}: {msg}") from None
+
+    def _meta(self, v):
+        if isinstance(v, TracedTensor):
+            if v.node is not None and v.node.op == "scalar":
+                return 1.0 if v.dtype.is_floating_point else (True if v.dtype == torch.bool else 1)
+            return torch.empty(tuple(v.shape), dtype=v.dtype, device="meta")
+        return v
+
+    def const(self, value, op: OpDef | None = None) -> Node:
+        # None is clamp's missing bound; _compute turns it into -inf / +inf by position
+        dtype = torch.float32 if value is None else _py_dtype(value)
+        key = (type(value).__name__, repr(value))
+        if key not in self._consts:
+            self._consts[key] = self._add("const", value, (), {}, (), dtype, Stage.TILE, name="c")
+        return self._consts[key]
+
+    def _compute(self, op: OpDef, nodes: list[Node], attrs: dict, dtype, spelled) -> Node:
+        if op.name == "clamp":  # None bounds are open: -inf below, +inf above
+            nodes = list(nodes)
+            for i, fill in ((1, -math.inf), (2, math.inf)):
+                if nodes[i].op == "const" and nodes[i].target is None:
+                    nodes[i] = self.const(fill)
+        stage = Stage.VECTOR if any(n.stage == Stage.VECTOR for n in nodes) else Stage.TILE
+        tile_dep = any(id(n) in self._tile_dependent for n in nodes)
+        if stage == Stage.VECTOR and tile_dep:
+            raise self._err(EpilogueError, f"{spelled}: a reduction result is used inside a full-tile computation "
+                                           "(together with acc or values computed from it); this needs the finished "
+                                           "reduction while the tile is still being computed, which is not "
+                                           "supported yet. Compute it from the reduction results and inputs only")
+        axes = canonical(set().union(*[n.axes for n in nodes]))
+        if stage == Stage.VECTOR and "M" in axes and "N" in axes:
+            raise self._err(EpilogueError, f"{spelled}: combining reduction results produces a full (M, N) value; "
+                                           "a reduction result cannot be used in a full-tile computation")
+        node = self._add("compute", op.name, nodes, attrs, axes, dtype, stage)
+        if tile_dep:
+            self._tile_dependent.add(id(node))
+        return node
+
+    # ------------------------------------------------------------------ binding pending input expressions
+    def materialize(self, v: TracedTensor, binding: dict) -> Node:
+        if v.node is not None:
+            return v.node
+        return self._materialize_pending(v.pending, binding)
+
+    def _materialize_pending(self, p: _Pending, binding: dict) -> Node:
+        if p.kind == "input":
+            spec_shape = tuple(self.inputs[p.name].shape)
+            per_dim = []
+            for j, s in enumerate(spec_shape):
+                axes = binding.get((p.name, j), ())
+                if s != 1 and not axes:
+                    raise self._err(ShapeError, f"input {p.name!r} dim {j} (size {s}) does not line up with any "
+                                                f"axis of acc {tuple(self.acc.shape)}")
+                per_dim.append(axes)
+            axes = canonical(set().union(*[set(a) for a in per_dim]) if per_dim else ())
+            return self._add("input", p.name, (), {"binding": tuple(per_dim)}, axes, p.dtype, Stage.TILE,
+                             name=p.name)
+        nodes = []
+        for v in p.operands:
+            if isinstance(v, TracedTensor):
+                nodes.append(self.materialize(v, binding))
+            else:
+                nodes.append(self.const(v))
+        return self._compute(p.op, nodes, p.attrs, p.dtype, p.op.name)
+
+    def bind_to_acc(self, v: TracedTensor, why: str) -> TracedTensor:
+        """Bind a pending value by right-aligning it against acc, as eager broadcasting with acc would."""
+        if v.node is not None:
+            return v
+        acc_dims = self.acc.dims
+        if v.ndim > len(acc_dims):
+            raise self._err(ShapeError, f"{why}: value of shape {tuple(v.shape)} has more dims than acc "
+                                        f"{tuple(self.acc.shape)}")
+        binding, dims = {}, []
+        for d, a in zip(v.dims, acc_dims[len(acc_dims) - v.ndim:]):
+            if d.inputs:
+                if d.size != a.size:
+                    raise self._err(ShapeError, f"{why}: input {v.label or 'value'} of shape {tuple(v.shape)} does "
+                                                f"not broadcast against acc of shape {tuple(self.acc.shape)}")
+                for key in d.inputs:
+                    binding[key] = a.axes
+                dims.append(D.Dim(d.size, a.axes))
+            else:
+                dims.append(D.Dim(d.size))
+        node = self.materialize(v, binding)
+        return TracedTensor(self, node, None, dims, v.dtype, label=v.label)
+
+    # ------------------------------------------------------------------ casts, constants, indices
+    def cast(self, v: TracedTensor, dtype: torch.dtype) -> TracedTensor:
+        if dtype not in SUPPORTED_DTYPES:
+            raise self._err(EpilogueTypeError, f"cast to {dtype} is not supported; expected one of "
+                                               f"{', '.join(dtype_name(d) for d in SUPPORTED_DTYPES)}")
+        if dtype == v.dtype:
+            return v
+        return self.apply(self.registry["cast"], [v], {"dtype": dtype}, f".to({dtype})")
+
+    def full_like(self, func, args, kwargs):
+        x = args[0]
+        value = {torch.zeros_like: 0.0, torch.ones_like: 1.0}.get(func)
+        if value is None:
+            value = args[1] if len(args) > 1 else kwargs.get("fill_value")
+        if isinstance(value, TracedTensor):
+            raise self._err(EpilogueTypeError, "full_like(x, v): v must be a number")
+        dtype = kwargs.get("dtype") or x.dtype
+        node = self.const(float(value) if dtype.is_floating_point else value)
+        if node.dtype != dtype:
+            node = self._compute(self.registry["cast"], [node], {"dtype": dtype}, dtype, "full_like")
+        x = self.bind_to_acc(x, func.__name__) if x.node is None else x
+        return TracedTensor(self, node, None, x.dims, dtype)
+
+    def index(self, v: TracedTensor, dim: int, what: str) -> TracedTensor:
+        if not isinstance(v, TracedTensor):
+            raise EpilogueTypeError(f"{what} takes the traced accumulator (or a value computed from it), got "
+                                    f"{type(v).__name__}")
+        v = self.bind_to_acc(v, what)
+        d = v.dims[D.norm_dim(dim, v.ndim, what)]
+        if len(d.axes) != 1:
+            raise self._err(ShapeError, f"{what}: dim {dim} of {D.describe(v.dims)} is not a single axis")
+        axis = d.axes[0]
+        node = self._add("index", axis, (), {}, (axis,), torch.int64, Stage.TILE, name=f"idx_{axis}")
+        self._tile_dependent.add(id(node))
+        return TracedTensor(self, node, None, v.dims, torch.int64)
+
+    # ------------------------------------------------------------------ views
+    def view(self, v: TracedTensor, method: str, args=(), kwargs=None) -> TracedTensor:
+        kwargs = kwargs or {}
+        what = f".{method}()"
+        dims, rank = v.dims, v.ndim
+        if method in ("contiguous", "clone"):
+            return v
+        if method in ("transpose", "swapaxes", "swapdims"):
+            d0, d1 = (list(args) + [kwargs.get("dim0"), kwargs.get("dim1")])[:2]
+            d0, d1 = D.norm_dim(d0, rank, what), D.norm_dim(d1, rank, what)
+            order = list(range(rank))
+            order[d0], order[d1] = order[d1], order[d0]
+            new = D.permute(dims, order)
+        elif method == "t":
+            new = D.permute(dims, list(reversed(range(rank))))
+        elif method == "permute":
+            order = args[0] if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
+            order = [D.norm_dim(d, rank, what) for d in (order or kwargs.get("dims"))]
+            if sorted(order) != list(range(rank)):
+                raise self._err(ShapeError, f".permute{tuple(order)} is not a permutation of {rank} dims")
+            new = D.permute(dims, order)
+        elif method == "unsqueeze":
+            d = args[0] if args else kwargs["dim"]
+            d = D.norm_dim(d, rank + 1, what)
+            new = dims[:d] + (D.ONE,) + dims[d:]
+        elif method == "squeeze":
+            sel = args[0] if args else kwargs.get("dim")
+            if sel is None:
+                sel = [i for i, x in enumerate(dims) if x.size == 1]
+            sel = {D.norm_dim(d, rank, what) for d in (sel if isinstance(sel, (tuple, list)) else [sel])}
+            new = tuple(x for i, x in enumerate(dims) if not (i in sel and x.size == 1))
+        elif method in ("reshape", "view", "flatten", "view_as", "reshape_as"):
+            if method == "flatten":
+                start = D.norm_dim(args[0] if args else kwargs.get("start_dim", 0), rank, what)
+                end = D.norm_dim(args[1] if len(args) > 1 else kwargs.get("end_dim", -1), rank, what)
+                shape = [x.size for x in dims[:start]] + [math.prod(x.size for x in dims[start:end + 1])] + \
+                        [x.size for x in dims[end + 1:]]
+            elif method in ("view_as", "reshape_as"):
+                shape = list(args[0].shape)
+            else:
+                shape = args[0] if len(args) == 1 and isinstance(args[0], (tuple, list, torch.Size)) else args
+                if len(args) == 1 and isinstance(args[0], torch.dtype):
+                    raise self._err(UnsupportedOpError, ".view(dtype) reinterprets bits and is not supported; use .to()")
+            shape = tuple(int(s) for s in shape)
+            if v.node is None and tuple(s for s in shape if s != 1) != tuple(x.size for x in dims if x.size != 1):
+                raise self._err(ShapeError, f"{what}: input {v.label!r} is reshaped from {tuple(v.shape)} to {shape} "
+                                            "before it meets acc; only adding or removing size-1 dims is supported "
+                                            "there (reshape the tensor before passing it in)")
+            new = D.reshape(dims, shape, self.axis_sizes, f"{what} on {D.describe(dims)}")
+        elif method in ("expand", "broadcast_to", "expand_as"):
+            if method == "expand_as":
+                sizes = tuple(args[0].shape)
+            else:
+                sizes = args[0] if len(args) == 1 and isinstance(args[0], (tuple, list, torch.Size)) else args
+            sizes = tuple(int(s) for s in sizes)
+            if len(sizes) < rank:
+                raise self._err(ShapeError, f"{what}: {sizes} has fewer dims than {tuple(v.shape)}")
+            lead = len(sizes) - rank
+            new = tuple(D.Dim(s) for s in sizes[:lead])
+            for x, s in zip(dims, sizes[lead:]):
+                if s == -1 or s == x.size:
+                    new += (x,)
+                elif x.size == 1:
+                    new += (D.Dim(s),)
+                else:
+                    raise self._err(ShapeError, f"{what}: cannot expand dim of size {x.size} to {s}")
+        else:
+            raise self._err(UnsupportedOpError, f"view method .{method}() is not supported")
+        return TracedTensor(self, v.node, v.pending, new, v.dtype, label=v.label)
+
+    def getitem(self, v: TracedTensor, index) -> TracedTensor:
+        index = index if isinstance(index, tuple) else (index,)
+        for i in index:
+            if not (i is None or i is Ellipsis or (isinstance(i, slice) and i == slice(None))):
+                raise self._err(UnsupportedOpError,
+                                f"indexing with {i!r} is not supported in an epilogue (only None, : and ... which are "
+                                "views); to gather or mask, use evt.row_index/evt.col_index with torch.where")
+        n_real = sum(1 for i in index if i is not None and i is not Ellipsis)
+        if index.count(Ellipsis) > 1:
+            raise self._err(ShapeError, "an index can only have one ellipsis")
+        if Ellipsis in index:
+            e = index.index(Ellipsis)
+            index = index[:e] + (slice(None),) * (v.ndim - n_real) + index[e + 1:]
+        elif n_real < v.ndim:
+            index = index + (slice(None),) * (v.ndim - n_real)
+        if sum(1 for i in index if i is not None) > v.ndim:
+            raise self._err(ShapeError, f"too many indices for a value of rank {v.ndim}")
+        new, k = [], 0
+        for i in index:
+            if i is None:
+                new.append(D.ONE)
+            else:
+                new.append(v.dims[k])
+                k += 1
+        return TracedTensor(self, v.node, v.pending, new, v.dtype, label=v.label)
+
+    # ------------------------------------------------------------------ reductions
+    def reduce(self, op: OpDef, x, dim=None, keepdim=False, dtype=None) -> TracedTensor:
+        what = f"{op.name}()"
+        if not isinstance(x, TracedTensor):
+            raise self._err(EpilogueTypeError, f"{what} needs a traced tensor, got {type(x).__name__}")
+        if dtype is not None and dtype not in FLOAT_DTYPES:
+            raise self._err(EpilogueTypeError, f"{what}: dtype={dtype} is not supported; reductions produce float32")
+        x = self.bind_to_acc(x, what)
+        rank = x.ndim
+        if dim is None or (isinstance(dim, (tuple, list)) and len(dim) == 0):
+            sel = set(range(rank))
+        else:
+            if isinstance(dim, TracedTensor) or not isinstance(dim, (int, tuple, list)):
+                raise self._err(EpilogueTypeError, f"{what}: dim must be an int or a tuple of ints, got {dim!r}")
+            sel = {D.norm_dim(d, rank, f"{what} over dim {d} of {D.describe(x.dims)}")
+                   for d in (dim if isinstance(dim, (tuple, list)) else [dim])}
+        over = set()
+        for i in sel:
+            if x.dims[i].expanded:
+                raise self._err(ShapeError, f"{what}: reducing over an expanded dim is not supported")
+            over |= set(x.dims[i].axes)
+        out_dims = tuple(D.ONE if i in sel else d for i, d in enumerate(x.dims) if keepdim or i not in sel)
+        red_dtype = torch.float64 if self.acc_dtype == torch.float64 else torch.float32
+        node = x.node
+        if node.dtype != red_dtype:
+            node = self._compute(self.registry["cast"], [node], {"dtype": red_dtype}, red_dtype, what)
+        if not over:
+            return TracedTensor(self, node, None, out_dims, red_dtype)
+        all_axes = set().union(*[set(d.axes) for d in x.dims]) | set(node.axes)
+        remaining = canonical(all_axes - over)
+        r = self._add("reduce", op.name, (node,), {"over": canonical(over)}, remaining, red_dtype, Stage.VECTOR)
+        return TracedTensor(self, r, None, out_dims, red_dtype)
+
+    # ------------------------------------------------------------------ outputs
+    def finish(self, result) -> list[TracedTensor]:
+        outs = list(result) if isinstance(result, (tuple, list)) else [result]
+        if not outs:
+            raise self._err(EpilogueTypeError, "the epilogue returned nothing; return a tensor or a tuple of tensors")
+        bound = []
+        for i, v in enumerate(outs):
+            if not isinstance(v, TracedTensor):
+                raise EpilogueTypeError(f"the epilogue returned a {type(v).__name__} at position {i}; expected traced "
+                                        "tensors computed from acc and the inputs (a tensor or a tuple of tensors)")
+            v = self.bind_to_acc(v, f"output {i}")
+            kind = "vector" if v.node.stage == Stage.VECTOR else "tile"
+            out_dims = tuple((d.axes, d.size if d.expanded else None) for d in v.dims)
+            self.graph.add("output", i, (v.node,), {"dims": out_dims, "kind": kind}, v.node.axes, v.dtype,
+                           v.node.stage, name=f"out{i}", meta={"where": None})
+            bound.append(v)
+        return bound
+
+
+def _same(a, b) -> bool:
+    return type(a) is type(b) and a == b or (isinstance(a, (int, float)) and isinstance(b, (int, float))
+                                            and not isinstance(a, bool) and not isinstance(b, bool) and a == b)
+
+
+def _py_dtype(value) -> torch.dtype:
+    if isinstance(value, bool):
+        return torch.bool
+    if isinstance(value, int):
+        return torch.int64
+    return torch.float32
+
+
+def _qualname(func) -> str:
+    mod = getattr(func, "__module__", None) or ""
+    name = getattr(func, "__name__", str(func))
+    if mod.startswith("torch.nn.functional"):
+        return f"torch.nn.functional.{name}"
+    if mod.startswith("torch") or mod == "":
+        return f"torch.{name}"
+    return f"{mod}.{name}"

@@ -1,0 +1,86 @@
+"""The reference executor: runs an epilogue graph with torch ops on real tensors.
+
+Every value is a tensor broadcastable to the canonical iteration space (L, M, N) (L = 1 when unbatched), so a
+node's shape class is literally the set of its non-broadcast dims. Loads go through the same per-axis strides
+the Triton launcher uses (``ir.layouts``), so this executor also checks the layout logic. It is the CPU
+backend ("reference"), the oracle of the generated kernels, and deterministic.
+
+Subclass and override ``run_<op>`` to build analyses (torch.fx's Interpreter pattern).
+"""
+from __future__ import annotations
+
+import torch
+
+from ..ops import REGISTRY
+from .graph import Graph
+from .layouts import input_axis_strides
+from .node import Node
+from .types import AXES
+
+_DIM = {a: i for i, a in enumerate(AXES)}
+
+
+class Interpreter:
+    def __init__(self, graph: Graph, sizes: dict):
+        self.graph = graph
+        self.sizes = {"L": 1, **sizes}
+
+    def full_shape(self, axes) -> list[int]:
+        return [self.sizes[a] if a in axes else 1 for a in AXES]
+
+    def run(self, acc: torch.Tensor, inputs: dict) -> dict[int, torch.Tensor]:
+        """Returns {output position: tensor over canonical (L, M, N) broadcast dims}."""
+        self.acc = acc if acc.dim() == 3 else acc.unsqueeze(0)
+        self.inputs = inputs
+        env: dict[int, object] = {}
+        outs = {}
+        for n in self.graph.nodes:
+            args = [env[id(a)] for a in n.args]
+            value = getattr(self, f"run_{n.op}")(n, *args)
+            env[id(n)] = value
+            if n.op == "output":
+                outs[n.target] = value
+        return outs
+
+    def run_acc(self, n: Node):
+        return self.acc
+
+    def run_input(self, n: Node):
+        x = self.inputs[n.target]
+        if x.dim() == 0:
+            return x
+        strides = input_axis_strides(n.target, x, n.attrs["binding"], self.sizes)
+        return x.as_strided(self.full_shape(n.axes), [strides[a] if a in n.axes else 0 for a in AXES],
+                            x.storage_offset())
+
+    def run_scalar(self, n: Node):
+        return self.inputs[n.target]  # a Python number: eager's "wrapped scalar" promotion
+
+    def run_index(self, n: Node):
+        shape = [1, 1, 1]
+        shape[_DIM[n.target]] = self.sizes[n.target]
+        return torch.arange(self.sizes[n.target], device=self.acc.device).view(shape)
+
+    def run_const(self, n: Node):
+        return n.target
+
+    def run_compute(self, n: Node, *args):
+        op = REGISTRY[n.target]
+        out = op.torch_ref(*args, **n.attrs)
+        if not isinstance(out, torch.Tensor):
+            out = torch.tensor(out, dtype=n.dtype, device=self.acc.device)
+        return out
+
+    def run_reduce(self, n: Node, x):
+        op = REGISTRY[n.target]
+        over = n.attrs["over"]
+        x = torch.as_tensor(x, device=self.acc.device).to(n.dtype)
+        keep = set(n.args[0].axes) | set(over)
+        x = x.expand(self.full_shape(keep)) if x.dim() == 3 else x.reshape(1, 1, 1).expand(self.full_shape(keep))
+        return op.torch_ref(x, dim=tuple(_DIM[a] for a in over), keepdim=True)
+
+    def run_output(self, n: Node, x):
+        x = torch.as_tensor(x, device=self.acc.device)
+        if x.dim() < 3:
+            x = x.reshape(1, 1, 1)
+        return x

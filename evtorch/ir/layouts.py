@@ -1,0 +1,74 @@
+"""From IR shape classes to memory: per-axis strides of inputs and the layout of outputs.
+
+Shared by the reference executor and the Triton launcher, so both read and write exactly the same elements.
+A load's ``binding`` says which axes each input dim walks; a merged dim (``('L', 'M')``) walks them with
+row-major index arithmetic, which is linear, so every load is ``base + l*sL + m*sM + n*sN``. Outputs are
+stored contiguously over the axes they walk (canonical L, M, N order) and handed back as the strided view
+the epilogue returned (``D.T`` comes back as a transposed view, as in eager).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..errors import ShapeError
+from .types import AXES
+
+
+def input_axis_strides(name: str, tensor: torch.Tensor, binding, sizes: dict) -> dict[str, int]:
+    """Element strides per axis for loading ``tensor`` bound as ``binding`` (per dim: axes walked)."""
+    if tensor.dim() != len(binding):
+        raise ShapeError(f"input {name!r} has {tensor.dim()} dims, but the epilogue was traced with {len(binding)}")
+    strides = {a: 0 for a in AXES}
+    for j, axes in enumerate(binding):
+        want = math.prod(sizes[a] for a in axes) if axes else 1
+        if tensor.shape[j] != want and not (not axes and tensor.shape[j] == 1):
+            raise ShapeError(f"input {name!r} dim {j} has size {tensor.shape[j]}, expected {want}")
+        inner = 1
+        for a in reversed(axes):
+            strides[a] += tensor.stride(j) * inner
+            inner *= sizes[a]
+    return strides
+
+
+def output_base_axes(dims) -> tuple[str, ...]:
+    """The axes an output is stored over (canonical order): every axis its returned view walks."""
+    walked = {a for axes, _ in dims for a in axes}
+    return tuple(a for a in AXES if a in walked)
+
+
+def output_view(dims, sizes: dict, what: str = "output"):
+    """(base shape, view sizes, view strides) for an output returned with logical ``dims``.
+
+    ``dims``: per returned dim, (axes walked, expanded size or None). Raises when the returned view is not a
+    strided view of the contiguous base (it would need a copy)."""
+    base_axes = output_base_axes(dims)
+    base_shape = [sizes[a] for a in base_axes]
+    base_strides, acc = {}, 1
+    for a in reversed(base_axes):
+        base_strides[a] = acc
+        acc *= sizes[a]
+    view_sizes, view_strides = [], []
+    for axes, expanded in dims:
+        if axes:
+            size = math.prod(sizes[a] for a in axes)
+            for outer, inner in zip(axes, axes[1:]):
+                if sizes[outer] > 1 and sizes[inner] > 1 and base_strides[outer] != base_strides[inner] * sizes[inner]:
+                    raise ShapeError(f"{what}: the returned view merges axes {'*'.join(axes)} out of memory order; "
+                                     "returning it would need a copy (reshape of a transposed value). Return the "
+                                     "value without that reshape, or merge the dims in their original order")
+            view_sizes.append(size)
+            view_strides.append(base_strides[axes[-1]])
+        else:
+            view_sizes.append(expanded if expanded is not None else 1)
+            view_strides.append(0)
+    return base_shape, base_axes, view_sizes, view_strides
+
+
+def make_output(dims, sizes: dict, dtype: torch.dtype, device, fill=None):
+    """Allocate an output's contiguous base (optionally poisoned) and its returned view."""
+    base_shape, base_axes, vs, vst = output_view(dims, sizes)
+    base = torch.empty(base_shape, dtype=dtype, device=device) if fill is None else \
+        torch.full(base_shape, fill, dtype=dtype, device=device)
+    return base, base_axes, base.as_strided(vs, vst)

@@ -1,0 +1,220 @@
+"""Elementwise ops: one ``define`` each.
+
+Triton emissions receive operands already converted to the compute dtype (``float32``, or ``float64`` when
+the epilogue computes in fp64) except for ops with the ``bool_only``/``compare``/``cast`` traits, which see
+operands in their own dtype. Composite ops (``decompose``) are written with the public torch API, so the
+tracer turns them into primitives and codegen, the reference executor and autodiff need nothing new.
+
+Derivatives are written in plain torch: ``derivative(grad, *operands, out=out, **attrs)`` returns one
+gradient per operand (``None`` where the operand is not differentiable). The same rule runs on real
+tensors (reference backward, tested against torch autograd) and on traced values (generated backward).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from .registry import BOOL_ONLY, CAST, COMMUTATIVE, COMPARE, FLOAT_ONLY, define
+
+
+def _sum_to(g, like):
+    """Gradients of broadcast operands are reduced by the autodiff engine; rules return full-size grads."""
+    return g
+
+
+# ----------------------------------------------------------------------------------------------- arithmetic
+def _add(input, other, *, alpha=1): ...
+def _binary(input, other): ...
+def _unary(input): ...
+
+
+define("add", _add, operands=("input", "other"),
+       torch_ref=lambda a, b, alpha=1: torch.add(a, b, alpha=alpha) if alpha != 1 else a + b,
+       triton=lambda alpha=1: "({0} + {1})" if alpha == 1 else f"({{0}} + {float(alpha)!r} * {{1}})",
+       derivative=lambda g, a, b, out, alpha=1: (g, g * alpha if alpha != 1 else g),
+       torch_fns=(torch.add,), methods=("add", "__add__"), traits=frozenset({COMMUTATIVE}))
+define("sub", _add, operands=("input", "other"),
+       torch_ref=lambda a, b, alpha=1: torch.sub(a, b, alpha=alpha) if alpha != 1 else a - b,
+       triton=lambda alpha=1: "({0} - {1})" if alpha == 1 else f"({{0}} - {float(alpha)!r} * {{1}})",
+       derivative=lambda g, a, b, out, alpha=1: (g, -g * alpha if alpha != 1 else -g),
+       torch_fns=(torch.sub, torch.subtract), methods=("sub", "subtract", "__sub__"))
+define("mul", _binary, operands=("input", "other"), torch_ref=lambda a, b: a * b, triton="({0} * {1})",
+       derivative=lambda g, a, b, out: (g * b, g * a),
+       torch_fns=(torch.mul, torch.multiply), methods=("mul", "multiply", "__mul__"),
+       traits=frozenset({COMMUTATIVE}))
+define("div", _binary, operands=("input", "other"), torch_ref=lambda a, b: a / b, triton="({0} / {1})",
+       derivative=lambda g, a, b, out: (g / b, -g * out / b),
+       torch_fns=(torch.div, torch.divide, torch.true_divide), methods=("div", "divide", "__truediv__"))
+define("neg", _unary, torch_ref=torch.neg, triton="(-{0})", derivative=lambda g, x, out: (-g,),
+       torch_fns=(torch.neg, torch.negative), methods=("neg", "negative", "__neg__"))
+define("abs", _unary, torch_ref=torch.abs, triton="tl.abs({0})",
+       derivative=lambda g, x, out: (g * torch.sign(x),),
+       torch_fns=(torch.abs, torch.absolute), methods=("abs", "absolute", "__abs__"))
+
+
+def _pow(input, exponent): ...
+
+
+define("pow", _pow, operands=("input",), torch_ref=lambda x, exponent: torch.pow(x, exponent),
+       triton=lambda exponent: _pow_emission(exponent),
+       derivative=lambda g, x, out, exponent: (
+           g * exponent * torch.pow(x, exponent - 1) if exponent != 1 else g,),
+       torch_fns=(torch.pow,), methods=("pow", "__pow__"), traits=frozenset({FLOAT_ONLY}),
+       doc="x ** c for a constant exponent c; small integer exponents become multiplications")
+
+
+def _pow_emission(exponent) -> str:
+    if exponent == 0:
+        return "tlmath.ones_like({0})"
+    if float(exponent).is_integer() and 1 <= abs(exponent) <= 4:
+        prod = " * ".join(["{0}"] * int(abs(exponent)))
+        return f"({prod})" if exponent > 0 else f"(1.0 / ({prod}))"
+    if exponent == 0.5:
+        return "tl.sqrt({0})"
+    if exponent == -0.5:
+        return "tlmath.rsqrt({0})"
+    return f"tlmath.powf({{0}}, {float(exponent)!r})"
+
+
+define("square", _unary, decompose=lambda x: x * x, torch_fns=(torch.square,), methods=("square",))
+define("reciprocal", _unary, decompose=lambda x: 1.0 / x,
+       torch_fns=(torch.reciprocal,), methods=("reciprocal",), traits=frozenset({FLOAT_ONLY}))
+define("fma", lambda a, b, c: None, operands=("a", "b", "c"), torch_ref=lambda a, b, c: a * b + c,
+       triton="tl.fma({0}, {1}, {2})", derivative=lambda g, a, b, c, out: (g * b, g * a, g),
+       doc="a * b + c in one instruction; introduced by the fusion pass, not by user code")
+
+
+# ----------------------------------------------------------------------------------------------- compare/logic
+def _cmp(name, fn, sym, methods):
+    define(name, _binary, operands=("input", "other"), torch_ref=lambda a, b: fn(a, b), triton=f"({{0}} {sym} {{1}})",
+           derivative=lambda g, a, b, out: (None, None), torch_fns=(fn,), methods=methods,
+           traits=frozenset({COMPARE}))
+
+
+_cmp("eq", torch.eq, "==", ("eq", "__eq__"))
+_cmp("ne", torch.ne, "!=", ("ne", "__ne__"))
+_cmp("lt", torch.lt, "<", ("lt", "less", "__lt__"))
+_cmp("le", torch.le, "<=", ("le", "less_equal", "__le__"))
+_cmp("gt", torch.gt, ">", ("gt", "greater", "__gt__"))
+_cmp("ge", torch.ge, ">=", ("ge", "greater_equal", "__ge__"))
+
+define("logical_and", _binary, operands=("input", "other"), torch_ref=lambda a, b: a & b, triton="({0} & {1})",
+       derivative=lambda g, a, b, out: (None, None), torch_fns=(torch.logical_and, torch.bitwise_and),
+       methods=("logical_and", "__and__", "bitwise_and"), traits=frozenset({BOOL_ONLY, COMMUTATIVE}))
+define("logical_or", _binary, operands=("input", "other"), torch_ref=lambda a, b: a | b, triton="({0} | {1})",
+       derivative=lambda g, a, b, out: (None, None), torch_fns=(torch.logical_or, torch.bitwise_or),
+       methods=("logical_or", "__or__", "bitwise_or"), traits=frozenset({BOOL_ONLY, COMMUTATIVE}))
+define("logical_not", _unary, torch_ref=lambda a: ~a, triton="({0} == 0)",
+       derivative=lambda g, a, out: (None,), torch_fns=(torch.logical_not, torch.bitwise_not),
+       methods=("logical_not", "__invert__", "bitwise_not"), traits=frozenset({BOOL_ONLY}))
+
+
+def _where(condition, input, other): ...
+
+
+define("where", _where, operands=("condition", "input", "other"),
+       torch_ref=torch.where, triton="tl.where({0}, {1}, {2})",
+       derivative=lambda g, c, a, b, out: (None, torch.where(c, g, 0.0), torch.where(c, 0.0, g)),
+       torch_fns=(torch.where,), methods=("where",))
+
+
+def _clamp(input, min=None, max=None): ...
+
+
+define("clamp", _clamp, operands=("input", "min", "max"),
+       torch_ref=lambda x, lo, hi: torch.clamp(x, lo, hi),
+       triton="tlmath.clamp({0}, {1}, {2})",
+       derivative=lambda g, x, lo, hi, out: (
+           torch.where((x >= lo) & (x <= hi), g, 0.0), torch.where(x < lo, g, 0.0), torch.where(x > hi, g, 0.0)),
+       torch_fns=(torch.clamp, torch.clip), methods=("clamp", "clip"),
+       doc="min/max may be numbers, tensors or None (None becomes -inf/+inf)")
+define("maximum", _binary, operands=("input", "other"), torch_ref=torch.maximum, triton="tlmath.maximum({0}, {1})",
+       derivative=lambda g, a, b, out: (torch.where(a > b, g, torch.where(a == b, g * 0.5, 0.0)),
+                                         torch.where(b > a, g, torch.where(a == b, g * 0.5, 0.0))),
+       torch_fns=(torch.maximum, torch.max), methods=("maximum",), traits=frozenset({COMMUTATIVE}))
+define("minimum", _binary, operands=("input", "other"), torch_ref=torch.minimum, triton="tlmath.minimum({0}, {1})",
+       derivative=lambda g, a, b, out: (torch.where(a < b, g, torch.where(a == b, g * 0.5, 0.0)),
+                                         torch.where(b < a, g, torch.where(a == b, g * 0.5, 0.0))),
+       torch_fns=(torch.minimum, torch.min), methods=("minimum",), traits=frozenset({COMMUTATIVE}))
+
+
+# ----------------------------------------------------------------------------------------------- transcendental
+def _float_unary(name, fn, triton, derivative, methods=None, extra_fns=()):
+    define(name, _unary, torch_ref=fn, triton=triton, derivative=derivative,
+           torch_fns=(fn,) + tuple(extra_fns), methods=methods or (name,), traits=frozenset({FLOAT_ONLY}))
+
+
+_LN2 = math.log(2.0)
+_float_unary("exp", torch.exp, "tl.exp({0})", lambda g, x, out: (g * out,))
+_float_unary("exp2", torch.exp2, "tl.exp2({0})", lambda g, x, out: (g * out * _LN2,))
+_float_unary("log", torch.log, "tl.log({0})", lambda g, x, out: (g / x,))
+_float_unary("log2", torch.log2, "tl.log2({0})", lambda g, x, out: (g / (x * _LN2),))
+_float_unary("log1p", torch.log1p, "tlmath.log1p({0})", lambda g, x, out: (g / (1.0 + x),))
+_float_unary("sqrt", torch.sqrt, "tl.sqrt({0})", lambda g, x, out: (g * 0.5 / out,))
+_float_unary("rsqrt", torch.rsqrt, "tlmath.rsqrt({0})", lambda g, x, out: (g * -0.5 * out / x,))
+_float_unary("tanh", torch.tanh, "tlmath.tanh({0})", lambda g, x, out: (g * (1.0 - out * out),),
+             extra_fns=(F.tanh,))
+_float_unary("sigmoid", torch.sigmoid, "tlmath.sigmoid({0})", lambda g, x, out: (g * out * (1.0 - out),),
+             extra_fns=(F.sigmoid,))
+_float_unary("erf", torch.erf, "tlmath.erf({0})",
+             lambda g, x, out: (g * (2.0 / math.sqrt(math.pi)) * torch.exp(-x * x),), extra_fns=(torch.special.erf,))
+_float_unary("floor", torch.floor, "tl.floor({0})", lambda g, x, out: (g * 0.0,))
+_float_unary("ceil", torch.ceil, "tl.ceil({0})", lambda g, x, out: (g * 0.0,))
+_float_unary("round", torch.round, "tlmath.round_half_even({0})", lambda g, x, out: (g * 0.0,))
+define("sign", _unary, torch_ref=torch.sign, triton="tlmath.sign({0})", derivative=lambda g, x, out: (g * 0.0,),
+       torch_fns=(torch.sign,), methods=("sign",))
+
+
+# ----------------------------------------------------------------------------------------------- activations
+def _relu(input, inplace=False): ...
+
+
+define("relu", _relu, torch_ref=torch.relu, triton="tlmath.relu({0})",
+       derivative=lambda g, x, out, inplace=False: (torch.where(x > 0, g, 0.0),),
+       torch_fns=(torch.relu, F.relu), methods=("relu",), traits=frozenset({FLOAT_ONLY}),
+       doc="primitive (not maximum(x, 0)) so that its gradient at 0 is 0, as in torch")
+
+
+def _leaky_relu(input, negative_slope=0.01, inplace=False): ...
+def _gelu(input, approximate="none"): ...
+def _silu(input, inplace=False): ...
+def _softplus(input, beta=1.0, threshold=20.0): ...
+def _hard(input, inplace=False): ...
+def _elu(input, alpha=1.0, inplace=False): ...
+
+
+_SQRT1_2 = 1.0 / math.sqrt(2.0)
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+define("leaky_relu", _leaky_relu,
+       decompose=lambda x, negative_slope=0.01, inplace=False: torch.where(x > 0, x, x * negative_slope),
+       torch_fns=(F.leaky_relu,), methods=(), traits=frozenset({FLOAT_ONLY}))
+define("gelu", _gelu,
+       decompose=lambda x, approximate="none": (
+           0.5 * x * (1.0 + torch.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * (x * x * x))))
+           if approximate == "tanh" else 0.5 * x * (1.0 + torch.erf(x * _SQRT1_2))),
+       torch_fns=(F.gelu,), traits=frozenset({FLOAT_ONLY}))
+define("silu", _silu, decompose=lambda x, inplace=False: x * torch.sigmoid(x),
+       torch_fns=(F.silu,), traits=frozenset({FLOAT_ONLY}))
+define("softplus", _softplus,
+       decompose=lambda x, beta=1.0, threshold=20.0: torch.where(
+           x * beta > threshold, x, torch.log1p(torch.exp(x * beta)) / beta),
+       torch_fns=(F.softplus,), traits=frozenset({FLOAT_ONLY}))
+define("hardswish", _hard, decompose=lambda x, inplace=False: x * torch.clamp(x + 3.0, 0.0, 6.0) / 6.0,
+       torch_fns=(F.hardswish,), traits=frozenset({FLOAT_ONLY}))
+define("hardsigmoid", _hard, decompose=lambda x, inplace=False: torch.clamp(x / 6.0 + 0.5, 0.0, 1.0),
+       torch_fns=(F.hardsigmoid,), traits=frozenset({FLOAT_ONLY}))
+define("elu", _elu,
+       decompose=lambda x, alpha=1.0, inplace=False: torch.where(x > 0, x, alpha * (torch.exp(x) - 1.0)),
+       torch_fns=(F.elu,), traits=frozenset({FLOAT_ONLY}))
+
+
+# ----------------------------------------------------------------------------------------------- casts
+def _cast(input, dtype): ...
+
+
+define("cast", _cast, torch_ref=lambda x, dtype: x.to(dtype), triton=None,
+       derivative=lambda g, x, out, dtype: (g,), traits=frozenset({CAST}),
+       doc="x.to(dtype), x.float(), x.half(), x.bfloat16(), x.double(); emission is done by the emitter")

@@ -1,0 +1,117 @@
+"""The op registry: one record per op, read by every layer.
+
+An ``OpDef`` says everything evtorch knows about an op, in one place:
+
+- ``name`` and how user code reaches it (``torch_fns``: torch/functional callables; ``methods``: Tensor method
+  and operator names);
+- ``signature``: a Python function with the op's torch signature, used only to bind call arguments, so
+  ``F.leaky_relu(x, 0.2)`` and ``F.leaky_relu(x, negative_slope=0.2)`` normalise to the same node;
+  ``operands`` names the parameters that are values (tensors or numbers), every other parameter is a
+  compile-time attribute;
+- ``torch_ref``: the eager meaning, ``torch_ref(*operands, **attrs)``; it is also the type rule (run on meta
+  tensors it gives the result dtype exactly as eager promotion would) and the reference executor;
+- ``triton``: the emission, a format string over operands ``{0}``, ``{1}`` and attributes ``{name}`` whose
+  operands arrive already in the compute dtype (fp32, or fp64 for fp64 epilogues); only Triton primitives and
+  ``evtorch.codegen.tlmath`` helpers, never libdevice, so the CPU interpreter runs every kernel;
+- ``decompose``: instead of an emission, a composite written in other ops (few primitives, many composites);
+- ``derivative``: reverse-mode rule ``(ctx, grad, *operands, out, **attrs) -> tuple of grads`` written with
+  ctx's builder ops (see ``evtorch.autodiff``);
+- ``traits``: facts passes ask about instead of listing ops (commutative, float_only, bool_only, ...).
+
+Adding an op touches one ``define(...)`` call in ``ops/elementwise.py`` or ``ops/reductions.py``.
+"""
+from __future__ import annotations
+
+import difflib
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+COMMUTATIVE = "commutative"
+FLOAT_ONLY = "float_only"      # integer operands are an error (torch would silently promote)
+BOOL_ONLY = "bool_only"        # & | ~ on booleans only
+COMPARE = "compare"            # result is bool
+CAST = "cast"
+REDUCTION = "reduction"
+
+
+@dataclass(frozen=True, eq=False)
+class OpDef:
+    name: str
+    signature: Callable
+    operands: tuple[str, ...]
+    torch_ref: Callable | None = None
+    triton: str | Callable | None = None
+    decompose: Callable | None = None
+    derivative: Callable | None = None
+    torch_fns: tuple = ()
+    methods: tuple[str, ...] = ()
+    traits: frozenset = frozenset()
+    user_defined: Any = None   # the @triton.jit function of a user-registered op
+    doc: str = ""
+
+    @property
+    def attr_names(self) -> tuple[str, ...]:
+        return tuple(p for p in inspect.signature(self.signature).parameters if p not in self.operands)
+
+    def has(self, trait: str) -> bool:
+        return trait in self.traits
+
+    def bind(self, args: tuple, kwargs: dict) -> tuple[list, dict]:
+        """Normalise a call to (operand values, attribute dict), applying the signature's defaults."""
+        bound = inspect.signature(self.signature).bind(*args, **kwargs)
+        bound.apply_defaults()
+        values = dict(bound.arguments)
+        return [values.pop(p) for p in self.operands], values
+
+    def __repr__(self):
+        return f"OpDef({self.name})"
+
+
+@dataclass
+class Registry:
+    """Name → OpDef, plus the lookups the tracer needs (torch callable → op, method name → op)."""
+
+    ops: dict[str, OpDef] = field(default_factory=dict)
+    by_torch_fn: dict[Any, OpDef] = field(default_factory=dict)
+    by_method: dict[str, OpDef] = field(default_factory=dict)
+
+    def add(self, op: OpDef) -> OpDef:
+        if op.name in self.ops:
+            raise ValueError(f"op {op.name!r} is already registered")
+        self.ops[op.name] = op
+        for fn in op.torch_fns:
+            self.by_torch_fn[fn] = op
+        for m in op.methods:
+            self.by_method[m] = op
+        return op
+
+    def __getitem__(self, name: str) -> OpDef:
+        try:
+            return self.ops[name]
+        except KeyError:
+            raise KeyError(f"no op named {name!r}; known ops: {', '.join(sorted(self.ops))}") from None
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.ops
+
+    def suggest(self, name: str) -> str:
+        """A hint listing close supported names (for 'unsupported op' errors)."""
+        names = set(self.ops) | set(self.by_method) | {_fn_name(f) for f in self.by_torch_fn}
+        short = name.rsplit(".", 1)[-1]
+        close = difflib.get_close_matches(short, sorted(names), n=5, cutoff=0.5)
+        return f"; did you mean {', '.join(close)}?" if close else ""
+
+
+def _fn_name(fn) -> str:
+    return getattr(fn, "__name__", str(fn))
+
+
+REGISTRY = Registry()
+
+
+def define(name: str, signature: Callable, *, operands: tuple[str, ...] | None = None, **fields) -> OpDef:
+    """Declare an op. ``operands`` defaults to the signature's first parameter (unary ops)."""
+    if operands is None:
+        operands = (next(iter(inspect.signature(signature).parameters)),)
+    return REGISTRY.add(OpDef(name=name, signature=signature, operands=operands, **fields))

@@ -1,0 +1,52 @@
+"""Common-subexpression elimination: one node per distinct computation.
+
+Requires: nothing. Ensures ``cse``: no two non-output nodes compute the same thing (same op, target,
+attributes, dtype and arguments; arguments of commutative ops compared as a multiset).
+"""
+from __future__ import annotations
+
+from ..ir.graph import Graph
+from ..ops import REGISTRY
+from ..ops.registry import COMMUTATIVE
+from .base import Pass, fact
+
+
+def _key(node, position):
+    if node.op == "compute" and node.target in REGISTRY and REGISTRY[node.target].has(COMMUTATIVE):
+        args = tuple(sorted(node.args, key=lambda a: position[id(a)]))
+        return (node.op, node.target, node.key[2:5], tuple(id(a) for a in args))
+    return node.key
+
+
+class CSE(Pass):
+    name = "cse"
+    ensures = frozenset({"cse"})
+
+    def run(self, graph: Graph) -> Graph:
+        seen, dead = {}, []
+        position = {id(n): i for i, n in enumerate(graph.nodes)}
+        for n in graph.nodes:
+            if n.op == "output":
+                continue
+            k = _key(n, position)
+            if k in seen:
+                graph.replace_uses(n, seen[k])
+                dead.append(n)
+            else:
+                seen[k] = n
+        graph.remove(dead)
+        return graph
+
+
+@fact("cse")
+def _no_duplicates(graph: Graph):
+    position = {id(n): i for i, n in enumerate(graph.nodes)}
+    seen = {}
+    for n in graph.nodes:
+        if n.op == "output":
+            continue
+        k = _key(n, position)
+        if k in seen:
+            return f"%{n.name} duplicates %{seen[k].name}"
+        seen[k] = n
+    return None

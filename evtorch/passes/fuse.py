@@ -1,0 +1,53 @@
+"""Fusion into compound ops where codegen has a better primitive: ``a*b + c → fma(a, b, c)``.
+
+Only when the product has no other user (otherwise it is computed anyway), both nodes are floating point
+of the same dtype (so rounding differs from eager only by the one rounding fma saves) and neither is an
+output by itself. Requires ``cse`` (so "no other user" is meaningful). Ensures ``fused``.
+"""
+from __future__ import annotations
+
+from ..ir.graph import Graph
+from .base import Pass, fact
+
+
+def _candidates(graph: Graph):
+    users = graph.users()
+    for n in graph.nodes:
+        if n.op != "compute" or n.target != "add" or n.attrs.get("alpha", 1) != 1:
+            continue
+        if n.dtype not in _FUSABLE:
+            continue
+        for i, m in enumerate(n.args):
+            other = n.args[1 - i]
+            if (m.op == "compute" and m.target == "mul" and m.dtype == n.dtype and len(users[id(m)]) == 1
+                    and other.dtype == n.dtype and all(x.dtype == n.dtype for x in m.args)):
+                yield n, m, other
+                break
+
+
+import torch  # noqa: E402
+
+_FUSABLE = (torch.float32, torch.float64)
+
+
+class FuseFMA(Pass):
+    name = "fuse_fma"
+    requires = frozenset({"cse"})
+    ensures = frozenset({"fused"})
+
+    def run(self, graph: Graph) -> Graph:
+        while True:
+            found = next(_candidates(graph), None)
+            if found is None:
+                return graph
+            add, mul, other = found
+            add.target = "fma"
+            add.attrs = {}
+            add.args = (mul.args[0], mul.args[1], other)
+            graph.remove([mul])
+
+
+@fact("fused")
+def _no_mul_add(graph: Graph):
+    found = next(_candidates(graph), None)
+    return f"%{found[0].name} is still mul+add" if found else None

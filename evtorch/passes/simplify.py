@@ -1,0 +1,93 @@
+"""Constant folding and algebraic simplification.
+
+Rules (each only where it changes neither dtype nor shape class, so eager promotion is preserved):
+``x*1 → x``, ``1*x → x``, ``x+0``, ``0+x``, ``x-0``, ``x/1``, ``x**1 → x``, ``--x → x``, ``cast(x, x.dtype) → x``;
+compute nodes whose operands are all constants are evaluated now. ``x*0`` is *not* folded (NaN/inf inputs).
+Ensures ``simplified``: no rule applies anywhere.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..ir.graph import Graph
+from ..ir.node import Node
+from ..ops import REGISTRY
+from .base import Pass, fact
+
+
+def _is_const(n: Node, value) -> bool:
+    return n.op == "const" and not isinstance(n.target, bool) and n.target is not None and n.target == value
+
+
+def _rewrite(n: Node) -> Node | tuple | None:
+    """The node ``n`` can be replaced by (an existing node), or ('const', value), or None."""
+    if n.op != "compute":
+        return None
+    a = n.args
+    same = lambda x: x.dtype == n.dtype and x.axes == n.axes  # noqa: E731
+    t = n.target
+    if t == "mul" and n.attrs == {}:
+        if _is_const(a[1], 1) and same(a[0]):
+            return a[0]
+        if _is_const(a[0], 1) and same(a[1]):
+            return a[1]
+    if t == "add" and n.attrs.get("alpha", 1) == 1:
+        if _is_const(a[1], 0) and same(a[0]):
+            return a[0]
+        if _is_const(a[0], 0) and same(a[1]):
+            return a[1]
+    if t == "sub" and _is_const(a[1], 0) and same(a[0]):
+        return a[0]
+    if t == "div" and _is_const(a[1], 1) and same(a[0]):
+        return a[0]
+    if t == "pow" and n.attrs.get("exponent") == 1 and same(a[0]):
+        return a[0]
+    if t == "neg" and a[0].op == "compute" and a[0].target == "neg" and same(a[0].args[0]):
+        return a[0].args[0]
+    if t == "cast" and a[0].dtype == n.dtype:
+        return a[0]
+    if a and all(x.op == "const" and x.target is not None for x in a):
+        value = REGISTRY[t].torch_ref(*[x.target for x in a], **n.attrs) if t != "cast" else \
+            torch.tensor(a[0].target).to(n.attrs["dtype"])
+        if isinstance(value, torch.Tensor):
+            if value.dim() != 0:
+                return None
+            value = value.item()
+        return ("const", value)
+    return None
+
+
+class Simplify(Pass):
+    name = "simplify"
+    ensures = frozenset({"simplified"})
+
+    def run(self, graph: Graph) -> Graph:
+        changed = True
+        while changed:
+            changed = False
+            for n in list(graph.nodes):
+                r = _rewrite(n)
+                if r is None:
+                    continue
+                if isinstance(r, tuple):
+                    value = r[1]
+                    if n.dtype.is_floating_point:
+                        value = float(value)
+                    elif n.dtype == torch.bool:
+                        value = bool(value)
+                    else:
+                        value = int(value)
+                    r = graph.add("const", value, (), {}, (), n.dtype, n.stage, name="c")
+                    graph.insert_before(n, r)
+                graph.replace_uses(n, r)
+                graph.remove([n])
+                changed = True
+        return graph
+
+
+@fact("simplified")
+def _nothing_to_simplify(graph: Graph):
+    for n in graph.nodes:
+        if _rewrite(n) is not None:
+            return f"%{n.name} ({n.target}) can still be simplified"
+    return None
