@@ -1,0 +1,431 @@
+"""GEMM tile configurations: the record, the candidate space per template, pruning, and a no-tuning pick.
+
+Why a separate module: the templates (``gemm_template``) only know constexpr *names*; which values are
+worth compiling depends on the device (shared memory, SM count, capability) and the problem shape, and the
+autotuner needs a short, safe candidate list (every compile costs seconds). Keeping that knowledge here
+lets the launcher, the autotuner and tests agree on one ``GemmConfig`` type.
+
+The epilogue never enters this space: it is called once per (sub-)tile whatever the config, so fusing more
+ops never multiplies the number of candidates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from evtorch.runtime import knobs
+
+TEMPLATES: tuple[str, ...] = ("portable", "splitk", "persistent_tma")
+
+# Flags a config may carry in ``extra``; all apply to persistent_tma only.
+EXTRA_FLAGS: dict[str, type] = {
+    "EPILOGUE_SUBTILE": bool,  # call the epilogue on two [BM, BN/2] halves (less register/smem pressure)
+    "WARP_SPECIALIZE": bool,  # tl.range(warp_specialize=...) on the persistent tile loop
+    "FLATTEN": bool,  # tl.range(flatten=...) on the persistent tile loop
+}
+
+DTYPE_BYTES: dict[torch.dtype, int] = {
+    torch.float16: 2,
+    torch.bfloat16: 2,
+    torch.float32: 4,
+    torch.float64: 8,
+}
+
+TMA_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def _is_pow2(x: int) -> bool:
+    return x > 0 and (x & (x - 1)) == 0
+
+
+def next_pow2(x: int) -> int:
+    """Smallest power of two >= x (1 for x <= 1)."""
+    return 1 if x <= 1 else 1 << (int(x) - 1).bit_length()
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    """One point of the tuning space. Frozen and hashable so it can key caches and be stored as JSON.
+
+    ``extra`` is a sorted tuple of (flag, value) pairs (a dict is unhashable); read it with ``flag()``.
+    """
+
+    template: str = "portable"
+    BLOCK_M: int = 64
+    BLOCK_N: int = 64
+    BLOCK_K: int = 32
+    GROUP_M: int = 8
+    SPLIT_K: int = 1
+    num_warps: int = 4
+    num_stages: int = 3
+    extra: tuple[tuple[str, Any], ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if self.template not in TEMPLATES:
+            raise ValueError(f"GemmConfig.template must be one of {TEMPLATES}, got {self.template!r}")
+        for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or not _is_pow2(value) or value < 16:
+                raise ValueError(f"GemmConfig.{name} must be a power of two >= 16 (tl.dot minimum), got {value!r}")
+        if not isinstance(self.GROUP_M, int) or self.GROUP_M < 1:
+            raise ValueError(f"GemmConfig.GROUP_M must be a positive int, got {self.GROUP_M!r}")
+        if not isinstance(self.SPLIT_K, int) or self.SPLIT_K < 1:
+            raise ValueError(f"GemmConfig.SPLIT_K must be a positive int, got {self.SPLIT_K!r}")
+        if self.SPLIT_K != 1 and self.template != "splitk":
+            raise ValueError(f"GemmConfig.SPLIT_K={self.SPLIT_K} needs template='splitk', got {self.template!r}")
+        if not isinstance(self.num_warps, int) or not _is_pow2(self.num_warps) or self.num_warps > 32:
+            raise ValueError(f"GemmConfig.num_warps must be a power of two <= 32, got {self.num_warps!r}")
+        if not isinstance(self.num_stages, int) or self.num_stages < 1:
+            raise ValueError(f"GemmConfig.num_stages must be a positive int, got {self.num_stages!r}")
+        extra = dict(self.extra)
+        for key, value in extra.items():
+            if key not in EXTRA_FLAGS:
+                raise ValueError(f"GemmConfig.extra has unknown flag {key!r}; known: {sorted(EXTRA_FLAGS)}")
+            if not isinstance(value, EXTRA_FLAGS[key]):
+                raise ValueError(f"GemmConfig.extra[{key!r}] must be {EXTRA_FLAGS[key].__name__}, got {value!r}")
+        if extra and self.template != "persistent_tma":
+            raise ValueError(f"GemmConfig.extra flags {sorted(extra)} only apply to template='persistent_tma'")
+        if extra.get("EPILOGUE_SUBTILE") and self.BLOCK_N < 32:
+            raise ValueError("GemmConfig.extra EPILOGUE_SUBTILE needs BLOCK_N >= 32 (halves of >= 16 columns)")
+        # All flags default to False; dropping False entries makes equal configs compare (and hash) equal.
+        object.__setattr__(self, "extra", tuple(sorted((k, v) for k, v in extra.items() if v)))
+
+    def flag(self, name: str, default: Any = False) -> Any:
+        """Value of an ``extra`` flag, or ``default``."""
+        if name not in EXTRA_FLAGS:
+            raise KeyError(f"unknown GemmConfig flag {name!r}; known: {sorted(EXTRA_FLAGS)}")
+        return dict(self.extra).get(name, default)
+
+    @property
+    def epilogue_block_n(self) -> int:
+        """Width of the tile the epilogue sees (BLOCK_N, or half of it with EPILOGUE_SUBTILE)."""
+        return self.BLOCK_N // 2 if self.flag("EPILOGUE_SUBTILE") else self.BLOCK_N
+
+    def smem_bytes(self, elem_bytes: int) -> int:
+        """Pipelined operand buffers in shared memory: (BM*BK + BK*BN) * bytes * stages."""
+        return (self.BLOCK_M * self.BLOCK_K + self.BLOCK_K * self.BLOCK_N) * elem_bytes * self.num_stages
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "template": self.template,
+            "BLOCK_M": self.BLOCK_M,
+            "BLOCK_N": self.BLOCK_N,
+            "BLOCK_K": self.BLOCK_K,
+            "GROUP_M": self.GROUP_M,
+            "SPLIT_K": self.SPLIT_K,
+            "num_warps": self.num_warps,
+            "num_stages": self.num_stages,
+            "extra": dict(self.extra),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "GemmConfig":
+        data = dict(data)
+        data["extra"] = tuple(sorted(dict(data.get("extra", {})).items()))
+        return cls(**data)
+
+    def short(self) -> str:
+        """Compact human-readable name, e.g. 'portable_128x128x32_g8_w4_s4'."""
+        text = f"{self.template}_{self.BLOCK_M}x{self.BLOCK_N}x{self.BLOCK_K}_g{self.GROUP_M}"
+        if self.SPLIT_K > 1:
+            text += f"_sk{self.SPLIT_K}"
+        text += f"_w{self.num_warps}_s{self.num_stages}"
+        for key, value in self.extra:
+            if value:
+                text += f"_{key.lower()}"
+        return text
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What config selection needs to know about where the kernel runs."""
+
+    kind: str  # "cuda", "interpreter" (TRITON_INTERPRET=1) or "cpu" (no Triton execution possible)
+    name: str
+    capability: tuple[int, int] = (0, 0)
+    num_sms: int = 1
+    smem_bytes: int = 0  # opt-in max dynamic shared memory per block
+
+    @property
+    def is_hopper(self) -> bool:
+        return self.kind == "cuda" and self.capability[0] == 9
+
+
+# Max opt-in shared memory per block by compute capability, used only if the runtime cannot tell us.
+_SMEM_BY_CAPABILITY = {(9, 0): 232448, (8, 0): 166912, (8, 7): 166912, (8, 6): 101376, (8, 9): 101376}
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_info(index: int) -> DeviceInfo:
+    props = torch.cuda.get_device_properties(index)
+    cap = (props.major, props.minor)
+    smem = int(getattr(props, "shared_memory_per_block_optin", 0) or 0)
+    if smem <= 0:
+        try:
+            import triton
+
+            smem = int(triton.runtime.driver.active.utils.get_device_properties(index)["max_shared_mem"])
+        except Exception:  # noqa: BLE001 - fall back to the table below
+            smem = _SMEM_BY_CAPABILITY.get(cap, 49152)
+    return DeviceInfo("cuda", props.name, cap, int(props.multi_processor_count), smem)
+
+
+def device_info(device: "torch.device | str | int | DeviceInfo | None" = None) -> DeviceInfo:
+    """DeviceInfo for ``device``; the interpreter wins whenever TRITON_INTERPRET=1.
+
+    A DeviceInfo passed in is returned as is (plan configs for a GPU you are not on, or test pruning)."""
+    if isinstance(device, DeviceInfo):
+        return device
+    if knobs.interpreter_active():
+        return DeviceInfo("interpreter", "triton-interpreter", (0, 0), 4, 1 << 20)
+    if device is None:
+        device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    if isinstance(device, int):
+        device = torch.device("cuda", device)
+    device = torch.device(device)
+    if device.type != "cuda":
+        return DeviceInfo("cpu", "cpu", (0, 0), 1, 0)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _cuda_info(index)
+
+
+def _elem_bytes(dtype: torch.dtype) -> int:
+    try:
+        return DTYPE_BYTES[dtype]
+    except KeyError:
+        raise ValueError(f"dtype must be one of {list(DTYPE_BYTES)} for a GEMM, got {dtype}") from None
+
+
+def _check_sizes(M: int, N: int, K: int, L: int) -> None:
+    for name, value in (("M", M), ("N", N), ("K", K), ("L", L)):
+        if not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+
+
+def interpreter_config(M: int, N: int, K: int) -> GemmConfig:
+    """Small tiles for the CPU interpreter, which runs each program in NumPy: few large ops per program
+    are faster than many, but tiles past the problem size only waste work."""
+    bm = min(32, max(16, next_pow2(M)))
+    bn = min(32, max(16, next_pow2(N)))
+    bk = min(32, max(16, next_pow2(K)))
+    return GemmConfig("portable", bm, bn, bk, GROUP_M=8, num_warps=4, num_stages=1)
+
+
+def fits_smem(config: GemmConfig, dtype: torch.dtype, info: DeviceInfo) -> bool:
+    """Operand pipeline buffers fit, keeping ~8 KiB for Triton's barriers and layout conversions."""
+    if info.kind != "cuda":
+        return True
+    return config.smem_bytes(_elem_bytes(dtype)) <= info.smem_bytes - 8192
+
+
+def fits_shape(config: GemmConfig, M: int, N: int, K: int) -> bool:
+    """Reject tiles much larger than the problem (e.g. 256-wide tiles for M=8): they waste MMA work."""
+    return (
+        config.BLOCK_M <= max(16, next_pow2(M))
+        and config.BLOCK_N <= max(16, next_pow2(N))
+        and config.BLOCK_K <= max(16, next_pow2(K))
+    )
+
+
+def splitk_worthwhile(M: int, N: int, K: int, L: int, info: DeviceInfo) -> bool:
+    """Split-K pays only when output tiles cannot fill the GPU and each split still has a long K loop."""
+    if info.kind != "cuda":
+        return False
+    tiles = cdiv(M, 64) * cdiv(N, 64) * max(L, 1)
+    return tiles < info.num_sms and K >= 1024 and K >= 2 * max(M, N)
+
+
+def choose_split_k(M: int, N: int, K: int, L: int, config: GemmConfig, info: DeviceInfo) -> int:
+    """Smallest power of two that brings the program count to about one wave, <= 16, and leaving each
+    split at least 4 K-blocks (fewer makes the partial write-back dominate)."""
+    tiles = cdiv(M, config.BLOCK_M) * cdiv(N, config.BLOCK_N) * max(L, 1)
+    split = 1
+    while split < 16 and tiles * split < info.num_sms and K // (config.BLOCK_K * split * 2) >= 4:
+        split *= 2
+    return max(split, 2)
+
+
+# Curated (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps) for 16-bit inputs; fp32/fp64 derive from them.
+_PORTABLE_16 = (
+    (128, 128, 32, 4, 4),
+    (128, 128, 64, 3, 8),
+    (128, 256, 64, 3, 8),
+    (256, 128, 64, 3, 8),
+    (128, 64, 32, 4, 4),
+    (64, 128, 32, 4, 4),
+    (64, 64, 64, 3, 4),
+    (64, 64, 32, 4, 4),
+    (128, 32, 32, 4, 4),
+    (32, 128, 32, 4, 4),
+    (64, 32, 32, 5, 2),
+    (32, 64, 32, 5, 2),
+    (32, 32, 64, 4, 2),
+    (16, 64, 128, 4, 4),
+    (64, 16, 128, 4, 4),
+    (16, 128, 64, 4, 4),
+)
+_SPLITK_16 = ((64, 64, 64, 3, 4), (128, 64, 64, 3, 4), (64, 128, 64, 3, 4), (32, 64, 128, 3, 4), (16, 64, 128, 4, 4))
+# (BM, BN, BK, stages, warps, subtile, warp_specialize, flatten); defaults picked from H100 runs
+# (benchmarks/template_check.py): see docs in heuristic_config.
+_PERSISTENT_16 = (
+    (128, 256, 64, 3, 8, True, False, False),
+    (128, 128, 64, 4, 8, False, False, False),
+    (128, 128, 64, 4, 4, True, False, False),
+    (128, 256, 64, 4, 8, True, False, False),
+    (256, 128, 64, 3, 8, True, False, False),
+    (128, 128, 128, 3, 8, False, False, False),
+    (128, 64, 64, 4, 4, False, False, False),
+    (64, 128, 64, 4, 4, False, False, False),
+)
+
+
+def _scale_for_dtype(bm: int, bn: int, bk: int, stages: int, dtype: torch.dtype) -> tuple[int, int, int, int]:
+    """Wider elements: shrink BLOCK_K (same bytes per K step); fp64 also caps the tile (no tensor-core path
+    for large tiles; registers hold 8-byte accumulators)."""
+    if dtype == torch.float32:
+        bk = max(16, bk // 2)
+    elif dtype == torch.float64:
+        bm, bn, bk = min(bm, 64), min(bn, 64), max(16, bk // 4)
+        stages = min(stages, 3)
+    return bm, bn, bk, stages
+
+
+def _portable_space(dtype: torch.dtype, template: str) -> list[GemmConfig]:
+    base = _SPLITK_16 if template == "splitk" else _PORTABLE_16
+    out = []
+    for bm, bn, bk, stages, warps in base:
+        bm, bn, bk, stages = _scale_for_dtype(bm, bn, bk, stages, dtype)
+        if dtype == torch.float64 and warps > 4:
+            warps = 4
+        out.append(GemmConfig(template, bm, bn, bk, 8, 1, warps, stages))
+    return out
+
+
+def _persistent_space(dtype: torch.dtype) -> list[GemmConfig]:
+    out = []
+    for bm, bn, bk, stages, warps, subtile, ws, flat in _PERSISTENT_16:
+        bm, bn, bk, stages = _scale_for_dtype(bm, bn, bk, stages, dtype)
+        extra = (("EPILOGUE_SUBTILE", subtile), ("FLATTEN", flat), ("WARP_SPECIALIZE", ws))
+        out.append(GemmConfig("persistent_tma", bm, bn, bk, 8, 1, warps, stages, extra))
+    return out
+
+
+def tma_template_allowed(dtype: torch.dtype, info: DeviceInfo, tma_ok: bool) -> bool:
+    """persistent_tma is offered only on Hopper (capability 9.x), for fp16/bf16/fp32 operands whose
+    layout passed the TMA checks (``gemm_launch.tma_eligible``)."""
+    return tma_ok and info.is_hopper and dtype in TMA_DTYPES
+
+
+def _dedupe(configs: list[GemmConfig]) -> list[GemmConfig]:
+    seen: set[GemmConfig] = set()
+    out = []
+    for cfg in configs:
+        if cfg not in seen:
+            seen.add(cfg)
+            out.append(cfg)
+    return out
+
+
+def candidate_configs(
+    M: int,
+    N: int,
+    K: int,
+    dtype: torch.dtype,
+    device: torch.device | str | int | None = None,
+    *,
+    L: int = 1,
+    tma_ok: bool = False,
+    max_candidates: int = 16,
+) -> list[GemmConfig]:
+    """Pruned candidate list for autotuning, heuristic config first, at most ``max_candidates`` long.
+
+    Pruning: shared memory (operand stages vs the device limit), problem shape (no tiles far larger than
+    M/N/K), split-K only when tiles are few vs SMs and K is long, persistent_tma only on Hopper with TMA-able
+    operands. On the interpreter or CPU the single small interpreter config is returned.
+    """
+    _check_sizes(M, N, K, L)
+    _elem_bytes(dtype)
+    if max_candidates < 1:
+        raise ValueError(f"max_candidates must be >= 1, got {max_candidates}")
+    info = device_info(device)
+    if info.kind != "cuda":
+        return [interpreter_config(M, N, K)]
+    heuristic = heuristic_config(M, N, K, dtype, device, L=L, tma_ok=tma_ok)
+    space: list[GemmConfig] = []
+    if tma_template_allowed(dtype, info, tma_ok):
+        space += _persistent_space(dtype)
+    if splitk_worthwhile(M, N, K, L, info):
+        for cfg in _portable_space(dtype, "splitk"):
+            split = choose_split_k(M, N, K, L, cfg, info)
+            space.append(GemmConfig("splitk", cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K, cfg.GROUP_M, split,
+                                    cfg.num_warps, cfg.num_stages))
+    space += _portable_space(dtype, "portable")
+    kept = [c for c in space if fits_smem(c, dtype, info) and fits_shape(c, M, N, K)]
+    return _dedupe([heuristic] + kept)[:max_candidates]
+
+
+def _fit_stages(config: GemmConfig, dtype: torch.dtype, info: DeviceInfo) -> GemmConfig:
+    """Lower num_stages (then BLOCK_K) until the operand buffers fit in shared memory."""
+    cfg = config
+    while not fits_smem(cfg, dtype, info):
+        if cfg.num_stages > 2:
+            cfg = dataclasses.replace(cfg, num_stages=cfg.num_stages - 1)
+        elif cfg.BLOCK_K > 16:
+            cfg = dataclasses.replace(cfg, BLOCK_K=cfg.BLOCK_K // 2)
+        else:
+            break
+    return cfg
+
+
+def heuristic_config(
+    M: int,
+    N: int,
+    K: int,
+    dtype: torch.dtype,
+    device: torch.device | str | int | None = None,
+    *,
+    L: int = 1,
+    tma_ok: bool = False,
+) -> GemmConfig:
+    """A good single config without tuning.
+
+    - interpreter / CPU: small portable tiles (``interpreter_config``);
+    - Hopper, TMA-able fp16/bf16/fp32 operands and at least one wave of 128x128 tiles: persistent_tma with
+      128x256x64 (16-bit), 3 stages, 8 warps, epilogue sub-tiling (the best measured on H100 at 4096^3 and
+      8192x8192x4096 bf16, see benchmarks/template_check.py);
+    - few output tiles and a long K: split-K over 64x64 tiles;
+    - otherwise portable tiles sized to the problem (<= 128x128).
+    """
+    _check_sizes(M, N, K, L)
+    _elem_bytes(dtype)
+    info = device_info(device)
+    if info.kind != "cuda":
+        return interpreter_config(M, N, K)
+    L = max(L, 1)
+    if tma_template_allowed(dtype, info, tma_ok) and cdiv(M, 128) * cdiv(N, 128) * L >= info.num_sms:
+        bm, bn, bk, stages = _scale_for_dtype(128, 256 if N >= 256 else 128, 64, 3, dtype)
+        cfg = GemmConfig("persistent_tma", bm, bn, bk, 8, 1, 8, stages, (("EPILOGUE_SUBTILE", True),))
+        return _fit_stages(cfg, dtype, info)
+    if splitk_worthwhile(M, N, K, L, info):
+        bm, bn, bk, stages = _scale_for_dtype(64, 64, 64, 3, dtype)
+        base = GemmConfig("splitk", bm, bn, bk, 8, 1, 4, stages)
+        split = choose_split_k(M, N, K, L, base, info)
+        return _fit_stages(GemmConfig("splitk", bm, bn, bk, 8, split, 4, stages), dtype, info)
+    bm = min(128, max(16, next_pow2(M)))
+    bn = min(128, max(16, next_pow2(N)))
+    if bm * bn >= 128 * 128:
+        bk, stages, warps = 32, 4, 4
+    else:
+        bk, stages, warps = 64, 3, (4 if bm * bn >= 64 * 64 else 2)
+    bk = min(bk, max(16, next_pow2(K)))
+    bm, bn, bk, stages = _scale_for_dtype(bm, bn, bk, stages, dtype)
+    return _fit_stages(GemmConfig("portable", bm, bn, bk, 8, 1, warps, stages), dtype, info)

@@ -1,0 +1,199 @@
+"""Pick the fastest GEMM config by timing candidates, remembering the answer on disk.
+
+Why our own tuner instead of ``triton.autotune``: the kernel is generated per epilogue, the candidates span
+different *templates* (different kernels and launch logic, split-K needs a second kernel and a workspace),
+and results must persist across processes keyed by things Triton does not see (epilogue hash, layout
+class). The caller supplies ``bench(config) -> ms`` (usually ``time_ms`` around ``launch_gemm``), so this
+module knows nothing about kernels.
+
+Keys bucket M, N, K to the next power of two: shapes in one bucket share a config (tuning every distinct
+M of a dynamic-shape model would never end), while a 2x different size may get a different tile.
+Timings live in EVTORCH_CACHE_DIR/autotune/<hash>.json, one file per key, written atomically, so
+concurrent processes never corrupt each other (the last writer wins with an equally valid result).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import threading
+import warnings
+from typing import Callable, Sequence
+
+import torch
+
+from evtorch.codegen.configs import GemmConfig, device_info, next_pow2
+from evtorch.runtime import knobs
+from evtorch.runtime.source_cache import write_text_atomic
+
+DEFAULT_MAX_CANDIDATES = 16
+
+_lock = threading.Lock()
+_memory: dict[str, GemmConfig] = {}
+
+
+def shape_bucket(size: int) -> int:
+    """Next power of two of ``size`` (0 stays 0, so K=0 never shares a config with K=1)."""
+    if not isinstance(size, int) or size < 0:
+        raise ValueError(f"size must be a non-negative int, got {size!r}")
+    return 0 if size == 0 else next_pow2(size)
+
+
+def _triton_version() -> str:
+    try:
+        import triton
+
+        return triton.__version__
+    except Exception:  # noqa: BLE001 - tuning keys still work without the version
+        return "unknown"
+
+
+def tune_key(
+    *,
+    device_name: str,
+    M: int,
+    N: int,
+    K: int,
+    L: int,
+    dtypes: Sequence[torch.dtype | str],
+    layout: str,
+    epilogue_hash: str,
+    templates: Sequence[str],
+) -> str:
+    """Canonical string key: GPU, Triton version, shape buckets, dtypes, layout class, epilogue, templates."""
+    for name, value in (("device_name", device_name), ("layout", layout), ("epilogue_hash", epilogue_hash)):
+        if not isinstance(value, str):
+            raise TypeError(f"{name} must be str, got {type(value).__name__}")
+    dt = ",".join(str(d).replace("torch.", "") for d in dtypes)
+    buckets = "x".join(str(shape_bucket(v)) for v in (M, N, K))
+    return (
+        f"gpu={device_name}|triton={_triton_version()}|mnk={buckets}|L={shape_bucket(L)}|dtypes={dt}"
+        f"|layout={layout}|epilogue={epilogue_hash}|templates={','.join(sorted(templates))}"
+    )
+
+
+def make_tune_key(A: torch.Tensor, B: torch.Tensor, epilogue_hash: str, templates: Sequence[str],
+                  extra_dtypes: Sequence[torch.dtype] = ()) -> str:
+    """``tune_key`` filled from operands (``extra_dtypes``: e.g. epilogue output dtypes)."""
+    from evtorch.runtime.gemm_launch import gemm_problem, layout_class
+
+    p = gemm_problem(A, B)
+    info = device_info(A.device)
+    return tune_key(
+        device_name=info.name, M=p.M, N=p.N, K=p.K, L=p.L, dtypes=(p.dtype, *extra_dtypes),
+        layout=layout_class(A, B), epilogue_hash=epilogue_hash, templates=templates,
+    )
+
+
+def time_ms(fn: Callable[[], object], warmup_ms: int = 25, rep_ms: int = 100) -> float:
+    """Median run time of ``fn`` in milliseconds via ``triton.testing.do_bench`` (CUDA-event timed)."""
+    from triton.testing import do_bench
+
+    return float(do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
+
+
+def _cache_file(key: str):
+    digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
+    return knobs.cache_dir() / "autotune" / f"{digest}.json"
+
+
+def load_cached(key: str) -> GemmConfig | None:
+    """Best config stored for ``key`` (memory first, then disk), or None."""
+    with _lock:
+        if key in _memory:
+            return _memory[key]
+    path = _cache_file(key)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("key") != key:  # hash-prefix collision or foreign file
+            return None
+        config = GemmConfig.from_dict(data["best"])
+    except FileNotFoundError:
+        return None
+    except (ValueError, KeyError, TypeError) as exc:  # corrupt or from an incompatible version: retune
+        warnings.warn(f"ignoring unreadable autotune cache {path}: {exc}", stacklevel=2)
+        return None
+    with _lock:
+        _memory[key] = config
+    return config
+
+
+def store(key: str, best: GemmConfig, timings: dict[str, float]) -> None:
+    """Record ``best`` for ``key`` in memory and on disk (atomic write)."""
+    payload = {
+        "key": key,
+        "best": best.to_dict(),
+        "timings_ms": {name: (ms if math.isfinite(ms) else None) for name, ms in timings.items()},
+    }
+    write_text_atomic(_cache_file(key), json.dumps(payload, indent=1, sort_keys=True))
+    with _lock:
+        _memory[key] = best
+
+
+def should_tune(device: torch.device | str | int | None = None) -> bool:
+    """Tuning runs only with EVTORCH_AUTOTUNE on and a real CUDA device (never on CPU/interpreter)."""
+    return knobs.autotune_enabled() and device_info(device).kind == "cuda"
+
+
+def pick_config(
+    candidates: Sequence[GemmConfig],
+    bench: Callable[[GemmConfig], float],
+    *,
+    key: str,
+    heuristic: GemmConfig,
+    device: torch.device | str | int | None = None,
+    max_candidates: int = DEFAULT_MAX_CANDIDATES,
+    progress: bool = True,
+) -> GemmConfig:
+    """The fastest of ``candidates`` by ``bench(config) -> ms``, cached under ``key``.
+
+    Returns ``heuristic`` without timing anything when tuning is off (EVTORCH_AUTOTUNE=0) or the device is
+    not CUDA (CPU, Triton interpreter). Candidates beyond ``max_candidates`` are dropped (order them best
+    guess first) so a tuning run stays within seconds. A candidate whose ``bench`` raises (e.g. Triton's
+    OutOfResources) is skipped; if all fail, the heuristic is returned and nothing is cached.
+    ``bench`` may run the kernel many times: epilogues that accumulate (atomics) must be re-zeroed by it.
+    """
+    if not isinstance(heuristic, GemmConfig):
+        raise TypeError(f"heuristic must be a GemmConfig, got {type(heuristic).__name__}")
+    if not should_tune(device):
+        return heuristic
+    cands = list(candidates)[:max_candidates]
+    if not cands:
+        raise ValueError("candidates must contain at least one GemmConfig")
+    for c in cands:
+        if not isinstance(c, GemmConfig):
+            raise TypeError(f"candidates must be GemmConfig objects, got {type(c).__name__}")
+    cached = load_cached(key)
+    if cached is not None:
+        return cached
+
+    from tqdm.auto import tqdm
+
+    timings: dict[str, float] = {}
+    errors: dict[str, str] = {}
+    best, best_ms = None, math.inf
+    bar = tqdm(cands, desc="evtorch autotune", unit="cfg", leave=False, disable=not progress)
+    for cfg in bar:
+        try:
+            ms = float(bench(cfg))
+        except Exception as exc:  # noqa: BLE001 - a failing candidate must not abort tuning
+            ms = math.inf
+            errors[cfg.short()] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        timings[cfg.short()] = ms
+        if ms < best_ms:
+            best, best_ms = cfg, ms
+            bar.set_postfix_str(f"best {best_ms:.3f} ms {cfg.short()}")
+    bar.close()
+    if best is None:
+        warnings.warn(f"every autotune candidate failed for {key}; using the heuristic config. Errors: {errors}",
+                      stacklevel=2)
+        return heuristic
+    store(key, best, timings)
+    return best
+
+
+def clear_memory_cache() -> None:
+    """Forget in-memory results (disk files stay). For tests."""
+    with _lock:
+        _memory.clear()

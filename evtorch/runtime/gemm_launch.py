@@ -1,0 +1,280 @@
+"""Launch a rendered GEMM kernel: strides, grid, split-K workspace, TMA eligibility and fallback.
+
+Why here and not in the template: the template text is shape- and layout-agnostic (all sizes and strides
+are runtime arguments, layout choices are constexprs), so one compiled kernel per config serves every
+(M, N, K, L) and every stride pattern. This module turns concrete tensors into those arguments.
+
+Operand shapes: A is (M, K) or (L, M, K); B is (K, N) or (L, K, N). A 2-D operand, or a 3-D one with a
+batch of 1, is broadcast over the other's batch (batch stride 0). Any strides are accepted by the portable
+and split-K templates; persistent_tma needs TMA-compatible layouts (see ``tma_eligible``) and otherwise
+falls back to the portable kernel (``resolve_config``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Callable, Sequence
+
+import torch
+
+from evtorch.codegen.configs import DTYPE_BYTES, TMA_DTYPES, GemmConfig, cdiv, device_info
+from evtorch.codegen.gemm_template import kernel_symbol
+from evtorch.runtime import knobs
+
+MAX_GRID_YZ = 65535  # CUDA limit on grid dimensions 1 and 2
+
+
+@dataclass(frozen=True)
+class GemmProblem:
+    """Sizes and element strides of ``A @ B`` (batch strides are 0 for broadcast operands)."""
+
+    M: int
+    N: int
+    K: int
+    L: int
+    a_strides: tuple[int, int, int]  # (s_al, s_am, s_ak)
+    b_strides: tuple[int, int, int]  # (s_bl, s_bk, s_bn)
+    dtype: torch.dtype
+    a_batched: bool
+    b_batched: bool
+
+
+def gemm_problem(A: torch.Tensor, B: torch.Tensor) -> GemmProblem:
+    """Validate operands and extract sizes/strides; errors name the offending argument."""
+    if not isinstance(A, torch.Tensor):
+        raise TypeError(f"A must be a torch.Tensor, got {type(A).__name__}")
+    if not isinstance(B, torch.Tensor):
+        raise TypeError(f"B must be a torch.Tensor, got {type(B).__name__}")
+    if A.dim() not in (2, 3):
+        raise ValueError(f"A must be (M, K) or (L, M, K), got shape {tuple(A.shape)}")
+    if B.dim() not in (2, 3):
+        raise ValueError(f"B must be (K, N) or (L, K, N), got shape {tuple(B.shape)}")
+    if A.dtype != B.dtype:
+        raise ValueError(f"A and B must have the same dtype, got A {A.dtype} and B {B.dtype}")
+    if A.dtype not in DTYPE_BYTES:
+        raise ValueError(f"A.dtype must be one of {list(DTYPE_BYTES)}, got {A.dtype}")
+    if A.device != B.device:
+        raise ValueError(f"A and B must be on one device, got A on {A.device} and B on {B.device}")
+    M, K = A.shape[-2], A.shape[-1]
+    Kb, N = B.shape[-2], B.shape[-1]
+    if K != Kb:
+        raise ValueError(f"inner dimensions differ: A {tuple(A.shape)} has K={K}, B {tuple(B.shape)} has K={Kb}")
+    la = A.shape[0] if A.dim() == 3 else 1
+    lb = B.shape[0] if B.dim() == 3 else 1
+    if la != lb and 1 not in (la, lb):
+        raise ValueError(f"batch sizes differ: A has L={la}, B has L={lb} (only 1 broadcasts)")
+    L = max(la, lb)
+    a_batched = la > 1
+    b_batched = lb > 1
+    s_al = A.stride(0) if a_batched else 0
+    s_bl = B.stride(0) if b_batched else 0
+    return GemmProblem(
+        M, N, K, L,
+        (s_al, A.stride(-2), A.stride(-1)),
+        (s_bl, B.stride(-2), B.stride(-1)),
+        A.dtype, a_batched, b_batched,
+    )
+
+
+def _operand_major(rows: int, cols: int, s_row: int, s_col: int) -> str | None:
+    """'row' if the column stride is 1, 'col' if the row stride is 1, else None (TMA needs one unit stride)."""
+    if s_col == 1:
+        return "row"
+    if s_row == 1:
+        return "col"
+    return None
+
+
+def _tma_operand_ok(t: torch.Tensor, batched: bool, s_batch: int, s_row: int, s_col: int) -> tuple[bool, bool]:
+    """(ok, col_major) for one operand under TMA rules: last stride 1, other strides and base 16-byte aligned."""
+    major = _operand_major(t.shape[-2], t.shape[-1], s_row, s_col)
+    if major is None:
+        return False, False
+    elem = t.element_size()
+    outer = s_row if major == "row" else s_col
+    strides = [outer] + ([s_batch] if batched else [])
+    ok = t.data_ptr() % 16 == 0 and all(s > 0 and (s * elem) % 16 == 0 for s in strides)
+    return ok, major == "col"
+
+
+def tma_layout(A: torch.Tensor, B: torch.Tensor) -> tuple[bool, bool, bool]:
+    """(eligible, a_col_major, b_col_major) ignoring the device: dtype fp16/bf16/fp32, non-empty, each
+    operand row- or column-major with 16-byte aligned base and non-unit strides."""
+    p = gemm_problem(A, B)
+    if p.dtype not in TMA_DTYPES or min(p.M, p.N, p.K) == 0:
+        return False, False, False
+    a_ok, a_col = _tma_operand_ok(A, p.a_batched, p.a_strides[0], p.a_strides[1], p.a_strides[2])
+    b_ok, b_col = _tma_operand_ok(B, p.b_batched, p.b_strides[0], p.b_strides[1], p.b_strides[2])
+    return a_ok and b_ok, a_col, b_col
+
+
+def tma_eligible(A: torch.Tensor, B: torch.Tensor) -> bool:
+    """Whether persistent_tma may run: TMA-compatible layout, on a Hopper GPU (capability 9.x) or under
+    the Triton interpreter (which emulates descriptors and checks the same alignment rules)."""
+    info = device_info(A.device)
+    if not (info.is_hopper or info.kind == "interpreter"):
+        return False
+    return tma_layout(A, B)[0]
+
+
+def layout_class(A: torch.Tensor, B: torch.Tensor) -> str:
+    """Short layout signature for tuning keys, e.g. 'A:row,B:col,bat:AB,tma'."""
+    p = gemm_problem(A, B)
+
+    def major(t: torch.Tensor, s_row: int, s_col: int) -> str:
+        return _operand_major(t.shape[-2], t.shape[-1], s_row, s_col) or "strided"
+
+    bat = ("A" if p.a_batched else "") + ("B" if p.b_batched else "")
+    text = f"A:{major(A, *p.a_strides[1:])},B:{major(B, *p.b_strides[1:])},bat:{bat or '-'}"
+    return text + (",tma" if tma_layout(A, B)[0] else "")
+
+
+def resolve_config(A: torch.Tensor, B: torch.Tensor, config: GemmConfig) -> GemmConfig:
+    """The config that will actually run: persistent_tma becomes portable (same tile sizes) when the
+    operands or the device don't allow TMA. Call it before ``grid_tiles`` to size per-tile workspaces."""
+    if not isinstance(config, GemmConfig):
+        raise TypeError(f"config must be a GemmConfig, got {type(config).__name__}")
+    if config.template == "persistent_tma" and not tma_eligible(A, B):
+        return dataclasses.replace(config, template="portable", extra=())
+    return config
+
+
+def grid_tiles(M: int, N: int, config: GemmConfig) -> tuple[int, int]:
+    """(tiles_m, tiles_n) of the tile grid the epilogue sees: the range of its pid_m and pid_n.
+
+    With EPILOGUE_SUBTILE the epilogue is called on half tiles with pid_n = 2*tile_n + half, so tiles_n
+    doubles. Pass a config already through ``resolve_config``.
+    """
+    if not isinstance(config, GemmConfig):
+        raise TypeError(f"config must be a GemmConfig, got {type(config).__name__}")
+    tiles_m = cdiv(M, config.BLOCK_M)
+    tiles_n = cdiv(N, config.BLOCK_N)
+    if config.template == "persistent_tma" and config.flag("EPILOGUE_SUBTILE"):
+        tiles_n *= 2
+    return tiles_m, tiles_n
+
+
+def _acc_dtype(dtype: torch.dtype) -> Any:
+    import triton.language as tl
+
+    return tl.float64 if dtype == torch.float64 else tl.float32
+
+
+def _tma_allocator(size: int, alignment: int, stream: Any) -> torch.Tensor:
+    """Global scratch for device-side TMA descriptors (128 bytes per descriptor per program)."""
+    return torch.empty(size, device="cuda", dtype=torch.int8)
+
+
+def _install_tma_allocator() -> None:
+    # Triton keeps the allocator in a ContextVar, so a value set in another thread or context is not seen
+    # here; setting it on every persistent launch is cheap and always correct.
+    import triton
+
+    triton.set_allocator(_tma_allocator)
+
+
+def _kernel(module: ModuleType, base: str, template: str):
+    name = kernel_symbol(base, template)
+    fn = getattr(module, name, None)
+    if fn is None:
+        raise ValueError(
+            f"module {getattr(module, '__name__', module)!r} has no kernel {name!r} for kernel_name={base!r}, "
+            f"template={template!r}; render it with render_gemm_kernels(..., templates=(..., {template!r}))"
+        )
+    return fn
+
+
+def default_workspace(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Split-K partials buffer; uninitialised is fine because every slot is written before it is read."""
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+def launch_gemm(
+    module: ModuleType,
+    kernel_name: str,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    epilogue_args: Sequence[Any],
+    config: GemmConfig,
+    allow_tf32: bool,
+    workspace_fn: Callable[[tuple[int, ...], torch.dtype, torch.device], torch.Tensor] | None = None,
+) -> None:
+    """Run ``epilogue(A @ B)`` with the kernels ``render_gemm_kernels(kernel_name, ...)`` put in ``module``.
+
+    ``epilogue_args`` are the epilogue's runtime parameters in ``EpilogueKernelSpec.params`` order.
+    ``allow_tf32`` only affects fp32 operands. ``workspace_fn(shape, dtype, device)`` allocates the split-K
+    partials buffer (default: ``torch.empty``); pass one to reuse buffers. Empty outputs (M, N or L = 0)
+    launch nothing; K = 0 runs the epilogue on a zero accumulator.
+    """
+    p = gemm_problem(A, B)
+    config = resolve_config(A, B, config)
+    if isinstance(epilogue_args, (str, bytes)) or not hasattr(epilogue_args, "__iter__"):
+        raise TypeError(f"epilogue_args must be a list, got {type(epilogue_args).__name__}")
+    epilogue_args = list(epilogue_args)
+    if p.M == 0 or p.N == 0 or p.L == 0:
+        return
+    if p.L > MAX_GRID_YZ:
+        raise ValueError(f"batch size L={p.L} exceeds the grid limit {MAX_GRID_YZ}; fold batches into M")
+    tiles = cdiv(p.M, config.BLOCK_M) * cdiv(p.N, config.BLOCK_N)
+    common = dict(
+        BLOCK_M=config.BLOCK_M,
+        BLOCK_N=config.BLOCK_N,
+        BLOCK_K=config.BLOCK_K,
+        GROUP_M=config.GROUP_M,
+        ALLOW_TF32=bool(allow_tf32) and p.dtype == torch.float32,
+        ACC_DTYPE=_acc_dtype(p.dtype),
+        # The interpreter's tl.dot multiplies bf16 bit patterns (triton-lang/triton#11584): upcast there.
+        DOT_UPCAST=p.dtype == torch.bfloat16 and knobs.interpreter_active(),
+        num_warps=config.num_warps,
+        num_stages=config.num_stages,
+    )
+    operands = (A, B, p.M, p.N, p.K, p.L, *p.a_strides, *p.b_strides)
+    if A.device.type == "cuda":
+        # Triton launches on the current device; make it A's so multi-GPU callers need not switch.
+        with torch.cuda.device(A.device):
+            _dispatch(module, kernel_name, config, p, A, B, operands, epilogue_args, common, tiles, workspace_fn)
+    else:
+        _dispatch(module, kernel_name, config, p, A, B, operands, epilogue_args, common, tiles, workspace_fn)
+
+
+def _dispatch(module, kernel_name, config, p, A, B, operands, epilogue_args, common, tiles, workspace_fn) -> None:
+    """Launch the kernel(s) of ``config.template`` (split out so the device guard wraps all of them)."""
+    if config.template == "portable":
+        _kernel(module, kernel_name, "portable")[(tiles, p.L)](*operands, *epilogue_args, **common)
+    elif config.template == "splitk":
+        split = config.SPLIT_K
+        if split > MAX_GRID_YZ:
+            raise ValueError(f"config.SPLIT_K={split} exceeds the grid limit {MAX_GRID_YZ}")
+        acc_torch = torch.float64 if p.dtype == torch.float64 else torch.float32
+        shape = (split, p.L, p.M, p.N)
+        work = (workspace_fn or default_workspace)(shape, acc_torch, A.device)
+        if tuple(work.shape) != shape or work.dtype != acc_torch or not work.is_contiguous():
+            raise ValueError(
+                f"workspace_fn returned {tuple(work.shape)} {work.dtype} contiguous={work.is_contiguous()}; "
+                f"need contiguous {shape} {acc_torch}"
+            )
+        _kernel(module, kernel_name, "splitk")[(tiles, split, p.L)](*operands, work, SPLIT_K=split, **common)
+        _kernel(module, kernel_name, "splitk_reduce")[(tiles, p.L)](
+            work, p.M, p.N, p.L, *epilogue_args,
+            BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, GROUP_M=config.GROUP_M, SPLIT_K=split,
+            ACC_DTYPE=common["ACC_DTYPE"], num_warps=config.num_warps, num_stages=1,
+        )
+    elif config.template == "persistent_tma":
+        _, a_col, b_col = tma_layout(A, B)
+        num_sms = device_info(A.device).num_sms
+        if A.device.type == "cuda":
+            _install_tma_allocator()
+        grid = (min(num_sms, tiles * p.L),)
+        _kernel(module, kernel_name, "persistent_tma")[grid](
+            *operands, *epilogue_args, **common,
+            NUM_SMS=num_sms,
+            A_COL_MAJOR=a_col, B_COL_MAJOR=b_col,
+            A_BATCHED=p.a_batched, B_BATCHED=p.b_batched,
+            EPILOGUE_SUBTILE=bool(config.flag("EPILOGUE_SUBTILE")),
+            WARP_SPECIALIZE=bool(config.flag("WARP_SPECIALIZE")),
+            FLATTEN=bool(config.flag("FLATTEN")),
+        )
+    else:  # GemmConfig validates templates; this guards future additions
+        raise ValueError(f"config.template {config.template!r} has no launcher")

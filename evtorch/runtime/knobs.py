@@ -1,0 +1,116 @@
+"""Every environment variable evtorch reads, declared once and typed.
+
+Why a registry instead of scattered ``os.environ.get`` calls: the set of knobs is then documented in one
+place (``describe()`` prints it, the CLI can show it), every knob parses the same way ("0", "false", "off"
+all mean off), and tests can change the environment at any time because values are read on each call,
+never frozen at import.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Generic, TypeVar
+
+T = TypeVar("T")
+
+_FALSE = {"", "0", "false", "no", "off"}
+_TRUE = {"1", "true", "yes", "on"}
+
+
+def _parse_bool(name: str, text: str) -> bool:
+    value = text.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ValueError(f"environment variable {name}={text!r} is not a boolean (use 1/0, true/false, on/off)")
+
+
+def _parse_path(name: str, text: str) -> Path:
+    if not text.strip():
+        raise ValueError(f"environment variable {name} is set but empty")
+    return Path(os.path.expandvars(text.strip())).expanduser()
+
+
+@dataclass(frozen=True)
+class Knob(Generic[T]):
+    """One environment variable: its name, default, parser and the reason it exists."""
+
+    name: str
+    default: Callable[[], T]
+    parse: Callable[[str, str], T]
+    doc: str
+
+    def get(self) -> T:
+        """Current value, read from the environment now (not cached, so monkeypatching works)."""
+        text = os.environ.get(self.name)
+        if text is None:
+            return self.default()
+        return self.parse(self.name, text)
+
+
+CACHE_DIR: Knob[Path] = Knob(
+    "EVTORCH_CACHE_DIR",
+    lambda: Path("~/.cache/evtorch").expanduser(),
+    _parse_path,
+    "root of generated kernel sources (kernels/) and autotuning results (autotune/)",
+)
+AUTOTUNE: Knob[bool] = Knob(
+    "EVTORCH_AUTOTUNE",
+    lambda: True,
+    _parse_bool,
+    "1: benchmark candidate GEMM configs on first use of a shape bucket; 0: use the heuristic config",
+)
+DEBUG: Knob[bool] = Knob(
+    "EVTORCH_DEBUG",
+    lambda: False,
+    _parse_bool,
+    "1: run the IR verifier after every pass (slow; for development)",
+)
+TRITON_INTERPRET: Knob[bool] = Knob(
+    "TRITON_INTERPRET",
+    lambda: False,
+    _parse_bool,
+    "read, not owned: when 1, Triton runs kernels through its NumPy interpreter on CPU tensors",
+)
+
+ALL_KNOBS: tuple[Knob, ...] = (CACHE_DIR, AUTOTUNE, DEBUG, TRITON_INTERPRET)
+
+
+def cache_dir() -> Path:
+    """Root cache directory (EVTORCH_CACHE_DIR, default ~/.cache/evtorch). Not created here."""
+    return CACHE_DIR.get()
+
+
+def autotune_enabled() -> bool:
+    """Whether GEMM configs are benchmarked (EVTORCH_AUTOTUNE, default on)."""
+    return AUTOTUNE.get()
+
+
+def debug_enabled() -> bool:
+    """Whether the verifier runs after every pass (EVTORCH_DEBUG, default off)."""
+    return DEBUG.get()
+
+
+def interpreter_active() -> bool:
+    """Whether Triton's CPU interpreter is on (TRITON_INTERPRET=1).
+
+    Triton reads this variable when a ``@triton.jit`` function is *created* (the decorator picks
+    InterpretedFunction vs JITFunction), so it must be set before generated modules are imported;
+    evtorch reads it to choose small tile configs and skip autotuning.
+    """
+    return TRITON_INTERPRET.get()
+
+
+def describe() -> str:
+    """Human-readable table of all knobs with their current values."""
+    lines = []
+    for knob in ALL_KNOBS:
+        try:
+            value = knob.get()
+        except ValueError as exc:  # show the error instead of failing the listing
+            value = f"<invalid: {exc}>"
+        lines.append(f"{knob.name}={value}  # {knob.doc}")
+    return "\n".join(lines)

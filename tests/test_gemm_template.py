@@ -1,0 +1,441 @@
+"""GEMM templates, configs, launch, source cache, autotune and knobs, on CPU through Triton's interpreter.
+
+Every numeric check uses fresh random data, poisons the output with NaN first (so an unwritten element
+fails), and compares with a float64 torch reference by relative Frobenius error.
+"""
+
+import os
+
+os.environ["TRITON_INTERPRET"] = "1"  # before triton/evtorch are imported (tests/conftest.py also sets it)
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from evtorch.codegen import configs as cfgmod
+from evtorch.codegen.configs import DeviceInfo, GemmConfig, candidate_configs, heuristic_config
+from evtorch.codegen.gemm_template import HEADER, RENDERABLE, kernel_symbol, render_gemm, render_gemm_kernels
+from evtorch.runtime import autotune, knobs, source_cache
+from evtorch.runtime.gemm_launch import (
+    gemm_problem,
+    grid_tiles,
+    launch_gemm,
+    layout_class,
+    resolve_config,
+    tma_eligible,
+    tma_layout,
+)
+
+pytestmark = pytest.mark.interpreter
+
+H100 = DeviceInfo("cuda", "NVIDIA H100 80GB HBM3", (9, 0), 132, 232448)
+A100 = DeviceInfo("cuda", "NVIDIA A100-SXM4-80GB", (8, 0), 108, 166912)
+
+STORE_EPILOGUE = '''
+@triton.jit
+def epi_store(acc, offs_m, offs_n, pid_m, pid_n, pid_l, M, N, L, out_ptr, s_ol, s_om, s_on):
+    mask = (offs_m < M)[:, None] & (offs_n < N)[None, :]
+    ptrs = (out_ptr + pid_l.to(tl.int64) * s_ol + offs_m.to(tl.int64)[:, None] * s_om
+            + offs_n.to(tl.int64)[None, :] * s_on)
+    tl.store(ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask)
+'''
+
+# Writes the tile coordinates the epilogue was given, to check the per-tile workspace contract.
+PID_EPILOGUE = '''
+@triton.jit
+def epi_pids(acc, offs_m, offs_n, pid_m, pid_n, pid_l, M, N, L, pm_ptr, pn_ptr):
+    mask = (offs_m < M)[:, None] & (offs_n < N)[None, :]
+    offs = (pid_l.to(tl.int64) * M + offs_m[:, None]) * N + offs_n[None, :]
+    zero = tl.zeros(acc.shape, dtype=tl.int32)
+    tl.store(pm_ptr + offs, zero + pid_m, mask=mask)
+    tl.store(pn_ptr + offs, zero + pid_n, mask=mask)
+'''
+
+TEMPLATE_CONFIGS = {
+    "portable": GemmConfig("portable", 16, 32, 16, num_stages=1),
+    "splitk": GemmConfig("splitk", 16, 16, 16, SPLIT_K=3, num_stages=1),
+}
+TOL = {torch.float16: 2e-3, torch.bfloat16: 1e-2, torch.float32: 1e-5, torch.float64: 1e-12}
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("evtorch_cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EVTORCH_CACHE_DIR", str(path))
+        yield path
+
+
+@pytest.fixture(scope="module")
+def store_module(cache_dir):
+    src = HEADER + STORE_EPILOGUE + "\n\n" + render_gemm_kernels("g", "epi_store", ["out_ptr", "s_ol", "s_om", "s_on"])
+    return source_cache.load_module(src, "test_store")
+
+
+@pytest.fixture(scope="module")
+def pid_module(cache_dir):
+    src = HEADER + PID_EPILOGUE + "\n\n" + render_gemm_kernels("p", "epi_pids", ["pm_ptr", "pn_ptr"])
+    return source_cache.load_module(src, "test_pids")
+
+
+def run_store(module, A, B, config, allow_tf32=False, **kw):
+    p = gemm_problem(A, B)
+    out = torch.full((p.L, p.M, p.N), float("nan"), dtype=A.dtype)
+    launch_gemm(module, "g", A, B, [out, out.stride(0), out.stride(1), out.stride(2)], config, allow_tf32, **kw)
+    return out
+
+
+def check(out, A, B):
+    ref = torch.matmul(A.double(), B.double())
+    if ref.dim() == 2:
+        ref = ref.unsqueeze(0)
+    ref = ref.expand(out.shape)
+    assert not torch.isnan(out).any(), "some output elements were never written"
+    denom = ref.norm().item()
+    err = (out.double() - ref).norm().item() / (denom if denom > 0 else 1.0)
+    assert err <= TOL[A.dtype], f"relative error {err:.3g} > {TOL[A.dtype]}"
+
+
+def randn(*shape, dtype):
+    return torch.randn(*shape, dtype=torch.float64).to(dtype)
+
+
+CASES = {
+    "ragged": lambda dt: (randn(37, 29, dtype=dt), randn(29, 45, dtype=dt)),
+    "transposed": lambda dt: (randn(29, 37, dtype=dt).t(), randn(45, 29, dtype=dt).t()),
+    "batchedA_broadcastB": lambda dt: (randn(3, 21, 40, dtype=dt), randn(40, 19, dtype=dt)),
+    "batched_both": lambda dt: (randn(2, 19, 33, dtype=dt), randn(2, 33, 23, dtype=dt).transpose(1, 2).contiguous().transpose(1, 2)),
+    "K0": lambda dt: (randn(17, 0, dtype=dt), randn(0, 18, dtype=dt)),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("template", list(TEMPLATE_CONFIGS))
+def test_against_torch(store_module, template, dtype, case):
+    A, B = CASES[case](dtype)
+    out = run_store(store_module, A, B, TEMPLATE_CONFIGS[template])
+    check(out, A, B)
+    if case == "K0":
+        assert (out == 0).all()
+
+
+def test_float64_and_bfloat16(store_module):
+    for dtype in (torch.float64, torch.bfloat16):
+        A, B = randn(2, 20, 24, dtype=dtype), randn(2, 24, 30, dtype=dtype)
+        check(run_store(store_module, A, B, TEMPLATE_CONFIGS["portable"]), A, B)
+
+
+def test_allow_tf32_flag_is_accepted(store_module):
+    A, B = randn(20, 24, dtype=torch.float32), randn(24, 30, dtype=torch.float32)
+    check(run_store(store_module, A, B, TEMPLATE_CONFIGS["portable"], allow_tf32=True), A, B)
+
+
+def test_splitk_empty_splits_and_determinism(store_module):
+    # K=20 is two 16-wide K blocks: with SPLIT_K=4 two splits are empty and must contribute zeros.
+    A, B = randn(18, 20, dtype=torch.float32), randn(20, 22, dtype=torch.float32)
+    cfg = GemmConfig("splitk", 16, 16, 16, SPLIT_K=4, num_stages=1)
+    first = run_store(store_module, A, B, cfg)
+    check(first, A, B)
+    assert torch.equal(first, run_store(store_module, A, B, cfg))
+
+
+def test_splitk_workspace_fn(store_module):
+    A, B = randn(18, 40, dtype=torch.float16), randn(40, 22, dtype=torch.float16)
+    cfg = GemmConfig("splitk", 16, 16, 16, SPLIT_K=2, num_stages=1)
+    seen = []
+
+    def workspace(shape, dtype, device):
+        seen.append((shape, dtype))
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+
+    check(run_store(store_module, A, B, cfg, workspace_fn=workspace), A, B)
+    assert seen == [((2, 1, 18, 22), torch.float32)]
+    with pytest.raises(ValueError, match="workspace_fn"):
+        run_store(store_module, A, B, cfg, workspace_fn=lambda s, d, dev: torch.empty(1, dtype=d))
+
+
+# --- persistent_tma through the interpreter's descriptor emulation (alignment rules are checked there) ---
+
+TMA_CASES = {
+    "row_major": lambda: (randn(40, 64, dtype=torch.float16), randn(64, 48, dtype=torch.float16)),
+    "col_major": lambda: (randn(64, 40, dtype=torch.float16).t(), randn(48, 64, dtype=torch.float16).t()),
+    "batched_A_bcast_B": lambda: (randn(3, 40, 64, dtype=torch.float16), randn(64, 48, dtype=torch.float16)),
+    "batched_col_major": lambda: (randn(2, 64, 40, dtype=torch.float32).transpose(1, 2),
+                                  randn(2, 48, 64, dtype=torch.float32).transpose(1, 2)),
+}
+
+
+@pytest.mark.parametrize("subtile", [False, True])
+@pytest.mark.parametrize("case", list(TMA_CASES))
+def test_persistent_tma_interpreted(store_module, case, subtile):
+    A, B = TMA_CASES[case]()
+    assert tma_eligible(A, B)
+    extra = (("EPILOGUE_SUBTILE", True),) if subtile else ()
+    cfg = GemmConfig("persistent_tma", 16, 32, 16, num_stages=1, extra=extra)
+    assert resolve_config(A, B, cfg) == cfg
+    check(run_store(store_module, A, B, cfg), A, B)
+
+
+def test_persistent_tma_falls_back_to_portable(store_module):
+    A, B = randn(37, 29, dtype=torch.float16), randn(29, 45, dtype=torch.float16)  # K*2 bytes not 16-aligned
+    cfg = GemmConfig("persistent_tma", 16, 32, 16, num_stages=1, extra=(("EPILOGUE_SUBTILE", True),))
+    assert not tma_eligible(A, B)
+    assert resolve_config(A, B, cfg) == GemmConfig("portable", 16, 32, 16, num_stages=1)
+    check(run_store(store_module, A, B, cfg), A, B)
+    A64, B64 = randn(32, 32, dtype=torch.float64), randn(32, 32, dtype=torch.float64)
+    assert not tma_eligible(A64, B64)  # no TMA for fp64
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        GemmConfig("portable", 16, 32, 16, num_stages=1),
+        GemmConfig("splitk", 16, 16, 16, SPLIT_K=2, num_stages=1),
+        GemmConfig("persistent_tma", 16, 32, 16, num_stages=1, extra=(("EPILOGUE_SUBTILE", True),)),
+    ],
+    ids=lambda c: c.template,
+)
+def test_epilogue_tile_ids_match_grid_tiles(pid_module, config):
+    """pid_m/pid_n handed to the epilogue cover exactly range(grid_tiles) and name disjoint regions, so a
+    per-tile workspace of shape grid_tiles never has two writers per slot."""
+    L, M, N, K = 2, 40, 72, 32
+    A, B = randn(L, M, K, dtype=torch.float16), randn(K, N, dtype=torch.float16)
+    cfg = resolve_config(A, B, config)
+    pm = torch.full((L, M, N), -1, dtype=torch.int32)
+    pn = torch.full((L, M, N), -1, dtype=torch.int32)
+    launch_gemm(pid_module, "p", A, B, [pm, pn], cfg, False)
+    tiles_m, tiles_n = grid_tiles(M, N, cfg)
+    assert pm.min() >= 0 and pn.min() >= 0
+    assert pm.max().item() == tiles_m - 1 and pn.max().item() <= tiles_n - 1
+    width = cfg.epilogue_block_n
+    cols = torch.arange(N) // width
+    rows = torch.arange(M) // cfg.BLOCK_M
+    assert torch.equal(pn, cols.expand(L, M, N).to(torch.int32))
+    assert torch.equal(pm, rows[:, None].expand(M, N).expand(L, M, N).to(torch.int32))
+
+
+def test_empty_output_launches_nothing(store_module):
+    A, B = randn(0, 8, dtype=torch.float32), randn(8, 5, dtype=torch.float32)
+    out = run_store(store_module, A, B, TEMPLATE_CONFIGS["portable"])
+    assert out.numel() == 0
+
+
+# --- rendering -------------------------------------------------------------------------------------------
+
+def test_render_contract():
+    src = render_gemm("k", "epi", ["x_ptr", "n"], "portable")
+    assert src.startswith("@triton.jit\ndef k(")
+    assert "epi(acc, offs_m, offs_n, pid_m, pid_n, pid_l, M, N, L, x_ptr, n)" in src
+    compile(HEADER + src, "<render>", "exec")
+    for template in RENDERABLE:
+        compile(HEADER + render_gemm("k", "epi", [], template), "<render>", "exec")
+    both = render_gemm_kernels("base", "epi", ["x_ptr"], ("splitk",))
+    assert f"def {kernel_symbol('base', 'splitk')}(" in both
+    assert f"def {kernel_symbol('base', 'splitk_reduce')}(" in both
+    assert "input_precision=\"tf32\"" in src and "input_precision=\"ieee\"" in src
+
+
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        (("k", "epi", ["M"], "portable"), "clash"),
+        (("k", "epi", ["a", "a"], "portable"), "duplicate"),
+        (("k", "epi", ["1x"], "portable"), "epilogue_params"),
+        (("k k", "epi", [], "portable"), "kernel_name"),
+        (("k", "epi", [], "tiled"), "template"),
+        (("k", "k", [], "portable"), "must differ"),
+    ],
+)
+def test_render_errors_name_the_parameter(args, match):
+    with pytest.raises(ValueError, match=match):
+        render_gemm(*args)
+
+
+# --- configs ---------------------------------------------------------------------------------------------
+
+def test_gemm_config_validation_and_roundtrip():
+    cfg = GemmConfig("persistent_tma", 128, 256, 64, 8, 1, 8, 3, (("EPILOGUE_SUBTILE", True), ("FLATTEN", False)))
+    assert cfg.extra == (("EPILOGUE_SUBTILE", True),)
+    assert GemmConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+    assert cfg.epilogue_block_n == 128
+    with pytest.raises(ValueError, match="BLOCK_M"):
+        GemmConfig(BLOCK_M=24)
+    with pytest.raises(ValueError, match="SPLIT_K"):
+        GemmConfig("portable", SPLIT_K=2)
+    with pytest.raises(ValueError, match="unknown flag"):
+        GemmConfig("persistent_tma", extra=(("BOGUS", True),))
+    with pytest.raises(ValueError, match="template"):
+        GemmConfig("cutlass")
+
+
+def test_interpreter_uses_small_config():
+    assert cfgmod.device_info("cpu").kind == "interpreter"
+    cfg = heuristic_config(4096, 4096, 4096, torch.float16, "cpu")
+    assert cfg.template == "portable" and max(cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K) <= 32 and cfg.num_stages == 1
+    assert candidate_configs(4096, 4096, 4096, torch.float16, "cpu") == [cfg]
+
+
+@pytest.mark.parametrize("dev", [H100, A100], ids=["H100", "A100"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64])
+@pytest.mark.parametrize("shape", [(4096, 4096, 4096), (8, 4096, 4096), (256, 256, 16384), (37, 45, 29)])
+def test_candidates_pruned(dev, dtype, shape):
+    M, N, K = shape
+    cands = candidate_configs(M, N, K, dtype, dev, tma_ok=True)
+    heur = heuristic_config(M, N, K, dtype, dev, tma_ok=True)
+    assert 1 <= len(cands) <= 16 and cands[0] == heur and len(set(cands)) == len(cands)
+    nbytes = cfgmod.DTYPE_BYTES[dtype]
+    for c in cands:
+        assert c.smem_bytes(nbytes) <= dev.smem_bytes - 8192
+        assert c.BLOCK_M <= max(16, cfgmod.next_pow2(M)) and c.BLOCK_N <= max(16, cfgmod.next_pow2(N))
+        if c.template == "persistent_tma":
+            assert dev.capability[0] == 9 and dtype != torch.float64
+        if c.template == "splitk":
+            assert cfgmod.splitk_worthwhile(M, N, K, 1, dev) and c.SPLIT_K >= 2
+    templates = {c.template for c in cands}
+    if (M, N, K) == (256, 256, 16384):
+        assert "splitk" in templates and heur.template == "splitk"
+    if (M, N, K) == (4096, 4096, 4096) and dev is H100 and dtype != torch.float64:
+        assert heur.template == "persistent_tma"
+    assert "persistent_tma" not in {c.template for c in candidate_configs(M, N, K, dtype, dev, tma_ok=False)}
+
+
+# --- launch helpers --------------------------------------------------------------------------------------
+
+def test_problem_validation_names_arguments():
+    a = torch.zeros(4, 8)
+    with pytest.raises(ValueError, match="inner dimensions"):
+        gemm_problem(a, torch.zeros(7, 3))
+    with pytest.raises(ValueError, match="same dtype"):
+        gemm_problem(a, torch.zeros(8, 3, dtype=torch.float16))
+    with pytest.raises(ValueError, match="batch sizes"):
+        gemm_problem(torch.zeros(2, 4, 8), torch.zeros(3, 8, 3))
+    with pytest.raises(ValueError, match="^A must"):
+        gemm_problem(torch.zeros(8), torch.zeros(8, 3))
+    p = gemm_problem(torch.zeros(1, 4, 8), torch.zeros(5, 8, 3))
+    assert (p.L, p.a_strides[0], p.a_batched, p.b_batched) == (5, 0, False, True)
+
+
+def test_layout_class_and_tma_layout():
+    a = torch.zeros(64, 32, dtype=torch.float16)
+    b = torch.zeros(32, 64, dtype=torch.float16)
+    assert layout_class(a, b) == "A:row,B:row,bat:-,tma"
+    assert tma_layout(a.t().contiguous().t(), b)[:2] == (True, True)
+    assert layout_class(a[:, ::2], b[::2]) == "A:strided,B:row,bat:-"
+    assert not tma_layout(a[:, 1:], b[1:])[0]  # base pointer off by 2 bytes
+
+
+# --- source cache ----------------------------------------------------------------------------------------
+
+def test_load_module_is_content_addressed(cache_dir):
+    src = "VALUE = 41 + 1\n"
+    m1 = source_cache.load_module(src, "const/odd name")
+    assert m1 is source_cache.load_module(src, "other hint") and m1.VALUE == 42
+    path = Path(m1.__file__)
+    assert path.parent == cache_dir / "kernels" and path.read_text() == src
+    assert not [p for p in path.parent.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_write_text_atomic(tmp_path):
+    target = tmp_path / "deep" / "ir.txt"
+    source_cache.write_text_atomic(target, "one")
+    source_cache.write_text_atomic(target, "two")
+    assert target.read_text() == "two" and [p.name for p in target.parent.iterdir()] == ["ir.txt"]
+
+
+def test_load_module_concurrent_processes(tmp_path):
+    """Several processes load the same new source at once: all import it, one intact file remains."""
+    script = textwrap.dedent(
+        """
+        import sys
+        from evtorch.runtime.source_cache import load_module
+        src = "import math\\nBIG = '" + "x" * 200000 + "'\\nVALUE = len(BIG)\\n"
+        for _ in range(20):
+            m = load_module(src, "race")
+        print(m.VALUE)
+        """
+    )
+    env = dict(os.environ, EVTORCH_CACHE_DIR=str(tmp_path))
+    procs = [subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(6)]
+    results = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [r[1] for r in results]
+    assert [r[0].strip() for r in results] == ["200000"] * 6
+    files = list((tmp_path / "kernels").iterdir())
+    assert len(files) == 1 and files[0].name.startswith("race_")
+
+
+# --- autotune --------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def tune_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("EVTORCH_CACHE_DIR", str(tmp_path))
+    autotune.clear_memory_cache()
+    yield tmp_path
+    autotune.clear_memory_cache()
+
+
+def test_autotune_picks_fastest_and_caches(tune_env):
+    cands = candidate_configs(4096, 4096, 4096, torch.float16, A100)[:4]
+    times = {c: 1.0 + i for i, c in enumerate(cands)}
+    times[cands[2]] = 0.5
+    calls = []
+
+    def bench(c):
+        calls.append(c)
+        if c == cands[1]:
+            raise RuntimeError("OutOfResources: shared memory")
+        return times[c]
+
+    key = autotune.tune_key(device_name=A100.name, M=4000, N=4096, K=4096, L=1, dtypes=[torch.float16],
+                            layout="A:row,B:row,bat:-", epilogue_hash="e1", templates=["portable"])
+    assert "mnk=4096x4096x4096" in key
+    best = autotune.pick_config(cands, bench, key=key, heuristic=cands[0], device=A100, progress=False)
+    assert best == cands[2] and len(calls) == 4
+    autotune.clear_memory_cache()  # force the disk path
+    assert autotune.pick_config(cands, bench, key=key, heuristic=cands[0], device=A100) == cands[2]
+    assert len(calls) == 4
+    stored = json.loads(next((tune_env / "autotune").iterdir()).read_text())
+    assert stored["key"] == key and stored["timings_ms"][cands[1].short()] is None
+
+
+def test_autotune_off_or_interpreter_returns_heuristic(tune_env, monkeypatch):
+    heur = GemmConfig()
+
+    def bench(c):
+        raise AssertionError("must not benchmark")
+
+    # interpreter device (TRITON_INTERPRET=1 in this module)
+    assert autotune.pick_config([GemmConfig("splitk", SPLIT_K=2)], bench, key="k", heuristic=heur) == heur
+    monkeypatch.setenv("EVTORCH_AUTOTUNE", "0")
+    assert autotune.pick_config([GemmConfig("splitk", SPLIT_K=2)], bench, key="k", heuristic=heur, device=A100) == heur
+
+
+def test_autotune_all_failing_warns(tune_env):
+    def bench(c):
+        raise RuntimeError("boom")
+
+    with pytest.warns(UserWarning, match="every autotune candidate failed"):
+        assert autotune.pick_config([GemmConfig("splitk", SPLIT_K=2)], bench, key="k2", heuristic=GemmConfig(),
+                                    device=A100, progress=False) == GemmConfig()
+
+
+# --- knobs -----------------------------------------------------------------------------------------------
+
+def test_knobs(monkeypatch, tmp_path):
+    monkeypatch.setenv("EVTORCH_CACHE_DIR", str(tmp_path / "c"))
+    assert knobs.cache_dir() == tmp_path / "c"
+    monkeypatch.delenv("EVTORCH_CACHE_DIR")
+    assert knobs.cache_dir() == Path("~/.cache/evtorch").expanduser()
+    monkeypatch.setenv("EVTORCH_AUTOTUNE", "off")
+    assert knobs.autotune_enabled() is False
+    monkeypatch.setenv("EVTORCH_DEBUG", "maybe")
+    with pytest.raises(ValueError, match="EVTORCH_DEBUG"):
+        knobs.debug_enabled()
+    assert knobs.interpreter_active() is True
+    assert "EVTORCH_AUTOTUNE" in knobs.describe()
