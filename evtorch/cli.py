@@ -1,0 +1,307 @@
+"""The ``evtorch`` command: ``demo``, ``show``, ``bench``, ``selftest``.
+
+    evtorch demo [--device cpu|cuda] [--size M,N,K] [--dtype f16] [--backend reference|triton]
+    evtorch show FILE.py:FUNC --shape M,N[,K] [--batch L] [--input NAME=SPEC ...] [--dot out.svg] [--source]
+    evtorch bench ...      (benchmarks.run:main)
+    evtorch selftest ...   (evtorch.selftest:main)
+
+``main(argv)`` returns the exit code, so tests call it in-process. See docs/cli.md.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import inspect
+import os
+import re
+import sys
+from pathlib import Path
+
+import torch
+
+DTYPES = {
+    "f16": torch.float16, "float16": torch.float16, "half": torch.float16, "fp16": torch.float16,
+    "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
+    "f32": torch.float32, "float32": torch.float32, "float": torch.float32, "fp32": torch.float32,
+    "f64": torch.float64, "float64": torch.float64, "double": torch.float64, "fp64": torch.float64,
+}
+
+
+class UsageError(Exception):
+    """A bad command line: printed as ``evtorch: error: ...`` with exit code 2."""
+
+
+def parse_dtype(text: str) -> torch.dtype:
+    try:
+        return DTYPES[text.lower()]
+    except KeyError:
+        raise argparse.ArgumentTypeError(f"unknown dtype {text!r}; use one of f16, bf16, f32, f64") from None
+
+
+def parse_ints(text: str, lengths=(2, 3)) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.replace("x", ",").split(","))
+    except ValueError:
+        values = ()
+    if len(values) not in lengths or any(v < 0 for v in values):
+        want = " or ".join(",".join("MNK"[:n]) for n in lengths)
+        raise argparse.ArgumentTypeError(f"expected {want} as non-negative integers, got {text!r}")
+    return values
+
+
+# ---------------------------------------------------------------------------------------------------- show
+def load_function(target: str):
+    """``path/to/file.py:FUNC`` or ``package.module:FUNC`` -> the function."""
+    where, sep, name = target.rpartition(":")
+    if not sep or not where or not name:
+        raise UsageError(f"expected FILE.py:FUNC or module:FUNC, got {target!r}")
+    path = Path(where)
+    if where.endswith(".py") or path.exists():
+        if not path.is_file():
+            raise UsageError(f"no such file: {where}")
+        module_name = f"_evtorch_show_{path.stem}"
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.path.insert(0, str(path.resolve().parent))  # so the file can import its neighbours
+        try:
+            sys.modules[module_name] = module
+            spec.loader.exec_module(module)
+        finally:
+            sys.path.remove(str(path.resolve().parent))
+    else:
+        module = importlib.import_module(where)
+    fn = getattr(module, name, None)
+    if fn is None:
+        defined = sorted(n for n, v in vars(module).items() if inspect.isfunction(v) and not n.startswith("_"))
+        raise UsageError(f"{where} has no {name!r}; its functions: {', '.join(defined) or 'none'}")
+    if not callable(fn):
+        raise UsageError(f"{where}:{name} is a {type(fn).__name__}, not a function")
+    return fn
+
+
+def parse_input(text: str, sizes: dict[str, int], dtype: torch.dtype):
+    """``NAME=SPEC`` -> (name, example value for ``evt.trace``).
+
+    SPEC is ``scalar`` or a Python float (``0.5``) for a runtime scalar, or a comma-separated shape whose entries
+    are integers or the letters M, N, L (``M,N``, ``M,1``, ``N``, ``L,1,N``, ``64``; ``()`` is 0-d), optionally followed by
+    ``:DTYPE`` (default: the ``--dtype`` of A and B).
+    """
+    from .frontend.signature import spec
+    name, sep, value = text.partition("=")
+    if not sep or not name.isidentifier() or not value:
+        raise UsageError(f"--input expects NAME=SPEC (e.g. C=M,N  bias=M,1  alpha=scalar), got {text!r}")
+    if value == "scalar":
+        return name, 1.0
+    if _FLOAT.fullmatch(value):
+        return name, float(value)
+    shape_text, _, dtype_text = value.partition(":")
+    try:
+        if dtype_text:
+            dtype = parse_dtype(dtype_text)
+        dims = [] if shape_text == "()" else shape_text.split(",")
+        return name, spec(tuple(sizes[d] if d in sizes else int(d) for d in dims), dtype)
+    except (KeyError, ValueError, argparse.ArgumentTypeError):
+        raise UsageError(f"--input {text}: cannot read {value!r}; write a shape of integers and M, N, L "
+                         "(M,N  M,1  N  L,1,N; () for 0-d), optionally with :DTYPE (M,N:f32), 'scalar', or a float like 0.5"
+                         ) from None
+
+
+_FLOAT = re.compile(r"[-+]?(\d+\.\d*|\.\d+|\d+(\.\d*)?[eE][-+]?\d+|inf|nan)")
+
+
+def _describe(value) -> str:
+    if isinstance(value, float):
+        return "scalar"
+    return f"{str(value.dtype)[6:]}{list(value.shape)}"
+
+
+def write_dot(dot: str, path: Path) -> str:
+    """Write ``dot`` to ``path``: Graphviz source for ``.dot``/``.gv``, else rendered by the ``graphviz``
+    package (format from the suffix). Without graphviz, writes the source beside it and says how to render."""
+    fmt = path.suffix.lstrip(".").lower()
+    if fmt in ("dot", "gv", ""):
+        path.write_text(dot + "\n")
+        return f"wrote Graphviz source to {path} (render it with: dot -Tsvg {path} -o {path.with_suffix('.svg')})"
+    try:
+        import graphviz
+        path.write_bytes(graphviz.Source(dot).pipe(format=fmt))
+        return f"wrote {path}"
+    except Exception as e:  # no package, no `dot` executable, or an unknown format: fall back to the source
+        fallback = path.with_suffix(".dot")
+        fallback.write_text(dot + "\n")
+        why = "the graphviz Python package is not installed" if isinstance(e, ImportError) else \
+            f"graphviz could not render {fmt} ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+        return (f"{why}; wrote Graphviz source to {fallback} instead. Render it with: dot -T{fmt} {fallback} -o {path} "
+                "(pip install graphviz, and the Graphviz programs: apt-get install graphviz)")
+
+
+def format_passes(log: list[tuple[str, str]]) -> str:
+    """``Epilogue.show()``, but a pass that left the IR as it was prints ``(unchanged)`` instead of the IR."""
+    blocks, previous = [], None
+    for name, text in log:
+        blocks.append(f"== {name} == (unchanged)" if text == previous else f"== {name} ==\n{text}")
+        previous = text
+    return "\n\n".join(blocks)
+
+
+def cmd_show(args) -> int:
+    from . import trace
+    from .errors import EpilogueError
+    from .frontend.signature import epilogue_params, spec
+
+    fn = load_function(args.target)
+    M, N = args.shape[:2]
+    sizes = {"M": M, "N": N}
+    if args.batch is not None:
+        sizes["L"] = args.batch
+    acc_shape = (args.batch, M, N) if args.batch is not None else (M, N)
+    acc_dtype = torch.float64 if args.dtype == torch.float64 else torch.float32
+    try:
+        acc_name, names = epilogue_params(fn)
+        given = dict(parse_input(t, sizes, args.dtype) for t in args.input)
+        unknown = [n for n in given if n not in names]
+        if unknown:
+            raise UsageError(f"--input {', '.join(unknown)}: {fn.__name__} has no such keyword input; "
+                             f"it takes {', '.join(names) or 'none'}")
+        params = inspect.signature(fn).parameters
+        defaulted = [n for n in names if n not in given and params[n].default is inspect.Parameter.empty]
+        given.update({n: spec(acc_shape, args.dtype) for n in defaulted})
+        examples = {n: given[n] for n in names if n in given}
+        print(f"# {fn.__name__}({acc_name}: {_describe(spec(acc_shape, acc_dtype))}"
+              + "".join(f", {n}: {_describe(v)}" for n, v in examples.items())
+              + f")  M={M} N={N}" + (f" K={args.shape[2]}" if len(args.shape) > 2 else "")
+              + (f" L={args.batch}" if args.batch is not None else ""))
+        if defaulted:
+            print(f"# full-size by default (describe with --input NAME=SPEC): {', '.join(defaulted)}")
+        ep = trace(fn, debug=args.debug or None, **{acc_name: spec(acc_shape, acc_dtype)}, **examples)
+    except EpilogueError as e:
+        print(f"evtorch show: {args.target}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    print()
+    print(format_passes(ep.passes_log) if not args.full else ep.show())
+    print()
+    print("# outputs: " + ", ".join(f"{o.position} ({o.kind})" for o in ep.outputs)
+)
+    if args.dot:
+        print(write_dot(ep.to_dot(), Path(args.dot)))
+    if args.source:
+        try:
+            source = ep.source(args.dtype)
+        except ImportError as e:
+            print(f"evtorch show: --source: code generation is not available in this build ({e})", file=sys.stderr)
+            return 1
+        print()
+        print(source)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------------- demo
+def cmd_demo(args) -> int:
+    from .demo import demo
+    if args.device and args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise UsageError("--device cuda: CUDA is not available on this machine (use --device cpu)")
+    if args.size is not None and len(args.size) != 3:
+        raise UsageError(f"--size expects M,N,K, got {','.join(map(str, args.size))}")
+    return demo(device=args.device, size=args.size, dtype=args.dtype, backend=args.backend, repeat=args.repeat,
+                names=args.example, seed=args.seed)
+
+
+# ---------------------------------------------------------------------------------------------------- bench, selftest
+DELEGATES = {"bench": ("benchmarks.run", "the benchmarks (benchmarks/run.py in a source checkout)"),
+             "selftest": ("evtorch.selftest", "the GPU selftest (evtorch/selftest.py)")}
+
+
+def delegate(command: str, argv: list[str]) -> int:
+    """Run ``<module>.main`` for ``bench``/``selftest`` with the remaining arguments."""
+    module_name, what = DELEGATES[command]
+    root = str(Path(__file__).resolve().parents[1])  # a source checkout keeps benchmarks/ beside evtorch/
+    if root not in sys.path and os.path.isdir(os.path.join(root, module_name.split(".")[0])):
+        sys.path.append(root)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name and (module_name == e.name or module_name.startswith(e.name + ".")):
+            print(f"evtorch {command}: {what} is not available in this installation "
+                  f"(no module {module_name!r}).", file=sys.stderr)
+            return 2
+        raise
+    main_fn = getattr(module, "main", None)
+    if main_fn is None:
+        print(f"evtorch {command}: {module_name} has no main()", file=sys.stderr)
+        return 2
+    if inspect.signature(main_fn).parameters:
+        rc = main_fn(argv)
+    else:
+        saved, sys.argv = sys.argv, [f"evtorch {command}", *argv]
+        try:
+            rc = main_fn()
+        finally:
+            sys.argv = saved
+    return rc if isinstance(rc, int) else 0
+
+
+# ---------------------------------------------------------------------------------------------------- main
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+    from .examples import EXAMPLES
+    parser = argparse.ArgumentParser(prog="evtorch", description="Fused GEMM + epilogue kernels from plain "
+                                     "PyTorch functions. See docs/cli.md.")
+    parser.add_argument("--version", action="version", version=f"evtorch {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    demo = sub.add_parser("demo", help="run the example epilogues and check them against eager PyTorch",
+                          description="Run the example epilogues (evtorch.examples) through evt.gemm on fresh "
+                          "random data and check each against fn(A.float() @ B.float(), **inputs).")
+    demo.add_argument("--device", help="cpu or cuda (default: cuda when available)")
+    demo.add_argument("--size", type=parse_ints, metavar="M,N,K",
+                      help="problem size (default 4096,4096,4096 on CUDA, 512,384,256 on CPU)")
+    demo.add_argument("--dtype", type=parse_dtype, default=torch.float16, help="A and B dtype (default f16)")
+    demo.add_argument("--backend", choices=("reference", "triton"),
+                      help="evt.gemm backend (default: triton on CUDA, reference on CPU; triton on CPU runs the "
+                      "generated kernels in Triton's interpreter)")
+    demo.add_argument("--example", action="append", choices=list(EXAMPLES), help="run only this example "
+                      "(repeatable)")
+    demo.add_argument("--repeat", type=int, default=5, help="timed runs per example (median reported)")
+    demo.add_argument("--seed", type=int, default=0)
+    demo.set_defaults(handler=cmd_demo)
+
+    show = sub.add_parser("show", help="print an epilogue's IR after each pass; draw it; print generated source",
+                          description="Trace FUNC for the given shapes and print its IR after each optimization "
+                          "pass. Every keyword input not described with --input is a full (M, N) tensor.")
+    show.add_argument("target", metavar="FILE.py:FUNC", help="the epilogue function (or module:FUNC)")
+    show.add_argument("--shape", type=parse_ints, required=True, metavar="M,N[,K]",
+                      help="accumulator size (K is shown only: the epilogue does not depend on it)")
+    show.add_argument("--batch", type=int, metavar="L", help="batched: acc is (L, M, N)")
+    show.add_argument("--dtype", type=parse_dtype, default=torch.float16,
+                      help="A and B dtype, also the default for inputs (default f16)")
+    show.add_argument("--input", action="append", default=[], metavar="NAME=SPEC",
+                      help="an input's shape: C=M,N  bias=M,1  rb=N  alpha=scalar  (or alpha=0.5)  "
+                      "x=M,N:f32 (repeatable)")
+    show.add_argument("--dot", metavar="OUT", help="write the optimized DAG: .dot source, or .svg/.png/.pdf "
+                      "via the graphviz package")
+    show.add_argument("--source", action="store_true", help="print the generated Triton source")
+    show.add_argument("--full", action="store_true", help="print the IR after every pass, even when unchanged")
+    show.add_argument("--debug", action="store_true", help="run the IR verifier after every pass")
+    show.set_defaults(handler=cmd_show)
+
+    for name, (module, what) in DELEGATES.items():
+        sub.add_parser(name, help=f"run {what}; arguments are passed on ({module}:main)", add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in DELEGATES:
+        return delegate(argv[0], argv[1:])
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.handler(args)
+    except UsageError as e:
+        parser.exit(2, f"evtorch {args.command}: error: {e}\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
