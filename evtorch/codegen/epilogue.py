@@ -1,0 +1,300 @@
+"""The epilogue emitter: the tile stage of an optimized graph → one ``@triton.jit`` function.
+
+The function has the template contract's signature (docs/ARCHITECTURE.md)::
+
+    @triton.jit
+    def epilogue(acc, offs_m, offs_n, pid_m, pid_n, pid_l, M, N, L, <params>):
+
+Inside, every tile value is a Triton tensor broadcastable to the [BLOCK_M, BLOCK_N] tile: varying along M
+and N it is [BM, BN], along M only [BM, 1], along N only [1, BN], along neither a scalar (the batch index
+is the scalar ``pid_l``). Loads are masked, each output is written once (a value that does not vary along
+an axis is stored only by the tiles at index 0 of that axis), and reductions are reduced per tile in
+registers and combined across tiles (``codegen.reductions``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..ir.graph import Graph
+from ..ir.layouts import output_base_axes
+from ..ir.node import Node
+from ..ir.types import Stage
+from .expr import TL_DTYPE, compute_expr, literal
+from .params import ParamList
+from .reductions import IDENTITY, ReductionPlan, key_params
+
+SIGNATURE = ("acc", "offs_m", "offs_n", "pid_m", "pid_n", "pid_l", "M", "N", "L")
+
+
+def _ptr(base: str, axes, strides: dict) -> str:
+    """Pointer expression over ``axes`` (canonical), shaped like the values of that shape class."""
+    terms = [base]
+    if "L" in axes:
+        terms.append(f"pid_l.to(tl.int64) * {strides['L']}")
+    if "M" in axes and "N" in axes:
+        terms += [f"offs_m64[:, None] * {strides['M']}", f"offs_n64[None, :] * {strides['N']}"]
+    elif "M" in axes:
+        terms.append(f"offs_m64[:, None] * {strides['M']}")
+    elif "N" in axes:
+        terms.append(f"offs_n64[None, :] * {strides['N']}")
+    return " + ".join(terms)
+
+
+def _mask(axes) -> str | None:
+    if "M" in axes and "N" in axes:
+        return "mask"
+    if "M" in axes:
+        return "mask_m[:, None]"
+    if "N" in axes:
+        return "mask_n[None, :]"
+    return None
+
+
+@dataclass
+class EpilogueCode:
+    source: str
+    fn_name: str
+    params: ParamList
+    reductions: list[ReductionPlan] = field(default_factory=list)
+    user_ops: dict = field(default_factory=dict)   # name -> @triton.jit function to inject into the module
+
+
+class EpilogueEmitter:
+    def __init__(self, graph: Graph, acc_dtype: torch.dtype, deterministic: bool, batched: bool,
+                 fn_name: str = "epilogue", params: ParamList | None = None):
+        self.graph = graph
+        self.compute = acc_dtype
+        self.deterministic = deterministic
+        self.batched = batched
+        self.fn_name = fn_name
+        self.params = params or ParamList()
+        self.lines: list[str] = []
+        self.var: dict[int, str] = {}
+        self.reductions: list[ReductionPlan] = []
+        self.user_ops: dict = {}
+
+    # ------------------------------------------------------------------ planning
+    def plan_reductions(self) -> list[ReductionPlan]:
+        users = self.graph.users()
+        plans = []
+        for n in self.graph.nodes:
+            if n.op == "reduce" and n.args[0].stage == Stage.TILE:
+                mode = "partials" if (self.deterministic or n.target == "logsumexp") else "atomic"
+                direct = None
+                us = users[id(n)]
+                if mode == "atomic" and n.target in ("sum", "mean") and len(us) == 1 and us[0].op == "output" \
+                        and output_base_axes(us[0].attrs["dims"]) == n.axes:
+                    direct = us[0].target
+                plans.append(ReductionPlan(len(plans), n, mode, direct))
+        self.reductions = plans
+        return plans
+
+    # ------------------------------------------------------------------ emission
+    def emit(self) -> EpilogueCode:
+        if not self.reductions:
+            self.plan_reductions()
+        w = self.lines.append
+        w("mask_m = offs_m < M")
+        w("mask_n = offs_n < N")
+        w("mask = mask_m[:, None] & mask_n[None, :]")
+        w("offs_m64 = offs_m.to(tl.int64)")
+        w("offs_n64 = offs_n.to(tl.int64)")
+        for n in self.graph.nodes:
+            if n.stage != Stage.TILE or n.op == "output":
+                continue
+            self.var[id(n)] = self._emit_node(n)
+        for r in self.reductions:
+            self._emit_reduction(r)
+        for n in self.graph.nodes:
+            if n.op == "output" and n.stage == Stage.TILE:
+                self._emit_store(n)
+        params = ", ".join(list(SIGNATURE) + self.params.names())
+        body = "\n".join(f"    {line}" for line in self.lines) or "    pass"
+        source = f"@triton.jit\ndef {self.fn_name}({params}):\n{body}\n"
+        return EpilogueCode(source, self.fn_name, self.params, self.reductions, self.user_ops)
+
+    def _assign(self, n: Node, expr: str) -> str:
+        name = f"v_{n.name}"
+        self.lines.append(f"{name} = {expr}")
+        return name
+
+    def _emit_node(self, n: Node) -> str:
+        if n.op == "acc":
+            return self._assign(n, "acc")
+        if n.op == "const":
+            return literal(n.target) if n.target is not None else 'float("nan")'
+        if n.op == "scalar":
+            return self.params.get("scalar", n.target, f"sc_{n.target}")
+        if n.op == "index":
+            return {"M": "offs_m[:, None]", "N": "offs_n[None, :]", "L": "pid_l"}[n.target]
+        if n.op == "input":
+            return self._emit_load(n)
+        if n.op == "compute":
+            from ..ops import REGISTRY
+            op = REGISTRY[n.target]
+            if op.user_defined is not None:
+                self.user_ops[op.name] = op.user_defined
+            return self._assign(n, compute_expr(n, [self.var[id(a)] for a in n.args], self.compute))
+        raise AssertionError(f"unexpected tile node {n.format()}")
+
+    def _emit_load(self, n: Node) -> str:
+        binding = n.attrs["binding"]
+        ptr = self.params.get("in_ptr", n.target, f"in_{n.target}")
+        strides = {a: self.params.get("in_stride", (n.target, binding, a), f"s_{n.target}_{a}") for a in n.axes}
+        mask = _mask(n.axes)
+        address = _ptr(ptr, n.axes, strides)
+        other = "0" if not n.dtype.is_floating_point else "0.0"
+        if n.dtype == torch.bool:
+            other = "0"
+        load = f"tl.load({address}, mask={mask}, other={other})" if mask else f"tl.load({address})"
+        return self._assign(n, load)
+
+    def _emit_store(self, out: Node) -> None:
+        pos = out.target
+        base_axes = output_base_axes(out.attrs["dims"])
+        ptr = self.params.get("out_ptr", pos, f"out{pos}")
+        strides = {a: self.params.get("out_stride", (pos, a), f"so{pos}_{a}") for a in base_axes}
+        value = self.var[id(out.args[0])]
+        guards = [_mask(base_axes)] if _mask(base_axes) else []
+        # tiles that would store a copy of the same elements leave it to tile 0 of that axis; guards are
+        # shaped like the stored block (the interpreter refuses a tensor mask combined with a scalar one)
+        zero = _zero_like(base_axes)
+        if "M" not in base_axes:
+            guards.append(f"(({zero}pid_m) == 0)")
+        if "N" not in base_axes:
+            guards.append(f"(({zero}pid_n) == 0)")
+        if "L" not in base_axes and self.batched:
+            guards.append(f"(({zero}pid_l) == 0)")
+        address = _ptr(ptr, base_axes, strides)
+        mask = " & ".join(guards) if guards else None
+        v = f"{value}.to({ptr}.dtype.element_ty)"
+        if base_axes == () or set(base_axes) <= {"L"}:
+            self.lines.append(f"tl.store({address}, {v}, mask={mask})" if mask else f"tl.store({address}, {v})")
+        else:
+            # broadcast explicitly: the value may vary along fewer axes than the stored block
+            self.lines.append(f"tl.store({address}, tl.broadcast_to({v}, ({address}).shape), mask={mask})")
+
+    # ------------------------------------------------------------------ cross-tile reductions
+    def _emit_reduction(self, r: ReductionPlan) -> None:
+        w = self.lines.append
+        src = self.var[id(r.node.args[0])]
+        rid = r.rid
+        x = f"x{rid}"
+        tl_f = TL_DTYPE[r.dtype]
+        w(f"{x} = tl.where(mask, {src}.to({tl_f}) + tl.zeros_like(acc).to({tl_f}), {literal(IDENTITY[r.op])})")
+        over, kept = set(r.over), r.kept
+        axis = None
+        if "M" in over and "N" in over:
+            axis = "all"
+        elif "N" in over:
+            axis = 1
+        elif "M" in over:
+            axis = 0
+        kmask = _mask_1d(kept)
+
+        def reduce(expr, fn):
+            if axis is None:
+                return expr
+            if axis == "all":
+                return f"tl.{fn}({expr})"
+            return f"tl.{fn}({expr}, axis={axis})"
+
+        if r.op == "logsumexp":
+            w(f"m{rid} = {reduce(x, 'max')}")
+            w(f"ms{rid} = tl.where(m{rid} == float('-inf'), 0.0, m{rid})")
+            ms = f"ms{rid}" if axis is None else (f"ms{rid}[:, None]" if axis == 1 else
+                                                  f"ms{rid}[None, :]" if axis == 0 else f"ms{rid}")
+            w(f"s{rid} = {reduce(f'tl.exp({x} - {ms})', 'sum')}")
+            for part, val in (("max", f"m{rid}"), ("sum", f"s{rid}")):
+                self._store_partial(r, part, val, kmask)
+            return
+        if r.op in ("amax", "amin"):
+            _, itype, shift, mask_bits, kmin, kmax = key_params(r.dtype)
+            nan_key = kmax if r.op == "amax" else kmin
+            w(f"k{rid} = tl.where({x} != {x}, {nan_key}, tlmath.float_to_key({x}, {itype}, {shift}, {mask_bits}))")
+            fn = "max" if r.op == "amax" else "min"
+            w(f"p{rid} = {reduce(f'k{rid}', fn)}")
+            if r.mode == "atomic":
+                self._atomic(r, f"tl.atomic_{fn}", f"p{rid}", kmask)
+            else:
+                w(f"p{rid} = tlmath.key_to_float(p{rid}, {tl_f}, {shift}, {mask_bits})")
+                self._store_partial(r, "val", f"p{rid}", kmask)
+            return
+        w(f"p{rid} = {reduce(x, 'sum')}")
+        if r.mode == "atomic":
+            if r.op == "mean" and r.direct_output is not None:
+                inv = self.params.get("count", (rid, "inv"), f"inv_count{rid}")
+                w(f"p{rid} = p{rid} * {inv}")
+            self._atomic(r, "tl.atomic_add", f"p{rid}", kmask)
+        else:
+            self._store_partial(r, "val", f"p{rid}", kmask)
+
+    def _kept_address(self, base: str, kept, strides: dict, extra: str | None = None) -> str:
+        terms = [base] + ([extra] if extra else [])
+        if "L" in kept:
+            terms.append(f"pid_l.to(tl.int64) * {strides['L']}")
+        if "M" in kept and "N" in kept:
+            terms += [f"offs_m64[:, None] * {strides['M']}", f"offs_n64[None, :] * {strides['N']}"]
+        elif "M" in kept:
+            terms.append(f"offs_m64 * {strides['M']}")
+        elif "N" in kept:
+            terms.append(f"offs_n64 * {strides['N']}")
+        return " + ".join(terms)
+
+    def _buffer(self, r: ReductionPlan, part: str):
+        if r.direct_output is not None:
+            pos = r.direct_output
+            ptr = self.params.get("out_ptr", pos, f"out{pos}")
+            strides = {a: self.params.get("out_stride", (pos, a), f"so{pos}_{a}") for a in r.kept}
+            return ptr, strides
+        ptr = self.params.get("buf_ptr", (r.rid, part), f"red{r.rid}_{part}")
+        axes = r.kept + (("T",) if r.mode == "partials" else ())
+        strides = {a: self.params.get("buf_stride", (r.rid, a), f"rs{r.rid}_{a}") for a in axes}
+        return ptr, strides
+
+    def _atomic(self, r: ReductionPlan, fn: str, value: str, kmask: str | None) -> None:
+        ptr, strides = self._buffer(r, "val")
+        address = self._kept_address(ptr, r.kept, strides)
+        mask = f", mask={kmask}" if kmask else ""
+        self.lines.append(f'{fn}({address}, {value}{mask}, sem="relaxed")')
+
+    def _store_partial(self, r: ReductionPlan, part: str, value: str, kmask: str | None) -> None:
+        ptr, strides = self._buffer(r, part)
+        t = _tile_linear_index(r.over)
+        address = self._kept_address(ptr, r.kept, strides, extra=f"({t}).to(tl.int64) * {strides['T']}")
+        mask = f", mask={kmask}" if kmask else ""
+        self.lines.append(f"tl.store({address}, {value}{mask})")
+
+
+def _zero_like(axes) -> str:
+    """A zero-valued expression prefix shaped like values of ``axes`` ('' for scalars)."""
+    if "M" in axes and "N" in axes:
+        return "offs_m[:, None] * 0 + offs_n[None, :] * 0 + "
+    if "M" in axes:
+        return "offs_m[:, None] * 0 + "
+    if "N" in axes:
+        return "offs_n[None, :] * 0 + "
+    return ""
+
+
+def _mask_1d(kept) -> str | None:
+    if "M" in kept and "N" in kept:
+        return "mask"
+    if "M" in kept:
+        return "mask_m"
+    if "N" in kept:
+        return "mask_n"
+    return None
+
+
+def _tile_linear_index(over) -> str:
+    """Row-major index of this tile among the tiles along the reduced axes (canonical order)."""
+    count = {"L": "L", "M": "tl.cdiv(M, acc.shape[0])", "N": "tl.cdiv(N, acc.shape[1])"}
+    pid = {"L": "pid_l", "M": "pid_m", "N": "pid_n"}
+    expr = None
+    for a in ("L", "M", "N"):
+        if a in over:
+            expr = pid[a] if expr is None else f"({expr}) * {count[a]} + {pid[a]}"
+    return expr or "0"

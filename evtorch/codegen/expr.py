@@ -1,0 +1,70 @@
+"""Triton expressions for IR compute nodes and constants, shared by the epilogue and vector-stage emitters.
+
+Dtype discipline mirrors eager PyTorch: every IR value is held in its IR dtype (so an fp16 intermediate is
+rounded to fp16 exactly where eager rounds it); floating ops compute in the *compute dtype* (fp32, or fp64
+for fp64 epilogues), so operands are converted on use and results rounded back when the IR dtype is narrower.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..ir.node import Node
+from ..ops import REGISTRY
+from ..ops.registry import BOOL_ONLY, CAST, COMPARE
+
+TL_DTYPE = {
+    torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16", torch.float32: "tl.float32",
+    torch.float64: "tl.float64", torch.int8: "tl.int8", torch.uint8: "tl.uint8", torch.int16: "tl.int16",
+    torch.int32: "tl.int32", torch.int64: "tl.int64", torch.bool: "tl.int1",
+}
+
+
+def literal(value) -> str:
+    """A Triton-source literal for a Python constant."""
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    if isinstance(value, int):
+        return repr(value)
+    value = float(value)
+    if math.isnan(value):
+        return 'float("nan")'
+    if math.isinf(value):
+        return 'float("inf")' if value > 0 else 'float("-inf")'
+    return repr(value)
+
+
+def _convert(expr: str, node: Node, compute: torch.dtype) -> str:
+    if node.op == "const" or node.dtype == compute:
+        return expr
+    return f"{expr}.to({TL_DTYPE[compute]})"
+
+
+def compute_expr(node: Node, operands: list[str], compute: torch.dtype) -> str:
+    """Triton expression computing ``node`` from operand expressions (held in their IR dtypes)."""
+    op = REGISTRY[node.target]
+    args = node.args
+    if op.has(CAST):
+        target = node.attrs["dtype"]
+        if target == torch.bool:
+            return f"({operands[0]} != 0)"
+        return f"{operands[0]}.to({TL_DTYPE[target]})"
+    if op.has(BOOL_ONLY):
+        conv = operands
+    elif op.has(COMPARE):
+        floating = any(a.dtype.is_floating_point for a in args)
+        conv = [_convert(e, a, compute) if floating else e for e, a in zip(operands, args)]
+    elif node.target == "where":
+        conv = [operands[0]] + [_convert(e, a, compute) if node.dtype.is_floating_point else e
+                                for e, a in zip(operands[1:], args[1:])]
+    else:
+        conv = [_convert(e, a, compute) if node.dtype.is_floating_point else e for e, a in zip(operands, args)]
+    template = op.triton(**node.attrs) if callable(op.triton) else op.triton
+    if template is None:
+        raise NotImplementedError(f"op {op.name!r} has no Triton emission and no decomposition")
+    expr = template.format(*conv, **{k: literal(v) if isinstance(v, (int, float)) else v
+                                     for k, v in node.attrs.items()})
+    if node.dtype.is_floating_point and node.dtype != compute and not op.has(COMPARE):
+        expr = f"({expr}).to({TL_DTYPE[node.dtype]})"
+    return expr

@@ -1,0 +1,40 @@
+"""Runtime parameters of generated kernels and where their values come from.
+
+Generated kernels take every size-dependent value as an argument (pointers, element strides, scalar inputs,
+element counts), never as a constant: a new M, N, K, L or a new scalar value reuses the compiled kernel.
+A ``Param`` names the argument and says how the launcher finds its value (``kind`` + ``key``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    kind: str   # in_ptr | in_stride | scalar | out_ptr | out_stride | buf_ptr | buf_stride | count
+    key: Any    # in_*: (input name, binding, axis); scalar: name; out_*: (position, axis); buf_*: (rid, part, axis)
+
+
+class ParamList:
+    """Ordered, de-duplicated parameters; ``get`` returns the argument name for a (kind, key)."""
+
+    def __init__(self):
+        self.params: list[Param] = []
+        self._by_key: dict[tuple, str] = {}
+
+    def get(self, kind: str, key, name: str) -> str:
+        k = (kind, key)
+        if k not in self._by_key:
+            base, i = name, 0
+            taken = {p.name for p in self.params}
+            while name in taken:
+                i += 1
+                name = f"{base}_{i}"
+            self._by_key[k] = name
+            self.params.append(Param(name, kind, key))
+        return self._by_key[k]
+
+    def names(self) -> list[str]:
+        return [p.name for p in self.params]

@@ -1,0 +1,82 @@
+"""One generated module per (epilogue graph, options): epilogue function, GEMM kernels, vector-stage kernel.
+
+The module source depends only on the optimized IR (its structural hash: ops, dtypes, shape classes), the
+reduction mode (``deterministic``) and the templates; never on sizes or scalar values. Triton then
+specialises each kernel on A/B/output dtypes and a few stride properties at launch, which is where the
+layout class enters. Sources are written under ``EVTORCH_CACHE_DIR/kernels`` (atomically) together with the
+IR text, so a user can read exactly what runs.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from types import ModuleType
+
+from ..runtime.source_cache import kernel_path, load_module, write_text_atomic
+from .epilogue import EpilogueCode, EpilogueEmitter
+from .gemm_template import HEADER, render_gemm_kernels
+from .vector_stage import VBLOCK, VectorCode, VectorEmitter
+
+TEMPLATES = ("portable", "splitk", "persistent_tma")
+KERNEL_BASE = "gemm"
+
+
+@dataclass
+class Program:
+    key: tuple
+    source: str
+    epilogue: EpilogueCode
+    vector: VectorCode | None
+    _module: ModuleType | None = None
+
+    @property
+    def module(self) -> ModuleType:
+        if self._module is None:
+            with _lock:
+                if self._module is None:
+                    module = load_module(self.source, f"evt_{self.key[0]}")
+                    for name, fn in self.epilogue.user_ops.items():  # user-registered @triton.jit ops
+                        setattr(module, name, fn)
+                    self._module = module
+        return self._module
+
+
+_lock = threading.Lock()
+_programs: dict[tuple, Program] = {}
+
+
+def build_program(ep, dtype=None, *, deterministic: bool = False, templates=TEMPLATES) -> Program:
+    """The generated program for epilogue ``ep`` (``dtype`` is accepted for API symmetry: kernels are
+    dtype-generic and Triton specialises them at launch)."""
+    key = (ep.graph.structural_hash(), str(ep.acc_dtype), bool(deterministic), ep.batched, tuple(templates))
+    prog = _programs.get(key)
+    if prog is not None:
+        return prog
+    epi = EpilogueEmitter(ep.graph, ep.acc_dtype, deterministic, ep.batched).emit()
+    vec_emitter = VectorEmitter(ep.graph, epi.reductions, ep.acc_dtype)
+    vec = None if vec_emitter.empty() else vec_emitter.emit()
+    parts = [
+        HEADER + "from evtorch.codegen import tlmath\n",
+        f'"""evtorch generated kernels for epilogue {ep.name!r} (IR hash {key[0]}).\n\n'
+        + "\n".join(f"    {line}" for line in str(ep.graph).splitlines()) + '\n"""\n',
+        epi.source,
+        render_gemm_kernels(KERNEL_BASE, epi.fn_name, epi.params.names(), tuple(templates)),
+    ]
+    if vec is not None:
+        parts.append(vec.source)
+        parts.append(f"VBLOCK = {VBLOCK}\n")
+    source = "\n\n".join(parts)
+    prog = Program(key, source, epi, vec)
+    with _lock:
+        _programs.setdefault(key, prog)
+    _write_ir(ep, source, key)
+    return _programs[key]
+
+
+def _write_ir(ep, source: str, key) -> None:
+    """The IR text beside the generated source, for `evtorch show` and curious users."""
+    try:
+        path = kernel_path(source, f"evt_{key[0]}")
+        write_text_atomic(path.with_suffix(".ir.txt"), ep.show())
+    except OSError:  # a read-only cache dir must not break execution
+        pass

@@ -1,0 +1,110 @@
+"""Math helpers for generated kernels, built from Triton primitives only.
+
+No libdevice and no inline asm: the CPU interpreter (``TRITON_INTERPRET=1``) must run every generated kernel,
+so functions such as tanh, log1p and round-half-even are written here from exp/log/floor and friends, with
+care for accuracy where the naive formula cancels (tanh and log1p near 0). The op registry's Triton
+emissions call these as ``tlmath.<name>``; generated modules import this module under that name.
+"""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def sigmoid(x):
+    # exp of a negative argument never overflows: 1/(1+e^-x) for x >= 0, e^x/(1+e^x) otherwise
+    z = tl.exp(-tl.abs(x))
+    return tl.where(x >= 0, 1.0 / (1.0 + z), z / (1.0 + z))
+
+
+@triton.jit
+def tanh(x):
+    # tanh(|x|) = (1 - e) / (1 + e), e = exp(-2|x|); below 0.01 the subtraction cancels, use the series instead
+    ax = tl.abs(x)
+    e = tl.exp(-2.0 * ax)
+    big = (1.0 - e) / (1.0 + e)
+    small = ax - ax * ax * ax * (1.0 / 3.0)
+    t = tl.where(ax < 0.01, small, big)
+    return tl.where(x < 0, -t, t)
+
+
+@triton.jit
+def log1p(x):
+    # Goldberg's trick: log(u) * x / (u - 1) with u = 1 + x corrects the rounding of 1 + x
+    u = 1.0 + x
+    d = u - 1.0
+    safe = tl.where(d == 0.0, 1.0, d)
+    return tl.where(d == 0.0, x, tl.log(u) * (x / safe))
+
+
+@triton.jit
+def erf(x):
+    return tl.erf(x)
+
+
+@triton.jit
+def rsqrt(x):
+    return 1.0 / tl.sqrt(x)
+
+
+@triton.jit
+def relu(x):
+    # NaN stays NaN, as in torch.relu
+    return tl.where(x > 0, x, tl.where(x != x, x, 0.0))
+
+
+@triton.jit
+def maximum(a, b):
+    # torch.maximum propagates NaN from either side
+    return tl.where((a != a) | (a > b), a, b)
+
+
+@triton.jit
+def minimum(a, b):
+    return tl.where((a != a) | (a < b), a, b)
+
+
+@triton.jit
+def clamp(x, lo, hi):
+    # torch.clamp: min(max(x, lo), hi); NaN in x propagates
+    y = tl.where(x < lo, lo, x)
+    return tl.where(y > hi, hi, y)
+
+
+@triton.jit
+def sign(x):
+    return tl.where(x > 0, 1.0, tl.where(x < 0, -1.0, x * 0.0))
+
+
+@triton.jit
+def round_half_even(x):
+    r = tl.floor(x + 0.5)
+    tie = (r - x) == 0.5
+    odd = (r - 2.0 * tl.floor(r * 0.5)) != 0.0
+    return tl.where(tie & odd, r - 1.0, r)
+
+
+@triton.jit
+def powf(x, p: tl.constexpr):
+    # x ** p for a non-integer constant p (x < 0 gives NaN, as in torch); 0 ** p = 0 for p > 0
+    y = tl.exp2(p * tl.log2(tl.abs(x)))
+    y = tl.where(x < 0, float("nan"), y)
+    return tl.where(x == 0.0, tl.where(p > 0, 0.0, float("inf")), y)
+
+
+@triton.jit
+def ones_like(x):
+    return tl.where(x == x, 1.0, 1.0)
+
+
+@triton.jit
+def float_to_key(x, ITYPE: tl.constexpr, SHIFT: tl.constexpr, MASK: tl.constexpr):
+    # A signed integer whose order matches the float order (negative floats included), for atomic max/min.
+    # NaN becomes the largest key, so atomic max lets it win; the min path negates it first (see key_nan_min).
+    b = x.to(ITYPE, bitcast=True)
+    return b ^ ((b >> SHIFT) & MASK)
+
+
+@triton.jit
+def key_to_float(k, FTYPE: tl.constexpr, SHIFT: tl.constexpr, MASK: tl.constexpr):
+    b = k ^ ((k >> SHIFT) & MASK)
+    return b.to(FTYPE, bitcast=True)
