@@ -114,3 +114,16 @@ def describe() -> str:
             value = f"<invalid: {exc}>"
         lines.append(f"{knob.name}={value}  # {knob.doc}")
     return "\n".join(lines)
+
+POISON: Knob[bool] = Knob(
+    "EVTORCH_POISON",
+    lambda: False,
+    _parse_bool,
+    "1: fill outputs with NaN (integers: -1) before kernels run, so an unwritten element fails a check",
+)
+ALL_KNOBS = ALL_KNOBS + (POISON,)
+
+
+def poison_enabled() -> bool:
+    """Whether outputs are poisoned before launch (EVTORCH_POISON; tests and the selftest turn it on)."""
+    return POISON.get()
