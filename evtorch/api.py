@@ -116,17 +116,35 @@ def gemm(A: torch.Tensor, B: torch.Tensor, epilogue: Callable | Epilogue | None 
 
 
 def row_index(x) -> TracedTensor:
-    """The global row coordinate m of every element of ``x`` (a traced value shaped like acc), as int64."""
+    """The global row coordinate m of every element of ``x`` (a traced value shaped like acc), as int64.
+
+    On a real tensor (the epilogue called eagerly, as its own reference) it is the same coordinate grid."""
+    if isinstance(x, torch.Tensor) and not isinstance(x, TracedTensor):
+        return _eager_index(x, -2, "evt.row_index")
     if not isinstance(x, TracedTensor):
         raise EpilogueTypeError(f"evt.row_index takes the traced acc (inside an epilogue), got {type(x).__name__}")
     return x.tracer.index(x, -2, "evt.row_index")
 
 
 def col_index(x) -> TracedTensor:
-    """The global column coordinate n of every element of ``x`` (a traced value shaped like acc), as int64."""
+    """The global column coordinate n of every element of ``x`` (a traced value shaped like acc), as int64.
+
+    On a real tensor (the epilogue called eagerly, as its own reference) it is the same coordinate grid."""
+    if isinstance(x, torch.Tensor) and not isinstance(x, TracedTensor):
+        return _eager_index(x, -1, "evt.col_index")
     if not isinstance(x, TracedTensor):
         raise EpilogueTypeError(f"evt.col_index takes the traced acc (inside an epilogue), got {type(x).__name__}")
     return x.tracer.index(x, -1, "evt.col_index")
+
+
+def _eager_index(x: torch.Tensor, dim: int, what: str) -> torch.Tensor:
+    """``arange`` along ``dim`` of a real tensor, broadcast to its shape (what the traced index node means)."""
+    if x.dim() < -dim:
+        raise ShapeError(f"{what}: dim {dim} is out of range for a value of shape {tuple(x.shape)}; pass acc "
+                         "(or a value shaped like it)")
+    shape = [1] * x.dim()
+    shape[dim] = x.shape[dim]
+    return torch.arange(x.shape[dim], device=x.device).view(shape).expand(x.shape)
 
 
 def register_op(name: str, torch_fn: Callable, triton_fn, *, derivative: Callable | None = None,

@@ -97,9 +97,12 @@ class Epilogue:
             if o.position not in raw:
                 continue
             base, base_axes, view = make_output(o.dims, sizes, self.output_dtype(o, out_dtype), acc.device)
-            value = raw[o.position].expand([sizes[a] for a in AXES])
-            index = tuple(slice(None) if a in base_axes else 0 for a in AXES)
-            base.copy_(value[index].reshape(base.shape))
+            # axes the output does not walk are size 1 in the raw value (or in the iteration space): take their
+            # first element before expanding, so an empty axis (M, N or L == 0) elsewhere never gets indexed
+            value = raw[o.position]
+            value = value[tuple(slice(None) if a in base_axes else slice(0, 1) for a in AXES)]
+            value = value.expand([sizes[a] if a in base_axes else 1 for a in AXES])
+            base.copy_(value.reshape(base.shape))
             results[o.position] = view
         return self.pack(results)
 

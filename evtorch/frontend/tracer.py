@@ -429,6 +429,10 @@ class Tracer:
                 if len(args) == 1 and isinstance(args[0], torch.dtype):
                     raise self._err(UnsupportedOpError, ".view(dtype) reinterprets bits and is not supported; use .to()")
             shape = tuple(int(s) for s in shape)
+            if shape.count(-1) == 1:  # resolve -1 first: v.view(-1, 1) only adds a size-1 dim
+                known = math.prod(s for s in shape if s != -1)
+                total = math.prod(x.size for x in dims)
+                shape = tuple((total // known if known else 0) if s == -1 else s for s in shape)
             if v.node is None and tuple(s for s in shape if s != 1) != tuple(x.size for x in dims if x.size != 1):
                 raise self._err(ShapeError, f"{what}: input {v.label!r} is reshaped from {tuple(v.shape)} to {shape} "
                                             "before it meets acc; only adding or removing size-1 dims is supported "

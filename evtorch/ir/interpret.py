@@ -67,8 +67,10 @@ class Interpreter:
     def run_compute(self, n: Node, *args):
         op = REGISTRY[n.target]
         out = op.torch_ref(*args, **n.attrs)
-        if not isinstance(out, torch.Tensor):
+        if not isinstance(out, (torch.Tensor, bool, int, float)):
             out = torch.tensor(out, dtype=n.dtype, device=self.acc.device)
+        # arithmetic on Python-number scalars stays a Python number, exactly as in eager: rounding it to a
+        # float32 tensor would lose precision in float64 epilogues and change how it promotes
         return out
 
     def run_reduce(self, n: Node, x):
@@ -80,6 +82,8 @@ class Interpreter:
         return op.torch_ref(x, dim=tuple(_DIM[a] for a in over), keepdim=True)
 
     def run_output(self, n: Node, x):
+        if not isinstance(x, torch.Tensor):  # a Python number: no rounding before the final cast
+            x = torch.tensor(x, dtype=torch.float64 if isinstance(x, float) else None, device=self.acc.device)
         x = torch.as_tensor(x, device=self.acc.device)
         if x.dim() < 3:
             x = x.reshape(1, 1, 1)

@@ -53,13 +53,16 @@ def output_view(dims, sizes: dict, what: str = "output"):
     for axes, expanded in dims:
         if axes:
             size = math.prod(sizes[a] for a in axes)
-            for outer, inner in zip(axes, axes[1:]):
+            # size-1 axes take no room in memory: only the order of the others decides whether the merged
+            # dim is one stride (checking neighbours in the full list would skip pairs around a size-1 axis)
+            real = [a for a in axes if sizes[a] != 1]
+            for outer, inner in zip(real, real[1:]):
                 if sizes[outer] > 1 and sizes[inner] > 1 and base_strides[outer] != base_strides[inner] * sizes[inner]:
                     raise ShapeError(f"{what}: the returned view merges axes {'*'.join(axes)} out of memory order; "
                                      "returning it would need a copy (reshape of a transposed value). Return the "
                                      "value without that reshape, or merge the dims in their original order")
             view_sizes.append(size)
-            view_strides.append(base_strides[axes[-1]])
+            view_strides.append(base_strides[real[-1]] if real else 1)
         else:
             view_sizes.append(expanded if expanded is not None else 1)
             view_strides.append(0)

@@ -25,6 +25,8 @@ def _sum_to(g, like):
 
 
 # ----------------------------------------------------------------------------------------------- arithmetic
+# References of ops a Python-number scalar input can reach (``-alpha``, ``abs(alpha)``, ``alpha ** 2``) use the
+# operators, not ``torch.neg``/``torch.abs``/``torch.pow``: eager evaluates those on the number itself.
 def _add(input, other, *, alpha=1): ...
 def _binary(input, other): ...
 def _unary(input): ...
@@ -47,9 +49,9 @@ define("mul", _binary, operands=("input", "other"), torch_ref=lambda a, b: a * b
 define("div", _binary, operands=("input", "other"), torch_ref=lambda a, b: a / b, triton="({0} / {1})",
        derivative=lambda g, a, b, out: (g / b, -g * out / b),
        torch_fns=(torch.div, torch.divide, torch.true_divide), methods=("div", "divide", "__truediv__"))
-define("neg", _unary, torch_ref=torch.neg, triton="(-{0})", derivative=lambda g, x, out: (-g,),
+define("neg", _unary, torch_ref=lambda x: -x, triton="(-{0})", derivative=lambda g, x, out: (-g,),
        torch_fns=(torch.neg, torch.negative), methods=("neg", "negative", "__neg__"))
-define("abs", _unary, torch_ref=torch.abs, triton="tl.abs({0})",
+define("abs", _unary, torch_ref=abs, triton="tl.abs({0})",
        derivative=lambda g, x, out: (g * torch.sign(x),),
        torch_fns=(torch.abs, torch.absolute), methods=("abs", "absolute", "__abs__"))
 
@@ -57,7 +59,7 @@ define("abs", _unary, torch_ref=torch.abs, triton="tl.abs({0})",
 def _pow(input, exponent): ...
 
 
-define("pow", _pow, operands=("input",), torch_ref=lambda x, exponent: torch.pow(x, exponent),
+define("pow", _pow, operands=("input",), torch_ref=lambda x, exponent: x ** exponent,
        triton=lambda exponent: _pow_emission(exponent),
        derivative=lambda g, x, out, exponent: (
            g * exponent * torch.pow(x, exponent - 1) if exponent != 1 else g,),
@@ -123,8 +125,21 @@ define("where", _where, operands=("condition", "input", "other"),
 def _clamp(input, min=None, max=None): ...
 
 
+def _clamp_ref(x, lo, hi):
+    # The IR spells a missing bound as an infinite constant (codegen wants a value). An infinite bound clamps
+    # nothing, so it is dropped again here: ``torch.clamp(x, C)`` then stays the (tensor, tensor) overload
+    # instead of becoming an invalid (tensor, number) mix, and integer x stays integer, as in eager.
+    if isinstance(lo, float) and lo == -math.inf:
+        lo = None
+    if isinstance(hi, float) and hi == math.inf:
+        hi = None
+    if lo is None and hi is None:
+        return x
+    return torch.clamp(x, lo, hi)
+
+
 define("clamp", _clamp, operands=("input", "min", "max"),
-       torch_ref=lambda x, lo, hi: torch.clamp(x, lo, hi),
+       torch_ref=lambda x, lo, hi: _clamp_ref(x, lo, hi),
        triton="tlmath.clamp({0}, {1}, {2})",
        derivative=lambda g, x, lo, hi, out: (
            torch.where((x >= lo) & (x <= hi), g, 0.0), torch.where(x < lo, g, 0.0), torch.where(x > hi, g, 0.0)),
