@@ -282,27 +282,32 @@ def test_interpreter_uses_small_config():
 
 
 @pytest.mark.parametrize("dev", [H100, A100], ids=["H100", "A100"])
-@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64])
+@pytest.mark.parametrize("dtype, tf32", [(torch.float16, False), (torch.float32, False), (torch.float32, True),
+                                         (torch.float64, False)], ids=["f16", "f32", "tf32", "f64"])
 @pytest.mark.parametrize("shape", [(4096, 4096, 4096), (8, 4096, 4096), (256, 256, 16384), (37, 45, 29)])
-def test_candidates_pruned(dev, dtype, shape):
+def test_candidates_pruned(dev, dtype, tf32, shape):
     M, N, K = shape
-    cands = candidate_configs(M, N, K, dtype, dev, tma_ok=True)
-    heur = heuristic_config(M, N, K, dtype, dev, tma_ok=True)
+    cands = candidate_configs(M, N, K, dtype, dev, tma_ok=True, allow_tf32=tf32)
+    heur = heuristic_config(M, N, K, dtype, dev, tma_ok=True, allow_tf32=tf32)
     assert 1 <= len(cands) <= 16 and cands[0] == heur and len(set(cands)) == len(cands)
     nbytes = cfgmod.DTYPE_BYTES[dtype]
+    tensor_cores = dtype != torch.float64 and (dtype != torch.float32 or tf32)
     for c in cands:
         assert c.smem_bytes(nbytes) <= dev.smem_bytes - 8192
         assert c.BLOCK_M <= max(16, cfgmod.next_pow2(M)) and c.BLOCK_N <= max(16, cfgmod.next_pow2(N))
         if c.template == "persistent_tma":
-            assert dev.capability[0] == 9 and dtype != torch.float64
+            assert dev.capability[0] == 9 and tensor_cores
         if c.template == "splitk":
             assert cfgmod.splitk_worthwhile(M, N, K, 1, dev) and c.SPLIT_K >= 2
+        if not tensor_cores:  # FMA path: big tiles spill
+            assert c.BLOCK_M * c.BLOCK_N <= 128 * 64
     templates = {c.template for c in cands}
     if (M, N, K) == (256, 256, 16384):
         assert "splitk" in templates and heur.template == "splitk"
-    if (M, N, K) == (4096, 4096, 4096) and dev is H100 and dtype != torch.float64:
-        assert heur.template == "persistent_tma"
-    assert "persistent_tma" not in {c.template for c in candidate_configs(M, N, K, dtype, dev, tma_ok=False)}
+    if (M, N, K) == (4096, 4096, 4096) and dev is H100:
+        assert (heur.template == "persistent_tma") == tensor_cores
+    no_tma = candidate_configs(M, N, K, dtype, dev, tma_ok=False, allow_tf32=tf32)
+    assert "persistent_tma" not in {c.template for c in no_tma}
 
 
 # --- launch helpers --------------------------------------------------------------------------------------

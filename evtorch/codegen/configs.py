@@ -274,18 +274,29 @@ _PORTABLE_16 = (
     (16, 128, 64, 4, 4),
 )
 _SPLITK_16 = ((64, 64, 64, 3, 4), (128, 64, 64, 3, 4), (64, 128, 64, 3, 4), (32, 64, 128, 3, 4), (16, 64, 128, 4, 4))
-# (BM, BN, BK, stages, warps, subtile, warp_specialize, flatten); defaults picked from H100 runs
-# (benchmarks/template_check.py): see docs in heuristic_config.
+# (BM, BN, BK, stages, warps, subtile, warp_specialize, flatten), best first as measured on an H200 with
+# Triton 3.6, bf16, store epilogue (benchmarks/template_check.py; TFLOP/s at 8192x8192x4096 / 4096^3,
+# torch.matmul 684 / 703): 128x256x64 s3 w8 subtile 668 / 690, +flatten 684 / 692, +warp_specialize
+# 681 / 696, s4 654 / 687, 256x128 subtile 649 / 641, 128x256 no subtile 675 / 636, 128x128x64 w4 subtile
+# 637 / 624, 128x128x64 w8 640 / 607, 128x128x128 623 / 605. 128x128 + flatten was worst (572 / 565).
 _PERSISTENT_16 = (
     (128, 256, 64, 3, 8, True, False, False),
-    (128, 128, 64, 4, 8, False, False, False),
-    (128, 128, 64, 4, 4, True, False, False),
+    (128, 256, 64, 3, 8, True, False, True),
+    (128, 256, 64, 3, 8, True, True, False),
     (128, 256, 64, 4, 8, True, False, False),
     (256, 128, 64, 3, 8, True, False, False),
+    (128, 256, 64, 3, 8, False, False, False),
+    (128, 128, 64, 4, 4, True, False, False),
+    (128, 128, 64, 4, 8, False, False, False),
     (128, 128, 128, 3, 8, False, False, False),
     (128, 64, 64, 4, 4, False, False, False),
     (64, 128, 64, 4, 4, False, False, False),
 )
+
+# fp32 without TF32 has no tensor-core path: tl.dot becomes FMA loops whose register use grows with the
+# tile. On the H200 run, 128x256 / 128x128 persistent fp32-IEEE kernels spilled 24 to 3052 registers
+# (col-major operands worst), so IEEE fp32 keeps tiles at <= 128x64 and never uses persistent_tma.
+_IEEE_FP32_MAX_TILE = 128 * 64
 
 
 def _scale_for_dtype(bm: int, bn: int, bk: int, stages: int, dtype: torch.dtype) -> tuple[int, int, int, int]:
@@ -319,10 +330,19 @@ def _persistent_space(dtype: torch.dtype) -> list[GemmConfig]:
     return out
 
 
-def tma_template_allowed(dtype: torch.dtype, info: DeviceInfo, tma_ok: bool) -> bool:
-    """persistent_tma is offered only on Hopper (capability 9.x), for fp16/bf16/fp32 operands whose
-    layout passed the TMA checks (``gemm_launch.tma_eligible``)."""
+def tma_template_allowed(dtype: torch.dtype, info: DeviceInfo, tma_ok: bool, allow_tf32: bool = False) -> bool:
+    """persistent_tma is offered only on Hopper (capability 9.x), for fp16/bf16 operands, or fp32 with TF32
+    allowed (its value is feeding wgmma; IEEE fp32 runs on FMA units and spills), whose layout passed the
+    TMA checks (``gemm_launch.tma_eligible``)."""
+    if dtype == torch.float32 and not allow_tf32:
+        return False
     return tma_ok and info.is_hopper and dtype in TMA_DTYPES
+
+
+def _fits_precision(config: GemmConfig, dtype: torch.dtype, allow_tf32: bool) -> bool:
+    if dtype == torch.float32 and not allow_tf32:
+        return config.template != "persistent_tma" and config.BLOCK_M * config.BLOCK_N <= _IEEE_FP32_MAX_TILE
+    return True
 
 
 def _dedupe(configs: list[GemmConfig]) -> list[GemmConfig]:
@@ -344,13 +364,15 @@ def candidate_configs(
     *,
     L: int = 1,
     tma_ok: bool = False,
+    allow_tf32: bool = False,
     max_candidates: int = 16,
 ) -> list[GemmConfig]:
     """Pruned candidate list for autotuning, heuristic config first, at most ``max_candidates`` long.
 
     Pruning: shared memory (operand stages vs the device limit), problem shape (no tiles far larger than
     M/N/K), split-K only when tiles are few vs SMs and K is long, persistent_tma only on Hopper with TMA-able
-    operands. On the interpreter or CPU the single small interpreter config is returned.
+    operands, small tiles for fp32 without TF32. On the interpreter or CPU the single small interpreter
+    config is returned.
     """
     _check_sizes(M, N, K, L)
     _elem_bytes(dtype)
@@ -359,9 +381,9 @@ def candidate_configs(
     info = device_info(device)
     if info.kind != "cuda":
         return [interpreter_config(M, N, K)]
-    heuristic = heuristic_config(M, N, K, dtype, device, L=L, tma_ok=tma_ok)
+    heuristic = heuristic_config(M, N, K, dtype, device, L=L, tma_ok=tma_ok, allow_tf32=allow_tf32)
     space: list[GemmConfig] = []
-    if tma_template_allowed(dtype, info, tma_ok):
+    if tma_template_allowed(dtype, info, tma_ok, allow_tf32):
         space += _persistent_space(dtype)
     if splitk_worthwhile(M, N, K, L, info):
         for cfg in _portable_space(dtype, "splitk"):
@@ -369,7 +391,8 @@ def candidate_configs(
             space.append(GemmConfig("splitk", cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K, cfg.GROUP_M, split,
                                     cfg.num_warps, cfg.num_stages))
     space += _portable_space(dtype, "portable")
-    kept = [c for c in space if fits_smem(c, dtype, info) and fits_shape(c, M, N, K)]
+    kept = [c for c in space
+            if fits_smem(c, dtype, info) and fits_shape(c, M, N, K) and _fits_precision(c, dtype, allow_tf32)]
     return _dedupe([heuristic] + kept)[:max_candidates]
 
 
@@ -395,15 +418,19 @@ def heuristic_config(
     *,
     L: int = 1,
     tma_ok: bool = False,
+    allow_tf32: bool = False,
 ) -> GemmConfig:
     """A good single config without tuning.
 
     - interpreter / CPU: small portable tiles (``interpreter_config``);
-    - Hopper, TMA-able fp16/bf16/fp32 operands and at least one wave of 128x128 tiles: persistent_tma with
-      128x256x64 (16-bit), 3 stages, 8 warps, epilogue sub-tiling (the best measured on H100 at 4096^3 and
-      8192x8192x4096 bf16, see benchmarks/template_check.py);
+    - Hopper, TMA-able fp16/bf16 (or fp32 with ``allow_tf32``) operands and at least one wave of 128x128
+      tiles: persistent_tma 128x256x64 (fp32: BK 32), 3 stages, 8 warps, epilogue sub-tiling: 98% of
+      torch.matmul (cuBLAS) on an H200 at 4096^3 and 8192x8192x4096 bf16 (690 / 668 TFLOP/s vs 703 / 684);
+      the flatten / warp_specialize variants were within run-to-run noise (~2%) and are left to the tuner;
     - few output tiles and a long K: split-K over 64x64 tiles;
-    - otherwise portable tiles sized to the problem (<= 128x128).
+    - otherwise portable tiles sized to the problem: on Hopper 16-bit up to 128x256x64 (627 TFLOP/s at
+      8192x8192x4096 bf16 vs 459 for 128x128x32), elsewhere up to 128x128x32 with 4 stages; fp32 without
+      TF32 (FMA path) at most 64x64; fp64 at most 64x64.
     """
     _check_sizes(M, N, K, L)
     _elem_bytes(dtype)
@@ -411,7 +438,7 @@ def heuristic_config(
     if info.kind != "cuda":
         return interpreter_config(M, N, K)
     L = max(L, 1)
-    if tma_template_allowed(dtype, info, tma_ok) and cdiv(M, 128) * cdiv(N, 128) * L >= info.num_sms:
+    if tma_template_allowed(dtype, info, tma_ok, allow_tf32) and cdiv(M, 128) * cdiv(N, 128) * L >= info.num_sms:
         bm, bn, bk, stages = _scale_for_dtype(128, 256 if N >= 256 else 128, 64, 3, dtype)
         cfg = GemmConfig("persistent_tma", bm, bn, bk, 8, 1, 8, stages, (("EPILOGUE_SUBTILE", True),))
         return _fit_stages(cfg, dtype, info)
@@ -420,12 +447,21 @@ def heuristic_config(
         base = GemmConfig("splitk", bm, bn, bk, 8, 1, 4, stages)
         split = choose_split_k(M, N, K, L, base, info)
         return _fit_stages(GemmConfig("splitk", bm, bn, bk, 8, split, 4, stages), dtype, info)
-    bm = min(128, max(16, next_pow2(M)))
-    bn = min(128, max(16, next_pow2(N)))
-    if bm * bn >= 128 * 128:
+    ieee_fp32 = dtype == torch.float32 and not allow_tf32
+    cap_m, cap_n = (64, 64) if ieee_fp32 else (128, 128)
+    if info.is_hopper and DTYPE_BYTES[dtype] == 2:
+        cap_n = 256
+    bm = min(cap_m, max(16, next_pow2(M)))
+    bn = min(cap_n, max(16, next_pow2(N)))
+    if bm * bn >= 128 * 256:
+        bk, stages, warps = 64, 3, 8
+    elif bm * bn >= 128 * 128:
         bk, stages, warps = 32, 4, 4
     else:
-        bk, stages, warps = 64, 3, (4 if bm * bn >= 64 * 64 else 2)
+        bk, stages, warps = (32 if ieee_fp32 else 64), 3, (4 if bm * bn >= 64 * 64 else 2)
     bk = min(bk, max(16, next_pow2(K)))
-    bm, bn, bk, stages = _scale_for_dtype(bm, bn, bk, stages, dtype)
+    if not ieee_fp32:
+        bm, bn, bk, stages = _scale_for_dtype(bm, bn, bk, stages, dtype)
+    else:
+        bk = min(bk, 32)
     return _fit_stages(GemmConfig("portable", bm, bn, bk, 8, 1, warps, stages), dtype, info)

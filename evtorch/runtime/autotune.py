@@ -69,7 +69,7 @@ def tune_key(
     buckets = "x".join(str(shape_bucket(v)) for v in (M, N, K))
     return (
         f"gpu={device_name}|triton={_triton_version()}|mnk={buckets}|L={shape_bucket(L)}|dtypes={dt}"
-        f"|layout={layout}|epilogue={epilogue_hash}|templates={','.join(sorted(templates))}"
+        f"|layout={layout}|epilogue={epilogue_hash}|templates={','.join(sorted(set(templates)))}"
     )
 
 
