@@ -181,8 +181,7 @@ def cmd_show(args) -> int:
     print()
     print(format_passes(ep.passes_log) if not args.full else ep.show())
     print()
-    print("# outputs: " + ", ".join(f"{o.position} ({o.kind})" for o in ep.outputs)
-)
+    print("# outputs: " + ", ".join(f"{o.position} ({o.kind})" for o in ep.outputs))
     if args.dot:
         print(write_dot(ep.to_dot(), Path(args.dot)))
     if args.source:
@@ -222,8 +221,8 @@ def delegate(command: str, argv: list[str]) -> int:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as e:
         if e.name and (module_name == e.name or module_name.startswith(e.name + ".")):
-            print(f"evtorch {command}: {what} is not available in this installation "
-                  f"(no module {module_name!r}).", file=sys.stderr)
+            print(f"evtorch {command}: not available here: module {module_name!r} ({what}) was not found",
+                  file=sys.stderr)
             return 2
         raise
     main_fn = getattr(module, "main", None)
@@ -269,7 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     show = sub.add_parser("show", help="print an epilogue's IR after each pass; draw it; print generated source",
                           description="Trace FUNC for the given shapes and print its IR after each optimization "
-                          "pass. Every keyword input not described with --input is a full (M, N) tensor.")
+                          "pass. A keyword input with no --input and no default value is a full-size tensor "
+                          "((M, N), or (L, M, N) with --batch).")
     show.add_argument("target", metavar="FILE.py:FUNC", help="the epilogue function (or module:FUNC)")
     show.add_argument("--shape", type=parse_ints, required=True, metavar="M,N[,K]",
                       help="accumulator size (K is shown only: the epilogue does not depend on it)")
