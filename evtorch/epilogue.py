@@ -16,9 +16,10 @@ from .frontend.signature import Spec, check_keywords, epilogue_params, input_spe
 from .frontend.tracer import InputSpec, Tracer
 from .ir.graph import Graph
 from .ir.interpret import Interpreter
-from .ir.layouts import make_output, output_view
+from .ir.layouts import make_output, output_view, poison_value
 from .ir.types import AXES, Stage
 from .passes.pipeline import run_pipeline
+from .runtime import knobs
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,9 @@ class Epilogue:
         for o in self.outputs:
             if o.position not in raw:
                 continue
-            base, base_axes, view = make_output(o.dims, sizes, self.output_dtype(o, out_dtype), acc.device)
+            dtype = self.output_dtype(o, out_dtype)
+            base, base_axes, view = make_output(o.dims, sizes, dtype, acc.device,
+                                                poison_value(dtype) if knobs.poison_enabled() else None)
             # axes the output does not walk are size 1 in the raw value (or in the iteration space): take their
             # first element before expanding, so an empty axis (M, N or L == 0) elsewhere never gets indexed
             value = raw[o.position]

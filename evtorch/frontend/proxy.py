@@ -107,7 +107,7 @@ class TracedTensor:
         if op is None:
             raise UnsupportedOpError(f"Tensor method .{name}() is not supported in an epilogue"
                                      f"{tracer.registry.suggest(name)}", where=tracer.user_frame())
-        return lambda *a, **k: tracer.call_op(op, (self,) + a, k, spelled=f".{name}()")
+        return lambda *a, **k: tracer.call_op(op, op.method_args(self, a), k, spelled=f".{name}()")
 
     def __getitem__(self, index):
         return self.tracer.getitem(self, index)

@@ -133,6 +133,8 @@ class Tracer:
         if op is None and getattr(func, "__name__", None) in self.registry.by_method and \
                 getattr(func, "__qualname__", "").startswith(("Tensor.", "_TensorBase.", "TensorBase.")):
             op = self.registry.by_method[func.__name__]
+            if args:  # an unbound Tensor method: its first argument is the tensor the method is called on
+                args = op.method_args(args[0], args[1:])
         if op is None:
             raise self._err(UnsupportedOpError, f"{_qualname(func)} is not supported in an epilogue"
                                                 f"{self.registry.suggest(name)}")

@@ -69,6 +69,14 @@ def output_view(dims, sizes: dict, what: str = "output"):
     return base_shape, base_axes, view_sizes, view_strides
 
 
+def poison_value(dtype: torch.dtype):
+    """What an output is filled with before it is written when poisoning is on (``EVTORCH_POISON``): an
+    element nobody writes then shows up as NaN (or True / -1 for bool / integer outputs)."""
+    if dtype.is_floating_point:
+        return float("nan")
+    return True if dtype == torch.bool else -1
+
+
 def make_output(dims, sizes: dict, dtype: torch.dtype, device, fill=None):
     """Allocate an output's contiguous base (optionally poisoned) and its returned view."""
     base_shape, base_axes, vs, vst = output_view(dims, sizes)

@@ -12,6 +12,7 @@ tensors (reference backward, tested against torch autograd) and on traced values
 from __future__ import annotations
 
 import math
+import operator
 
 import torch
 import torch.nn.functional as F
@@ -89,18 +90,22 @@ define("fma", lambda a, b, c: None, operands=("a", "b", "c"), torch_ref=lambda a
 
 
 # ----------------------------------------------------------------------------------------------- compare/logic
-def _cmp(name, fn, sym, methods):
-    define(name, _binary, operands=("input", "other"), torch_ref=lambda a, b: fn(a, b), triton=f"({{0}} {sym} {{1}})",
-           derivative=lambda g, a, b, out: (None, None), torch_fns=(fn,), methods=methods,
+def _cmp(name, fn, sym, methods, aliases=()):
+    # the reference is the Python operator, not ``fn``: ``alpha < acc`` with a number-valued scalar input is
+    # reflected to ``acc > alpha`` as in eager (``torch.lt(number, tensor)`` does not exist)
+    pyop = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt,
+            ">=": operator.ge}[sym]
+    define(name, _binary, operands=("input", "other"), torch_ref=pyop, triton=f"({{0}} {sym} {{1}})",
+           derivative=lambda g, a, b, out: (None, None), torch_fns=(fn,) + tuple(aliases), methods=methods,
            traits=frozenset({COMPARE}))
 
 
 _cmp("eq", torch.eq, "==", ("eq", "__eq__"))
-_cmp("ne", torch.ne, "!=", ("ne", "__ne__"))
-_cmp("lt", torch.lt, "<", ("lt", "less", "__lt__"))
-_cmp("le", torch.le, "<=", ("le", "less_equal", "__le__"))
-_cmp("gt", torch.gt, ">", ("gt", "greater", "__gt__"))
-_cmp("ge", torch.ge, ">=", ("ge", "greater_equal", "__ge__"))
+_cmp("ne", torch.ne, "!=", ("ne", "not_equal", "__ne__"), (torch.not_equal,))
+_cmp("lt", torch.lt, "<", ("lt", "less", "__lt__"), (torch.less,))
+_cmp("le", torch.le, "<=", ("le", "less_equal", "__le__"), (torch.less_equal,))
+_cmp("gt", torch.gt, ">", ("gt", "greater", "__gt__"), (torch.greater,))
+_cmp("ge", torch.ge, ">=", ("ge", "greater_equal", "__ge__"), (torch.greater_equal,))
 
 define("logical_and", _binary, operands=("input", "other"), torch_ref=lambda a, b: a & b, triton="({0} & {1})",
        derivative=lambda g, a, b, out: (None, None), torch_fns=(torch.logical_and, torch.bitwise_and),
@@ -119,7 +124,7 @@ def _where(condition, input, other): ...
 define("where", _where, operands=("condition", "input", "other"),
        torch_ref=torch.where, triton="tl.where({0}, {1}, {2})",
        derivative=lambda g, c, a, b, out: (None, torch.where(c, g, 0.0), torch.where(c, 0.0, g)),
-       torch_fns=(torch.where,), methods=("where",))
+       torch_fns=(torch.where,), methods=("where",), method_self="input")
 
 
 def _clamp(input, min=None, max=None): ...

@@ -16,7 +16,9 @@ An ``OpDef`` says everything evtorch knows about an op, in one place:
 - ``decompose``: instead of an emission, a composite written in other ops (few primitives, many composites);
 - ``derivative``: reverse-mode rule ``(ctx, grad, *operands, out, **attrs) -> tuple of grads`` written with
   ctx's builder ops (see ``evtorch.autodiff``);
-- ``traits``: facts passes ask about instead of listing ops (commutative, float_only, bool_only, ...).
+- ``traits``: facts passes ask about instead of listing ops (commutative, float_only, bool_only, ...);
+- ``method_self``: the operand the tensor fills when the op is called as a Tensor method, where that is not the
+  first one (``x.where(cond, y)``).
 
 Adding an op touches one ``define(...)`` call in ``ops/elementwise.py`` or ``ops/reductions.py``.
 """
@@ -49,6 +51,7 @@ class OpDef:
     traits: frozenset = frozenset()
     user_defined: Any = None   # the @triton.jit function of a user-registered op
     doc: str = ""
+    method_self: str | None = None  # the operand ``x`` fills in ``x.method(...)`` (default: the first)
 
     @property
     def attr_names(self) -> tuple[str, ...]:
@@ -63,6 +66,12 @@ class OpDef:
         bound.apply_defaults()
         values = dict(bound.arguments)
         return [values.pop(p) for p in self.operands], values
+
+    def method_args(self, self_value, args: tuple) -> tuple:
+        """Positional arguments of the op for the Tensor-method call ``self_value.method(*args)``
+        (``x.where(cond, y)`` is ``torch.where(cond, x, y)``)."""
+        i = self.operands.index(self.method_self) if self.method_self else 0
+        return tuple(args[:i]) + (self_value,) + tuple(args[i:])
 
     def __repr__(self):
         return f"OpDef({self.name})"
