@@ -1,0 +1,270 @@
+"""The ``evtorch`` command: demo, show, bench/selftest dispatch, argument parsing; and evtorch.examples."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import types
+
+import pytest
+import torch
+
+import evtorch as evt
+from evtorch import cli, demo
+from evtorch.examples import EXAMPLES, eager_reference, operands
+from evtorch.passes.pipeline import default_passes
+
+SMALL = ["--size", "37,29,19", "--repeat", "1"]
+
+
+def run(capsys, *argv):
+    rc = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+# ------------------------------------------------------------------------------------------------ examples
+@pytest.mark.parametrize("name", list(EXAMPLES))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_example_matches_eager(name, dtype):
+    fn, make_inputs = EXAMPLES[name]
+    A, B = operands(45, 31, 17, "cpu", dtype)
+    inputs = make_inputs(45, 31, "cpu", dtype)
+    assert all(not isinstance(v, torch.Tensor) or v.abs().sum() > 0 for v in inputs.values()), "inputs are zeros"
+    got, want = evt.gemm(A, B, fn, **inputs), eager_reference(fn, A, B, **inputs)
+    got, want = (got, want) if isinstance(want, tuple) else ((got,), (want,))
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape
+        torch.testing.assert_close(g.double(), w.double(), rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------------------------------------------------ demo
+def test_demo_cpu_small_passes(capsys):
+    rc, out, _ = run(capsys, "demo", "--device", "cpu", *SMALL)
+    assert rc == 0, out
+    for name in EXAMPLES:
+        line = next(line for line in out.splitlines() if line.startswith(name))
+        assert line.split()[-1] == "pass", line
+    assert "max err" in out and "rel err" in out and "time ms" in out
+    assert "37x29" in out   # output shapes
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f32", "f64"])
+def test_demo_dtypes(capsys, dtype):
+    rc, out, _ = run(capsys, "demo", "--device", "cpu", "--dtype", dtype, "--example", "mixed_dag", *SMALL)
+    assert rc == 0, out
+    assert "mixed_dag" in out and "lincomb_relu" not in out
+
+
+def test_demo_detects_a_wrong_result(capsys, monkeypatch):
+    real = evt.gemm
+
+    def off_by_a_bit(A, B, fn, **kw):
+        out = real(A, B, fn, **kw)
+        return tuple(o * 1.01 for o in out) if isinstance(out, tuple) else out * 1.01
+
+    monkeypatch.setattr(demo.api, "gemm", off_by_a_bit)
+    rc, out, _ = run(capsys, "demo", "--device", "cpu", *SMALL)
+    assert rc == 1
+    assert out.count("FAIL") == len(EXAMPLES)
+
+
+def test_demo_reports_errors_and_goes_on(capsys, monkeypatch):
+    real = evt.gemm
+
+    def broken_for_bce(A, B, fn, **kw):
+        if fn.__name__ == "bce_loss":
+            raise RuntimeError("kernel exploded")
+        return real(A, B, fn, **kw)
+
+    monkeypatch.setattr(demo.api, "gemm", broken_for_bce)
+    rc, out, _ = run(capsys, "demo", "--device", "cpu", *SMALL)
+    assert rc == 1
+    assert "bce_loss: RuntimeError: kernel exploded" in out
+    assert "ERROR" in out and out.count(" pass") == len(EXAMPLES) - 1
+
+
+def test_demo_compare_counts_nan_and_shape():
+    assert demo.compare(torch.tensor([1.0, float("nan")]), torch.tensor([1.0, float("nan")])) == (0.0, 0.0)
+    err, rel = demo.compare(torch.tensor([1.0, float("nan")]), torch.tensor([1.0, 2.0]))
+    assert err != err or err > 0  # a NaN where eager has a number never passes
+    with pytest.raises(AssertionError, match="shape"):
+        demo.compare(torch.zeros(2), torch.zeros(3))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a GPU")
+def test_demo_cuda_without_gpu_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["demo", "--device", "cuda"])
+    assert e.value.code == 2
+    assert "CUDA is not available" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["demo", "--size", "1,2"], ["demo", "--dtype", "int8"],
+                                  ["show", "x.py:f", "--shape", "7"], ["nonsense"]])
+def test_bad_command_lines_exit_2(capsys, argv):
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    assert e.value.code == 2
+
+
+def test_console_entry_point_runs():
+    """``python -m evtorch.cli`` (what the installed ``evtorch`` script calls) in a fresh interpreter."""
+    proc = subprocess.run([sys.executable, "-m", "evtorch.cli", "demo", "--device", "cpu", "--size", "16,8,4",
+                           "--repeat", "0"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "all 5 examples match eager PyTorch" in proc.stdout
+
+
+# ------------------------------------------------------------------------------------------------ show
+EPILOGUE = textwrap.dedent("""
+    import torch
+
+    def epi(acc, C, bias, alpha, beta=0.5):
+        z = alpha * acc + beta * C + bias[:, None]
+        D = torch.relu(z)
+        return D, D.sum(dim=1)
+
+    def broken(acc, C):
+        return acc + C
+
+    not_a_function = 3
+""")
+
+
+@pytest.fixture
+def epi_file(tmp_path):
+    path = tmp_path / "my_epi.py"
+    path.write_text(EPILOGUE)
+    return path
+
+
+def test_show_prints_every_pass(capsys, epi_file):
+    rc, out, _ = run(capsys, "show", f"{epi_file}:epi", "--shape", "64,48,32", "--input", "bias=M",
+                     "--input", "alpha=scalar")
+    assert rc == 0
+    headers = [line for line in out.splitlines() if line.startswith("== ")]
+    assert [h.split()[1] for h in headers] == ["traced"] + [p.name for p in default_passes()]
+    assert "%out1 : f32[M] vec" in out and "reduce sum" in out
+    # C has no description and no default: full size in the A/B dtype; beta keeps its default (not an input)
+    assert "C: float16[64, 48]" in out and "bias: float16[64]" in out and "alpha: scalar" in out
+    assert "beta" not in out.splitlines()[0]
+    assert "# outputs: 0 (tile), 1 (vector)" in out
+
+
+def test_show_full_prints_each_ir(capsys, epi_file):
+    rc, out, _ = run(capsys, "show", f"{epi_file}:epi", "--shape", "8,4", "--input", "bias=M",
+                     "--input", "alpha=0.5", "--full")
+    assert rc == 0 and "(unchanged)" not in out
+    assert out.count("%acc : f32[MN] = acc") == len(default_passes()) + 1
+
+
+def test_show_batched_and_dtypes(capsys, epi_file):
+    rc, out, _ = run(capsys, "show", f"{epi_file}:epi", "--shape", "16,8", "--batch", "3", "--dtype", "bf16",
+                     "--input", "bias=M:f32", "--input", "alpha=scalar", "--input", "C=L,1,N", "--debug")
+    assert rc == 0, out
+    assert "acc: float32[3, 16, 8]" in out and "C: bfloat16[3, 1, 8]" in out and "bias: float32[16]" in out
+
+
+def test_show_module_target(capsys):
+    rc, out, _ = run(capsys, "show", "evtorch.examples:bce_loss", "--shape", "32,16", "--input", "b=M")
+    assert rc == 0 and "reduce sum" in out and "over=(M,N)" in out
+
+
+def test_show_writes_dot(capsys, epi_file, tmp_path):
+    dot = tmp_path / "g.dot"
+    rc, out, _ = run(capsys, "show", f"{epi_file}:epi", "--shape", "8,4", "--input", "bias=M",
+                     "--input", "alpha=scalar", "--dot", str(dot))
+    assert rc == 0 and str(dot) in out
+    text = dot.read_text()
+    assert text.startswith('digraph "epi"') and "reduce" not in text.split("\n")[0] and "->" in text
+
+
+def test_show_svg_renders_or_falls_back_to_dot(capsys, epi_file, tmp_path):
+    svg = tmp_path / "g.svg"
+    rc, out, _ = run(capsys, "show", f"{epi_file}:epi", "--shape", "8,4", "--input", "bias=M",
+                     "--input", "alpha=scalar", "--dot", str(svg))
+    assert rc == 0
+    if svg.exists():
+        assert "<svg" in svg.read_text()
+    else:
+        assert (tmp_path / "g.dot").read_text().startswith("digraph")
+        assert f"dot -Tsvg {tmp_path / 'g.dot'} -o {svg}" in out
+
+
+def test_show_source_prints_triton_or_says_unavailable(capsys, epi_file):
+    rc, out, err = run(capsys, "show", f"{epi_file}:epi", "--shape", "8,4", "--input", "bias=M",
+                       "--input", "alpha=scalar", "--source")
+    if rc == 0:
+        assert "@triton.jit" in out
+    else:
+        assert rc == 1 and "code generation is not available" in err
+
+
+def test_show_epilogue_error_names_the_input(capsys, epi_file):
+    rc, out, err = run(capsys, "show", f"{epi_file}:broken", "--shape", "8,4", "--input", "C=4,8")
+    assert rc == 1
+    assert "ShapeError" in err and "C" in err and "my_epi.py" in err
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--input", "gamma=M"], "has no such keyword input"),
+    (["--input", "bias=Q"], "cannot read 'Q'"),
+    (["--input", "bias"], "NAME=SPEC"),
+    (["--input", "bias=M:int3"], "cannot read"),
+])
+def test_show_bad_inputs(capsys, epi_file, extra, message):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["show", f"{epi_file}:epi", "--shape", "8,4", *extra])
+    assert e.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("target, message", [
+    ("{file}:nope", "has no 'nope'; its functions: broken, epi"),
+    ("{file}:not_a_function", "not a function"),
+    ("{dir}/missing.py:epi", "no such file"),
+    ("no_colon", "FILE.py:FUNC"),
+])
+def test_show_bad_targets(capsys, epi_file, target, message):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["show", target.format(file=epi_file, dir=epi_file.parent), "--shape", "8,4"])
+    assert e.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_parse_input_forms():
+    sizes = {"M": 6, "N": 5, "L": 2}
+    name, v = cli.parse_input("C=M,N", sizes, torch.float16)
+    assert name == "C" and v.shape == (6, 5) and v.dtype == torch.float16
+    assert cli.parse_input("b=L,1,N:f32", sizes, torch.float16)[1].shape == (2, 1, 5)
+    assert cli.parse_input("b=L,1,N:f32", sizes, torch.float16)[1].dtype == torch.float32
+    assert cli.parse_input("v=64", sizes, torch.float16)[1].shape == (64,)
+    assert cli.parse_input("s=()", sizes, torch.float16)[1].shape == ()
+    assert cli.parse_input("alpha=scalar", sizes, torch.float16) == ("alpha", 1.0)
+    assert cli.parse_input("alpha=-2.5e-3", sizes, torch.float16) == ("alpha", -2.5e-3)
+
+
+# ------------------------------------------------------------------------------------------------ bench, selftest
+@pytest.mark.parametrize("command, module", [("bench", "benchmarks.run"), ("selftest", "evtorch.selftest")])
+def test_delegates_pass_arguments(monkeypatch, command, module):
+    seen = []
+    fake = types.ModuleType(module)
+    fake.main = lambda argv: seen.append(argv) or 7
+    monkeypatch.setitem(sys.modules, module, fake)
+    assert cli.main([command, "--quick", "x"]) == 7
+    assert seen == [["--quick", "x"]]
+
+
+def test_delegate_without_arguments_gets_sys_argv(monkeypatch):
+    fake = types.ModuleType("evtorch.selftest")
+    fake.main = lambda: 0 if sys.argv[1:] == ["-v"] else 5
+    monkeypatch.setitem(sys.modules, "evtorch.selftest", fake)
+    assert cli.main(["selftest", "-v"]) == 0
+
+
+def test_missing_delegate_says_so(capsys, monkeypatch):
+    monkeypatch.setitem(cli.DELEGATES, "bench", ("evtorch_no_such_module.run", "the benchmarks"))
+    assert cli.main(["bench"]) == 2
+    assert "evtorch_no_such_module.run" in capsys.readouterr().err
