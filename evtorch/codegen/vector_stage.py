@@ -63,6 +63,7 @@ class VectorCode:
     domain: tuple[str, ...]
     phases: int
     inner: list[InnerReduction] = field(default_factory=list)
+    task_domains: list = field(default_factory=list)   # single-phase: the domain of each output task
 
     @property
     def single_program(self) -> bool:
@@ -120,20 +121,29 @@ class VectorEmitter:
             axes |= set(n.axes)
             if n.op == "output":
                 axes |= set(output_base_axes(n.attrs["dims"]))
-        self.domain = tuple(a for a in AXES if a in axes)
-        self.vaxes = tuple(a for a in self.domain if a != "L")
-        if self.phases > 1 and len(self.vaxes) > 1:
-            raise NotImplementedError("vector-stage reductions over a full (M, N) domain")
+        self.domain = tuple(a for a in AXES if a in axes)  # the union, reported; each task loops over its own
+
+    def _set_domain(self, axes) -> None:
+        """Make ``axes`` (canonical) the domain the next emitted task walks."""
+        self.task_domain = tuple(a for a in AXES if a in set(axes))
+        self.vaxes = tuple(a for a in self.task_domain if a != "L")
+
+    def _task_domain(self, task: Node):
+        if task.op == "output":
+            return set(output_base_axes(task.attrs["dims"])) | set(task.args[0].axes)
+        return set(task.args[0].axes) | set(task.attrs["over"]) | set(task.axes)
+
+    def _v_size(self) -> str:
+        return " * ".join(self.vaxes) or "1"
 
     # ------------------------------------------------------------------ emission helpers
     def w(self, line: str):
         self.lines.append("    " * self.indent + line)
 
-    def _coords(self):
+    def _coords(self, valid: str | None = None):
         size = {"M": "M", "N": "N"}
-        v_size = " * ".join(size[a] for a in self.vaxes) or "1"
-        self.w(f"v = vb * VBLOCK + tl.arange(0, VBLOCK)")
-        self.w(f"vmask = v < ({v_size})")
+        self.w("v = vb * VBLOCK + tl.arange(0, VBLOCK)")
+        self.w(f"vmask = (v < ({self._v_size()}))" + (f" & ((v * 0 + {valid}) != 0)" if valid else ""))
         rest = "v"
         for a in reversed(self.vaxes):
             if a == self.vaxes[0]:
@@ -210,7 +220,7 @@ class VectorEmitter:
                 self.w(f"mx{rid} = tl.full([VBLOCK], float('-inf'), {tl_f})")
                 self.w(f"for t in range(0, {T}):")
                 self.w(f"    mt = tl.load({self._address(pm[0], r.kept, pm[1])} + t * {pm[1]['T']}{m})")
-                self.w(f"    mx{rid} = tl.where((mt > mx{rid}) | (mt != mt), mt, mx{rid})")
+                self.w(f"    mx{rid} = tl.where(mt != mt, mt, tl.maximum(mt, mx{rid}))")
                 self.w(f"ms{rid} = tl.where(mx{rid} == float('-inf'), 0.0, mx{rid})")
                 self.w(f"sm{rid} = tl.zeros([VBLOCK], {tl_f})")
                 self.w(f"for t in range(0, {T}):")
@@ -301,7 +311,7 @@ class VectorEmitter:
         value = self._value(out.args[0], env, phase)
         guards = ["vmask"]
         guards += [f"(c_{a} == 0)" for a in self.vaxes if a not in base]
-        if "L" in self.domain and "L" not in base:
+        if "L" in self.task_domain and "L" not in base:
             guards.append("((v * 0 + l) == 0)")  # a tensor: the interpreter refuses tensor & scalar masks
         addr = self._address(ptr, base, strides) + " + v * 0"
         self.w(f"tl.store({addr}, tl.broadcast_to(({value}).to({ptr}.dtype.element_ty), [VBLOCK]), "
@@ -312,34 +322,41 @@ class VectorEmitter:
         self._plan()
         outputs = [n for n in self.nodes if n.op == "output"]
         if self.phases == 1:
+            # one program per element block of the largest task; each task masks the blocks it lacks
             self.w("pid = tl.program_id(0)")
-            self.w("nvb = tl.cdiv(" + (" * ".join({"M": "M", "N": "N"}[a] for a in self.vaxes) or "1") + ", VBLOCK)")
-            self.w("l = pid // nvb" if "L" in self.domain else "l = 0")
-            self.w("vb = pid % nvb")
-            self._coords()
-            env: dict = {}
+            self.task_domains = []
             for o in outputs:
-                self._store_output(o, env, 0)
+                self._set_domain(self._task_domain(o))
+                self.task_domains.append(self.task_domain)
+                self.w(f"# output {o.target} over {''.join(self.task_domain) or 'a scalar'}")
+                self.w(f"nvb = tl.cdiv({self._v_size()}, VBLOCK)")
+                self.w("l = pid // nvb" if "L" in self.task_domain else "l = pid // nvb")
+                self.w("vb = pid % nvb")
+                self._coords(valid=f"(l < {'L' if 'L' in self.task_domain else '1'})")
+                self._store_output(o, {}, 0)
         else:
+            # a single program sweeps each task's domain once per phase; scratch accumulations of one phase
+            # are read by the next, after a barrier
             for phase in range(self.phases):
-                self.w(f"# phase {phase}")
-                if "L" in self.domain:
-                    self.w("for l in range(0, L):")
-                else:
-                    self.w("for l in range(0, 1):")
-                self.indent += 1
-                self.w("for vb in range(0, tl.cdiv(" + (" * ".join(self.vaxes) or "1") + ", VBLOCK)):")
-                self.indent += 1
-                self._coords()
-                env = {}
-                for r in self.inner:
-                    if r.phase == phase or (r.node.target == "logsumexp" and r.phase + 1 == phase):
-                        self._accumulate(r, env, phase)
+                tasks = [r.node for r in self.inner
+                         if r.phase == phase or (r.node.target == "logsumexp" and r.phase + 1 == phase)]
                 if phase == self.phases - 1:
-                    for o in outputs:
-                        self._store_output(o, env, phase)
-                self.indent -= 2
+                    tasks += outputs
+                for task in tasks:
+                    self._set_domain(self._task_domain(task))
+                    self.w(f"# phase {phase}: {'store output ' + str(task.target) if task.op == 'output' else 'accumulate %' + task.name}")
+                    self.w("for l in range(0, L):" if "L" in self.task_domain else "for l in range(0, 1):")
+                    self.indent += 1
+                    self.w(f"for vb in range(0, tl.cdiv({self._v_size()}, VBLOCK)):")
+                    self.indent += 1
+                    self._coords()
+                    if task.op == "output":
+                        self._store_output(task, {}, phase)
+                    else:
+                        self._accumulate(next(r for r in self.inner if r.node is task), {}, phase)
+                    self.indent -= 2
                 self.w("tl.debug_barrier()")
         params = ", ".join(["L", "M", "N"] + self.params.names() + ["VBLOCK: tl.constexpr"])
         source = f"@triton.jit\ndef {self.fn_name}({params}):\n" + "\n".join(self.lines) + "\n"
-        return VectorCode(source, self.fn_name, self.params, self.domain, self.phases, self.inner)
+        return VectorCode(source, self.fn_name, self.params, self.domain, self.phases, self.inner,
+                          getattr(self, "task_domains", []))

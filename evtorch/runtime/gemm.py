@@ -22,7 +22,7 @@ from ..codegen.vector_stage import VBLOCK
 from ..ir.layouts import input_axis_strides, make_output
 from . import knobs
 from .autotune import make_tune_key, pick_config, time_ms
-from .gemm_launch import launch_gemm, tma_eligible
+from .gemm_launch import launch_gemm, resolve_config, tma_eligible
 
 
 def _poison_value(dtype: torch.dtype):
@@ -111,10 +111,10 @@ def _launch_vector(call: _Call) -> None:
     kernel = getattr(call.prog.module, vec.fn_name)
     if vec.single_program:
         grid = (1,)
-    else:
-        v = math.prod(call.sizes[a] for a in vec.domain if a != "L")
-        lcount = call.sizes["L"] if "L" in vec.domain else 1
-        grid = (lcount * triton_cdiv(v, VBLOCK),)
+    else:  # one program per element block of the largest output task
+        blocks = [(call.sizes["L"] if "L" in d else 1) * triton_cdiv(math.prod(call.sizes[a] for a in d if a != "L"),
+                                                                      VBLOCK) for d in vec.task_domains]
+        grid = (max(blocks, default=0),)
         if grid[0] == 0:
             return
     s = call.sizes
@@ -129,12 +129,12 @@ def _choose_config(ep, prog, A, B, inputs, out_dtype, deterministic, allow_tf32)
     L = A.shape[0] if A.dim() == 3 else 1
     M, N, K = A.shape[-2], B.shape[-1], A.shape[-1]
     tma_ok = tma_eligible(A, B) if A.is_cuda else False
-    heuristic = heuristic_config(M, N, K, A.dtype, A.device, L=L, tma_ok=tma_ok)
+    heuristic = heuristic_config(M, N, K, A.dtype, A.device, L=L, tma_ok=tma_ok, allow_tf32=allow_tf32)
     if not A.is_cuda:
         return heuristic
     key = make_tune_key(A, B, prog.key[0] + ("det" if deterministic else ""), ("portable", "splitk",
                                                                               "persistent_tma"), (out_dtype,))
-    candidates = candidate_configs(M, N, K, A.dtype, A.device, L=L, tma_ok=tma_ok)
+    candidates = candidate_configs(M, N, K, A.dtype, A.device, L=L, tma_ok=tma_ok, allow_tf32=allow_tf32)
 
     def bench(cfg: GemmConfig) -> float:
         return time_ms(lambda: _execute(ep, prog, A, B, inputs, out_dtype, allow_tf32, cfg))
@@ -143,6 +143,7 @@ def _choose_config(ep, prog, A, B, inputs, out_dtype, deterministic, allow_tf32)
 
 
 def _execute(ep, prog, A, B, inputs, out_dtype, allow_tf32, config: GemmConfig):
+    config = resolve_config(A, B, config)  # a TMA config on non-TMA-able operands runs as portable
     call = _Call(ep, prog, A, B, inputs, out_dtype, (config.BLOCK_M, config.epilogue_block_n))
     args = [call.resolve(p) for p in prog.epilogue.params.params]
     launch_gemm(prog.module, KERNEL_BASE, A, B, args, config, allow_tf32)

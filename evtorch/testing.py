@@ -1,0 +1,225 @@
+"""Correctness cases and the checker shared by the interpreter test suite and the GPU selftest.
+
+A ``Case`` builds an epilogue and fresh random inputs for a problem size; ``check`` runs ``evt.gemm`` on the
+chosen backend with outputs poisoned (NaN; ``EVTORCH_POISON``) and compares every output with the eager
+function on the float64 product: relative Frobenius error within the dtype's tolerance and NaN exactly where
+eager has NaN (NaN never passes by accident). The op cases are generated from the registry, so a newly
+registered op is covered without touching this file.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+import evtorch as evt
+
+from .examples import EXAMPLES
+from .ops import REGISTRY
+from .ops.registry import BOOL_ONLY, CAST, COMPARE, REDUCTION
+
+#: relative Frobenius tolerance per A/B dtype (fp32 with TF32 off)
+TOLERANCE = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 1e-2, torch.float64: 1e-10}
+
+
+@dataclass
+class Case:
+    name: str
+    fn: Callable
+    make_inputs: Callable   # (M, N, L, device, dtype) -> dict
+    batched: bool = False
+    broadcast_b: bool = False
+    gpu_only: str = ""      # why the Triton interpreter cannot check this case (it still runs on the GPU)
+
+
+def _r(*shape, device, dtype=torch.float32, scale=1.0):
+    return torch.randn(*shape, device=device, dtype=dtype) * scale
+
+
+# ----------------------------------------------------------------------------------------------- op cases
+_POSITIVE = {"log", "log2", "sqrt", "rsqrt", "log1p"}
+
+
+def _unary_case(name: str) -> Case:
+    torch_fn = {"relu": torch.relu, "leaky_relu": lambda x: F.leaky_relu(x, 0.2), "gelu": F.gelu,
+                "silu": F.silu, "softplus": F.softplus, "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid,
+                "elu": F.elu, "square": torch.square, "reciprocal": lambda x: torch.reciprocal(x.abs() + 0.5),
+                "neg": torch.neg, "abs": torch.abs, "sign": torch.sign}.get(name) or getattr(torch, name)
+    if name in _POSITIVE:
+        def fn(acc, C):
+            return torch_fn(acc.abs() + C.abs() + 0.25)
+    else:
+        def fn(acc, C):
+            return torch_fn(acc + C)
+    return Case(f"op_{name}", fn, lambda M, N, L, d, t: dict(C=_r(M, N, device=d, dtype=t)))
+
+
+def op_cases() -> list[Case]:
+    cases = []
+    for op in REGISTRY.ops.values():
+        if op.user_defined is not None or op.has(REDUCTION) or op.name in ("fma", "cast", "where", "clamp",
+                                                                            "pow") or op.has(BOOL_ONLY):
+            continue
+        if len(op.operands) == 1:
+            cases.append(_unary_case(op.name))
+        elif op.has(COMPARE):
+            torch_fn = op.torch_ref
+            cases.append(Case(f"op_{op.name}", lambda acc, C, f=torch_fn: torch.where(f(acc, C), acc, -acc),
+                              lambda M, N, L, d, t: dict(C=_r(M, N, device=d, dtype=t))))
+        else:
+            torch_fn = op.torch_ref
+            if op.name == "div":
+                cases.append(Case("op_div", lambda acc, C: acc / (C.abs() + 0.5),
+                                  lambda M, N, L, d, t: dict(C=_r(M, N, device=d, dtype=t))))
+            else:
+                cases.append(Case(f"op_{op.name}", lambda acc, C, f=torch_fn: f(acc, C),
+                                  lambda M, N, L, d, t: dict(C=_r(M, N, device=d, dtype=t))))
+    cases += [
+        Case("op_where_bool_logic", lambda acc, C: torch.where((acc > 0) & ~(C < -0.5) | (C > 1), acc, C * 2),
+             lambda M, N, L, d, t: dict(C=_r(M, N, device=d, dtype=t))),
+        Case("op_clamp", lambda acc, lo: (torch.clamp(acc, -0.5, 0.7), acc.clip(min=lo), acc.clamp(max=0.1)),
+             lambda M, N, L, d, t: dict(lo=_r(N, device=d, dtype=t) * 0.3)),
+        Case("op_pow", lambda acc: (acc ** 2, acc ** 3, acc.abs() ** 0.5, (acc.abs() + 1) ** -1, acc.abs() ** 1.7,
+                                    torch.pow(acc, 4)), lambda M, N, L, d, t: {}),
+        Case("op_casts", lambda acc, C: (acc.half().float() + C, (acc > 0).float() * C, acc.to(torch.float16),
+                                         (acc > 0.5).to(torch.int32) + 1), lambda M, N, L, d, t: dict(C=_r(M, N, device=d))),
+        Case("op_cast_bf16", lambda acc, C: (acc.bfloat16(), acc.bfloat16().float() * C),
+             lambda M, N, L, d, t: dict(C=_r(M, N, device=d)),
+             gpu_only="the interpreter's fp32->bf16 conversion truncates instead of rounding to nearest even"),
+        Case("op_gelu_tanh", lambda acc: F.gelu(acc, approximate="tanh"), lambda M, N, L, d, t: {}),
+        Case("op_fma_chain", lambda acc, a, b: acc * a + b * acc + 1.5,
+             lambda M, N, L, d, t: dict(a=_r(M, 1, device=d), b=_r(N, device=d))),
+    ]
+    return cases
+
+
+# ----------------------------------------------------------------------------------------------- roles & views
+def role_cases() -> list[Case]:
+    def rows(M, N, L, d, t):
+        return dict(aux=_r(M, N, device=d, dtype=t), row=_r(N, device=d, dtype=t), row2=_r(1, N, device=d),
+                    col=_r(M, 1, device=d, dtype=t), v=_r(M, device=d), s=_r((), device=d), alpha=0.75, k=3)
+
+    def batched(M, N, L, d, t):
+        return dict(X=_r(L, M, N, device=d, dtype=t), Y=_r(M, N, device=d, dtype=t), r=_r(L, 1, N, device=d),
+                    c=_r(L, M, 1, device=d), s=_r(L, 1, 1, device=d))
+    return [
+        Case("roles_2d", lambda acc, aux, row, row2, col, v, s, alpha, k:
+             alpha * acc + aux * row + row2 - col + v[:, None] * s + v.unsqueeze(1) * k, rows),
+        Case("roles_batched", lambda acc, X, Y, r, c, s: (acc * X + Y - r) * c + s, batched, batched=True),
+        Case("roles_batched_bcast_b", lambda acc, X, Y, r, c, s: torch.tanh(acc * X + Y - r) * c + s, batched,
+             batched=True, broadcast_b=True),
+        Case("views_out", lambda acc, C: ((acc + C).T, (acc * C).mT.unsqueeze(0), acc.unsqueeze(-1)),
+             lambda M, N, L, d, t: dict(C=_r(M, N, device=d, dtype=t))),
+        Case("views_in", lambda acc, C, v: acc + C.T.T + v.view(-1, 1) + v.reshape(-1, 1).expand(-1, acc.shape[1]),
+             lambda M, N, L, d, t: dict(C=_r(N, M, device=d, dtype=t).T, v=_r(M, device=d))),
+        Case("views_batched", lambda acc, X: ((acc + X).permute(2, 0, 1), (acc * 2).reshape(-1, acc.shape[-1]),
+                                              acc.transpose(0, 1)),
+             lambda M, N, L, d, t: dict(X=_r(L, M, N, device=d, dtype=t)), batched=True),
+        Case("index_gather", lambda acc, target: (
+            torch.where(evt.col_index(acc) == target[:, None], acc, 0).sum(1),
+            torch.where(evt.row_index(acc) > evt.col_index(acc), acc, 0.0)),
+             lambda M, N, L, d, t: dict(target=torch.randint(0, N, (M,), device=d))),
+    ]
+
+
+def reduction_cases() -> list[Case]:
+    cases = []
+    for op in ("sum", "mean", "amax", "amin", "logsumexp"):
+        cases.append(Case(f"reduce_{op}", lambda acc, C, op=op: (
+            getattr(torch, op)(acc + C, dim=1), getattr(torch, op)(acc * C, dim=0, keepdim=True),
+            getattr(torch, op)(torch.tanh(acc), dim=(0, 1)), getattr(torch, op)(acc, dim=-1, keepdim=True)),
+            lambda M, N, L, d, t: dict(C=_r(M, N, device=d, dtype=t))))
+        cases.append(Case(f"reduce_{op}_batched", lambda acc, op=op: (
+            getattr(torch, op)(acc, dim=0), getattr(torch, op)(acc, dim=(1, 2)), getattr(torch, op)(acc, dim=(0, 2)),
+            getattr(torch, op)(acc, dim=(0, 1, 2))), lambda M, N, L, d, t: {}, batched=True))
+    cases += [
+        Case("vector_stage_ce", lambda acc, target: (
+            (torch.logsumexp(acc, 1) - torch.where(evt.col_index(acc) == target[:, None], acc, 0).sum(1)).mean(),
+            torch.logsumexp(acc, 1)), lambda M, N, L, d, t: dict(target=torch.randint(0, N, (M,), device=d))),
+        Case("vector_stage_chain", lambda acc, w: (
+            (acc.amax(0) - acc.amin(0)) * w, ((acc.sum(1) * 0.5).exp() + 1).log().amax(), acc.mean(0).logsumexp(0)),
+             lambda M, N, L, d, t: dict(w=_r(N, device=d))),
+        Case("amax_nan_negative", lambda acc, C: ((acc + C).amax(1), (acc + C).amin(0), (acc - 1e30).amax()),
+             lambda M, N, L, d, t: dict(C=_nan_at(_r(M, N, device=d), 1, 2))),
+        Case("dag_reuse_multi_out", lambda acc, b: _dag(acc, b), lambda M, N, L, d, t: dict(b=_r(N, device=d))),
+    ]
+    return cases
+
+
+def _nan_at(x, i, j):
+    x = x.clone()
+    x[min(i, x.shape[0] - 1), min(j, x.shape[1] - 1)] = float("nan")
+    return x
+
+
+def _dag(acc, b):
+    z = acc + b
+    s = torch.sigmoid(z)
+    return z * s, s.sum(0), (z * s).amax(1), z
+
+
+def example_cases() -> list[Case]:
+    out = []
+    for name, ex in EXAMPLES.items():
+        out.append(Case(f"example_{name}", ex.fn, lambda M, N, L, d, t, ex=ex: ex.make_inputs(M, N, d, t)))
+    return out
+
+
+def all_cases() -> list[Case]:
+    return op_cases() + role_cases() + reduction_cases() + example_cases()
+
+
+# ----------------------------------------------------------------------------------------------- checking
+def operands(case: Case, M, N, K, L, device, dtype):
+    g = torch.Generator(device="cpu").manual_seed(hash((case.name, M, N, K)) % 2**31)
+    shape_a = (L, M, K) if case.batched else (M, K)
+    shape_b = (K, N) if (case.broadcast_b or not case.batched) else (L, K, N)
+    A = (torch.randn(shape_a, generator=g) / math.sqrt(max(K, 1))).to(device=device, dtype=dtype)
+    B = torch.randn(shape_b, generator=g).to(device=device, dtype=dtype)
+    return A, B
+
+
+def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """Relative Frobenius error; inf when NaN positions differ or shapes differ."""
+    if tuple(out.shape) != tuple(ref.shape):
+        return math.inf
+    if out.dtype == torch.bool or ref.dtype == torch.bool:
+        return 0.0 if torch.equal(out.cpu(), ref.cpu()) else math.inf
+    o, r = out.double().cpu(), ref.double().cpu()
+    if not torch.equal(o.isnan(), r.isnan()):
+        return math.inf
+    finite = r.isfinite() & o.isfinite()
+    if not torch.equal(o.isinf(), r.isinf()) or not torch.equal(o[o.isinf()], r[r.isinf()]):
+        return math.inf
+    o, r = o[finite], r[finite]
+    return ((o - r).norm() / r.norm().clamp_min(1e-30)).item() if r.numel() else 0.0
+
+
+def check(case: Case, *, M=37, N=45, K=29, L=3, device="cpu", dtype=torch.float32, backend="triton",
+          deterministic=False, allow_tf32=False) -> list[float]:
+    """Relative error of each output of ``case`` (raises AssertionError on a mismatch beyond tolerance)."""
+    os.environ["EVTORCH_POISON"] = "1"
+    A, B = operands(case, M, N, K, L, device, dtype)
+    inputs = case.make_inputs(M, N, L, device, dtype)
+    out = evt.gemm(A, B, case.fn, backend=backend, deterministic=deterministic, allow_tf32=allow_tf32, **inputs)
+    ref_inputs = {k: v.double() if isinstance(v, torch.Tensor) and v.dtype == torch.float32 else v
+                  for k, v in inputs.items()}
+    ref = case.fn(A.double() @ B.double(), **ref_inputs)
+    out = out if isinstance(out, tuple) else (out,)
+    ref = ref if isinstance(ref, tuple) else (ref,)
+    tol = TOLERANCE[dtype] * (10 if any(isinstance(v, torch.Tensor) and v.dtype in (torch.float16, torch.bfloat16)
+                                        for v in inputs.values()) and dtype == torch.float32 else 1)
+    errors = []
+    for i, (o, r) in enumerate(zip(out, ref)):
+        if r.dtype.is_floating_point and o.dtype in (torch.float16, torch.bfloat16):
+            r = r.to(o.dtype)
+        e = rel_error(o, r)
+        errors.append(e)
+        limit = max(tol, 1e-2) if o.dtype in (torch.float16, torch.bfloat16) else tol
+        assert e <= limit, \
+            f"{case.name} output {i}: relative error {e:.3g} > {limit:g} (dtype {dtype}, {backend})"
+    return errors

@@ -1,0 +1,131 @@
+"""Generated Triton kernels, run through the Triton interpreter on CPU (TRITON_INTERPRET=1, see conftest.py).
+
+Every case of ``evtorch.testing`` (each registry op, every input role, views, reductions, the vector stage, the
+source documents' examples) runs in fp32 and fp16 with outputs poisoned, in both reduction modes, and must
+match eager PyTorch on the float64 product. bf16 runs on the GPU only (the interpreter's bf16 dot and casts
+are wrong).
+"""
+import os
+
+import pytest
+import torch
+import triton
+import triton.language as tl  # noqa: F401  (Triton wants it visible to @triton.jit functions here)
+
+import evtorch as evt
+from evtorch.codegen.configs import GemmConfig
+from evtorch.testing import all_cases, check
+
+CASES = [c for c in all_cases() if not c.gpu_only]
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["f32", "f16"])
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_case_through_interpreter(case, dtype):
+    check(case, M=19, N=21, K=13, L=2, dtype=dtype)
+
+
+DETERMINISTIC = [c for c in CASES if c.name.startswith(("reduce_", "vector_stage", "example_", "amax"))]
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("case", DETERMINISTIC, ids=[c.name for c in DETERMINISTIC])
+def test_deterministic_reductions(case):
+    check(case, M=19, N=21, K=13, L=2, deterministic=True)
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("template", ["portable", "splitk", "persistent_tma"])
+def test_every_template_takes_every_epilogue_kind(template):
+    """Fusion never enlarges the tuning space: the same epilogue runs under each template's config."""
+    from evtorch.examples import EXAMPLES, eager_reference
+    extra = (("EPILOGUE_SUBTILE", True),) if template == "persistent_tma" else ()
+    cfg = GemmConfig(template, 16, 32, 16, 2, 2 if template == "splitk" else 1, 4, 1, extra)
+    ex = EXAMPLES["mixed_dag"]
+    A, B = torch.randn(35, 24), torch.randn(24, 41)
+    kw = ex.make_inputs(35, 41, "cpu", torch.float32)
+    for det in (False, True):
+        out = evt.gemm(A, B, ex.fn, backend="triton", config=cfg, deterministic=det, **kw)
+        ref = eager_reference(ex.fn, A, B, **kw)
+        for o, r in zip(out, ref):
+            torch.testing.assert_close(o, r, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.interpreter
+def test_deterministic_is_bit_identical():
+    A, B = torch.randn(40, 24), torch.randn(24, 50)
+    fn = lambda acc: (acc.sum(1), acc.amax(0), acc.logsumexp(1), (acc * acc).mean())  # noqa: E731
+    first = evt.gemm(A, B, fn, backend="triton", deterministic=True)
+    for _ in range(2):
+        again = evt.gemm(A, B, fn, backend="triton", deterministic=True)
+        for a, b in zip(first, again):
+            assert torch.equal(a, b)
+
+
+@pytest.mark.interpreter
+def test_strided_and_transposed_operands_and_outputs():
+    A = torch.randn(30, 20).T  # (20, 30) column-major
+    B = torch.randn(45, 30)[::2].T  # (30, 23) with a row stride of 2
+    C = torch.randn(23, 20).T
+    fn = lambda acc, C: (torch.relu(acc + C).T, acc * 2)  # noqa: E731
+    out = evt.gemm(A, B, fn, backend="triton", C=C)
+    ref = fn(A @ B, C=C)
+    for o, r in zip(out, ref):
+        torch.testing.assert_close(o, r, rtol=1e-5, atol=1e-5)
+    assert out[0].shape == (23, 20) and out[0].stride() == (1, 23)
+
+
+@pytest.mark.interpreter
+def test_zero_sizes():
+    fn = lambda acc: (acc + 1, acc.sum(1), acc.amax(0))  # noqa: E731
+    for M, N, K in [(0, 5, 3), (4, 0, 3), (4, 5, 0)]:
+        out = evt.gemm(torch.randn(M, K), torch.randn(K, N), fn, backend="triton")
+        ref = evt.gemm(torch.randn(M, K), torch.randn(K, N), fn, backend="reference")
+        for o, r in zip(out, ref):
+            assert o.shape == r.shape
+        if K == 0:
+            torch.testing.assert_close(out[0], torch.ones(M, N))
+
+
+@pytest.mark.interpreter
+def test_scalars_are_runtime_values_and_sizes_never_regenerate_source():
+    from evtorch.codegen import program
+    fn = lambda acc, C, alpha: torch.relu(alpha * acc + C)  # noqa: E731
+    before = set(program._programs)
+    for alpha, (M, N, K) in [(0.5, (17, 19, 8)), (1.75, (17, 19, 8)), (-2.0, (33, 9, 20))]:
+        A, B, C = torch.randn(M, K), torch.randn(K, N), torch.randn(M, N)
+        out = evt.gemm(A, B, fn, backend="triton", C=C, alpha=alpha)
+        torch.testing.assert_close(out, fn(A @ B, C, alpha), rtol=1e-5, atol=1e-5)
+    assert len(set(program._programs) - before) == 1
+
+
+@pytest.mark.interpreter
+def test_source_and_cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("EVTORCH_CACHE_DIR", str(tmp_path))
+    ep = evt.trace(lambda acc, bias: torch.tanh(acc + bias), acc=evt.spec((8, 8)), bias=evt.spec((8,)))
+    src = ep.source()
+    assert "def epilogue(acc, offs_m, offs_n" in src and "tlmath.tanh" in src and "libdevice" not in src
+    A, B, bias = torch.randn(8, 4), torch.randn(4, 8), torch.randn(8)
+    evt.gemm(A, B, ep, backend="triton", bias=bias)
+    files = list((tmp_path / "kernels").glob("*.py"))
+    assert files and any((tmp_path / "kernels").glob("*.ir.txt"))
+
+
+@triton.jit
+def _cube_plus_one(x):
+    return x * x * x + 1.0
+
+
+def test_user_defined_op_through_interpreter():
+    name = "cube_plus_one_" + str(os.getpid())
+    cube = evt.register_op(name, lambda x: x ** 3 + 1.0, _cube_plus_one,
+                           derivative=lambda g, x, out: (g * 3 * x * x,))
+    fn = lambda acc, C: cube(acc) * C  # noqa: E731
+    A, B, C = torch.randn(20, 12), torch.randn(12, 18), torch.randn(20, 18)
+    for backend in ("reference", "triton"):
+        out = evt.gemm(A, B, fn, backend=backend, C=C)
+        torch.testing.assert_close(out, fn(A @ B, C), rtol=1e-5, atol=1e-5)
+    assert cube(torch.tensor(2.0)).item() == 9.0
+    with pytest.raises(evt.EpilogueError, match="already exists"):
+        evt.register_op(name, lambda x: x, _cube_plus_one)
