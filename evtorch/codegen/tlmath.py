@@ -88,7 +88,11 @@ def powf(x, p: tl.constexpr):
     # x ** p for a non-integer constant p (x < 0 gives NaN, as in torch); 0 ** p = 0 for p > 0
     y = tl.exp2(p * tl.log2(tl.abs(x)))
     y = tl.where(x < 0, float("nan"), y)
-    return tl.where(x == 0.0, tl.where(p > 0, 0.0, float("inf")), y)
+    if p > 0:
+        y = tl.where(x == 0.0, 0.0, y)
+    else:
+        y = tl.where(x == 0.0, float("inf"), y)
+    return y
 
 
 @triton.jit
