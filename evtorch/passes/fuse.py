@@ -1,8 +1,8 @@
 """Fusion into compound ops where codegen has a better primitive: ``a*b + c → fma(a, b, c)``.
 
 Only when the product has no other user (otherwise it is computed anyway), both nodes are floating point
-of the same dtype (so rounding differs from eager only by the one rounding fma saves) and neither is an
-output by itself. Requires ``cse`` (so "no other user" is meaningful). Ensures ``fused``.
+of the same dtype and so are the operands, Python numbers aside (so rounding differs from eager only by the
+one rounding fma saves) and neither is an output by itself. Requires ``cse`` (so "no other user" is meaningful). Ensures ``fused``.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def _candidates(graph: Graph):
         for i, m in enumerate(n.args):
             other = n.args[1 - i]
             if (m.op == "compute" and m.target == "mul" and m.dtype == n.dtype and len(users[id(m)]) == 1
-                    and other.dtype == n.dtype and all(x.dtype == n.dtype for x in m.args)):
+                    and _matches(other, n.dtype) and all(_matches(x, n.dtype) for x in m.args)):
                 yield n, m, other
                 break
 
@@ -28,6 +28,15 @@ def _candidates(graph: Graph):
 import torch  # noqa: E402
 
 _FUSABLE = (torch.float32, torch.float64)
+
+
+def _matches(x, dtype) -> bool:
+    """``x`` enters the fused op in ``dtype`` exactly as it entered the mul/add: a value of that dtype, or a
+    Python number (a constant or a scalar input: eager's wrapped scalars take the tensor's dtype, so ``2 * acc``
+    and ``alpha * acc`` in a float64 epilogue fuse like ``C * acc``)."""
+    if x.dtype == dtype:
+        return True
+    return x.op in ("const", "scalar") and x.dtype in (torch.float32, torch.int64)
 
 
 class FuseFMA(Pass):
