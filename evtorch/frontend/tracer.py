@@ -117,6 +117,10 @@ class Tracer:
         if "out" in kwargs and kwargs["out"] is not None:
             raise self._err(EpilogueError, f"{name}(..., out=...) writes in place; epilogue ops must be out-of-place "
                                            "(return the value instead)")
+        if name.endswith("_") and not name.startswith("_"):  # torch.relu_, torch.nn.functional.relu_, ...
+            raise self._err(EpilogueError, f"in-place op {_qualname(func)}() is not supported in an epilogue: every "
+                                           f"value is computed once into registers; use the out-of-place "
+                                           f"{name[:-1]}()")
         self._refuse_captured(name, args, kwargs)
         views = {torch.transpose: "transpose", torch.swapaxes: "transpose", torch.permute: "permute",
                  torch.unsqueeze: "unsqueeze", torch.squeeze: "squeeze", torch.reshape: "reshape",
@@ -555,6 +559,8 @@ def _py_dtype(value) -> torch.dtype:
 def _qualname(func) -> str:
     mod = getattr(func, "__module__", None) or ""
     name = getattr(func, "__name__", str(func))
+    if name.startswith("special_") and (mod.startswith("torch") or mod == ""):  # torch.special.expit
+        return f"torch.special.{name[len('special_'):]}"
     if mod.startswith("torch.nn.functional"):
         return f"torch.nn.functional.{name}"
     if mod.startswith("torch") or mod == "":

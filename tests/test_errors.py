@@ -1,0 +1,302 @@
+"""The issue's "Bad input" list: every error is an ``EpilogueError`` (a ``ValueError``; type errors also a
+``TypeError``), raised early, never a crash or a wrong answer, and its message names the offending thing."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import evtorch as evt
+from evtorch.errors import (EpilogueError, EpilogueTypeError, ShapeError, TraceControlFlowError,
+                            UnsupportedOpError)
+
+from helpers import operands, rand, rand_int
+
+M, N, K, L = 6, 5, 4, 3
+A, B = operands(M, N, K, seed=1)
+AL, BL = operands(M, N, K, L=L, seed=2)
+
+
+def raises(cls, fn, *names, A=A, B=B, **inputs):
+    """``evt.gemm(A, B, fn, **inputs)`` raises ``cls`` (an evtorch error, never a raw torch one) and the message
+    contains every string in ``names``."""
+    with pytest.raises(cls) as ei:
+        evt.gemm(A, B, fn, **inputs)
+    err = ei.value
+    assert type(err).__module__ == "evtorch.errors", f"a raw {type(err).__name__} escaped: {err}"
+    msg = str(err)
+    for name in names:
+        assert name in msg, f"message does not name {name!r}: {msg}"
+    return err
+
+
+def test_error_hierarchy():
+    assert issubclass(EpilogueError, ValueError)
+    for cls in (EpilogueTypeError, UnsupportedOpError, TraceControlFlowError):
+        assert issubclass(cls, EpilogueError) and issubclass(cls, TypeError)
+    assert issubclass(ShapeError, EpilogueError) and issubclass(ShapeError, ValueError)
+    assert evt.EpilogueError is EpilogueError and evt.ShapeError is ShapeError
+
+
+# ------------------------------------------------------------------------------------------------ broadcasting
+@pytest.mark.parametrize("shape", [(N, M), (M + 1, N), (M,), (N + 2,), (2, M, N), (M, N, 1), (1, N + 1)],
+                         ids=str)
+def test_input_not_broadcastable(shape):
+    err = raises(ShapeError, lambda acc, C: acc + C, "C", str(shape), str((M, N)), C=rand(shape))
+    assert "test_errors.py" in (err.where or ""), "the error points at the user's line"
+
+
+def test_input_not_broadcastable_batched():
+    raises(ShapeError, lambda acc, C: acc * C, "C", str((L + 1, M, N)), str((L, M, N)), A=AL, B=BL,
+           C=rand((L + 1, M, N)))
+    raises(ShapeError, lambda acc, C: acc * C, "C", str((2, L, M, N)), A=AL, B=BL, C=rand((2, L, M, N)))
+    raises(ShapeError, lambda acc, v: acc + v[:, None], "v", A=AL, B=BL, v=rand((N,)))
+
+
+def test_input_bound_to_two_axes_at_once():
+    """One input dim cannot walk both M and N in one expression (e.g. ``v + v[:, None]``): refused, naming it."""
+    A5, B5 = operands(N, N, K, seed=3)
+    raises(ShapeError, lambda acc, v: acc + (v + v[:, None]), "'v'", A=A5, B=B5, v=rand((N,)))
+
+
+# ------------------------------------------------------------------------------------------------ unsupported ops
+@pytest.mark.parametrize("fn, name", [
+    (lambda acc: torch.cosh(acc), "torch.cosh"),
+    (lambda acc: acc.cosh(), ".cosh()"),
+    (lambda acc: F.mish(acc), "mish"),
+    (lambda acc: torch.special.expit(acc), "torch.special.expit"),
+    (lambda acc: acc.cumsum(1), "cumsum"),
+    (lambda acc: torch.softmax(acc, 1), "softmax"),
+    (lambda acc: acc @ acc, "matmul"),
+    (lambda acc: acc // 2, "floordiv"),
+    (lambda acc: acc % 2, "mod"),
+    (lambda acc: torch.max(acc, 1), "torch.max"),
+    (lambda acc: torch.min(acc), "torch.min"),
+    (lambda acc: acc[0], "indexing with 0"),
+    (lambda acc: acc[:, 1:3], "slice(1, 3"),
+    (lambda acc: acc[acc > 0], "indexing with"),
+    (lambda acc: 2 ** acc, "c ** x"),
+    (lambda acc, C: acc ** C, "exponent must be a constant"),
+    (lambda acc: acc.view(torch.int32), ".view(dtype)"),
+], ids=lambda x: x if isinstance(x, str) else "")
+def test_unsupported_op_is_named(fn, name):
+    raises(UnsupportedOpError, fn, name, **({"C": rand((M, N))} if "C" in fn.__code__.co_varnames else {}))
+
+
+def test_unsupported_op_suggests_close_names():
+    raises(UnsupportedOpError, lambda acc: torch.sigmoid_(acc) if False else acc.sigmod(), ".sigmod()",
+           "did you mean", "sigmoid")
+    raises(UnsupportedOpError, lambda acc: torch.expm1(acc), "torch.expm1", "did you mean", "exp")
+    raises(UnsupportedOpError, lambda acc: acc.max(), ".max()", "amax")
+
+
+# ------------------------------------------------------------------------------------------------ control flow
+@pytest.mark.parametrize("fn, what", [
+    (lambda acc: acc if acc.sum() > 0 else -acc, "bool()"),
+    (lambda acc: acc if acc else -acc, "bool()"),
+    (lambda acc: acc * (acc > 0 and acc < 1), "bool()"),
+    (lambda acc: acc * int(acc.sum()), "int()"),
+    (lambda acc: acc * float(acc.amax()), "float()"),
+    (lambda acc: acc * acc.sum().item(), ".item()"),
+    (lambda acc: acc * acc.tolist()[0], ".tolist()"),
+    (lambda acc: acc.reshape(acc.sum(), -1), "on a traced tensor"),
+    (lambda acc: [x for x in acc][0], "iterating"),
+    (lambda acc: acc.numpy(), ".numpy()"),
+], ids=lambda x: x if isinstance(x, str) else "")
+def test_python_control_flow_on_traced_values(fn, what):
+    raises(TraceControlFlowError, fn, what, "traced")
+
+
+def test_static_metadata_is_allowed():
+    """Shapes, dims and dtypes are known while tracing: branching on them is fine."""
+    def fn(acc, C):
+        if C.shape[-1] == acc.size(1) and acc.dim() == 2 and len(acc) == M and C.dtype == torch.float32:
+            return acc + C
+        return acc
+
+    assert torch.allclose(evt.gemm(A, B, fn, C=torch.ones(M, N)), A @ B + 1)
+
+
+# ------------------------------------------------------------------------------------------------ in-place
+@pytest.mark.parametrize("fn, name", [
+    (lambda acc: acc.add_(1), ".add_()"),
+    (lambda acc: acc.clamp_(0), ".clamp_()"),
+    (lambda acc, C: acc + C.mul_(2), ".mul_()"),
+    (lambda acc: torch.relu_(acc), "relu_"),
+    (lambda acc: F.relu(acc, inplace=True), "inplace=True"),
+    (lambda acc: F.leaky_relu(acc, 0.1, True), "inplace=True"),
+    (lambda acc, C: torch.add(acc, C, out=C), "out="),
+    (lambda acc: torch.exp(acc, out=acc), "out="),
+    (lambda acc: acc.__setitem__((0, 0), 1.0), "item assignment"),
+    (lambda acc: acc.__iadd__(1), "+="),
+    (lambda acc: acc.__imul__(2), "*="),
+], ids=lambda x: x if isinstance(x, str) else "")
+def test_in_place_ops_are_refused(fn, name):
+    raises(EpilogueError, fn, name, "in", **({"C": rand((M, N))} if "C" in fn.__code__.co_varnames else {}))
+
+
+def test_augmented_assignment_statement():
+    def fn(acc):
+        acc += 1
+        return acc
+
+    raises(EpilogueError, fn, "+=")
+
+
+# ------------------------------------------------------------------------------------------------ operands A, B
+def test_operand_errors():
+    def gemm_raises(cls, a, b, *names, **kw):
+        with pytest.raises(cls) as ei:
+            evt.gemm(a, b, lambda acc: acc, **kw)
+        for n in names:
+            assert n in str(ei.value), str(ei.value)
+
+    gemm_raises(ShapeError, rand((M, K)), rand((K + 1, N)), "inner dimensions", str((M, K)), str((K + 1, N)))
+    gemm_raises(ShapeError, rand((L, M, K)), rand((L, K + 1, N)), "inner dimensions")
+    gemm_raises(ShapeError, rand((L, M, K)), rand((L + 1, K, N)), "batch sizes", str((L + 1, K, N)))
+    gemm_raises(ShapeError, rand((M, K)), rand((L, K, N)), "batched B")
+    gemm_raises(ShapeError, rand((K,)), rand((K, N)), "A must have 2 or 3 dims", str((K,)))
+    gemm_raises(ShapeError, rand((M, K)), rand((1, 1, K, N)), "B must have")
+    gemm_raises(EpilogueTypeError, rand_int((M, K), 0, 3), rand_int((K, N), 0, 3), "A has dtype torch.int64")
+    gemm_raises(EpilogueTypeError, rand((M, K)).to(torch.complex64), rand((K, N)).to(torch.complex64), "complex64")
+    gemm_raises(EpilogueTypeError, rand((M, K)).half(), rand((K, N)), "same dtype", "float16", "float32")
+    gemm_raises(EpilogueTypeError, [[1.0]], rand((K, N)), "A must be a torch.Tensor", "list")
+    gemm_raises(EpilogueError, rand((M, K)), rand((K, N), ).to("meta"), "same device", "meta")
+    gemm_raises(EpilogueTypeError, rand((M, K)), rand((K, N)), "out_dtype", "int32", out_dtype=torch.int32)
+    gemm_raises(EpilogueError, rand((M, K)), rand((K, N)), "backend", "'cuda'", backend="cuda")
+
+
+# ------------------------------------------------------------------------------------------------ dtypes, devices
+def test_unsupported_dtypes():
+    raises(EpilogueTypeError, lambda acc, C: acc + torch.exp(C), "torch.exp", "C", "torch.int64",
+           C=rand_int((M, N), 0, 3))
+    raises(EpilogueTypeError, lambda acc, C: acc * torch.sigmoid(C), "sigmoid", "C", "int32",
+           C=rand_int((M, N), 0, 3, dtype=torch.int32))
+    raises(EpilogueTypeError, lambda acc, C: acc * C ** 2, "**", "C", C=rand_int((M, N), 0, 3))
+    raises(EpilogueTypeError, lambda acc, C: acc + C, "'C'", "complex64", C=rand((M, N)).to(torch.complex64))
+    raises(EpilogueTypeError, lambda acc: acc.to(torch.complex64), "complex64")
+    raises(EpilogueTypeError, lambda acc, C: acc * (C & 1), "logical_and", "booleans", C=rand_int((M, N), 0, 3))
+    raises(EpilogueTypeError, lambda acc: acc | acc, "logical_or", "booleans")
+    raises(EpilogueTypeError, lambda acc: torch.where(acc, acc, 0), "torch.where", "bool")
+    raises(EpilogueTypeError, lambda acc: acc.sum(1, dtype=torch.int32), "dtype=torch.int32")
+
+
+def test_device_mismatch():
+    raises(EpilogueError, lambda acc, C: acc + C, "'C'", "meta", "cpu", C=torch.empty(M, N, device="meta"))
+    raises(EpilogueError, lambda acc, v: acc + v, "'v'", "meta", v=torch.empty(N, device="meta"))
+
+
+# ------------------------------------------------------------------------------------------------ reductions
+@pytest.mark.parametrize("dim", [2, -3, (0, 2), 5])
+def test_reduction_over_impossible_dims_2d(dim):
+    raises(ShapeError, lambda acc: acc.sum(dim), f"dim {dim if isinstance(dim, int) else 2}", "out of range")
+
+
+@pytest.mark.parametrize("dim", [3, -4])
+def test_reduction_over_impossible_dims_batched(dim):
+    raises(ShapeError, lambda acc: acc.amax(dim), f"dim {dim}", "out of range", A=AL, B=BL)
+
+
+def test_reduction_over_expanded_dim():
+    raises(ShapeError, lambda acc: acc.sum(1, keepdim=True).expand(M, N).sum(1) if False else
+           acc.unsqueeze(0).expand(2, M, N).sum(0), "expanded")
+
+
+def test_reduction_dim_must_be_static():
+    raises(EpilogueTypeError, lambda acc, d: acc.sum(d), "dim must be an int", d=rand((1,)))
+
+
+@pytest.mark.parametrize("fn", [
+    lambda acc: acc - acc.amax(1, keepdim=True),
+    lambda acc: acc / acc.sum(),
+    lambda acc: torch.exp(acc - torch.logsumexp(acc, 1)[:, None]),
+    lambda acc: torch.where(acc > acc.mean(0), acc, 0.0),
+    lambda acc, C: C * acc.sum(1)[:, None],
+    lambda acc: acc.sum(1)[:, None] + acc.sum(0),
+], ids=["softmax-shift", "normalise", "log-softmax", "where-mean", "input-times-rowsum", "row-plus-col"])
+def test_reduction_result_in_tile_computation(fn):
+    kw = {"C": rand((M, N))} if "C" in fn.__code__.co_varnames else {}
+    err = raises(EpilogueError, fn, "reduction result", **kw)
+    assert "tile" in str(err)
+
+
+# ------------------------------------------------------------------------------------------------ returns, keywords
+@pytest.mark.parametrize("fn, what", [
+    (lambda acc: 3, "int at position 0"),
+    (lambda acc: None, "NoneType at position 0"),
+    (lambda acc: (acc, None), "NoneType at position 1"),
+    (lambda acc: [acc, 1.0], "float at position 1"),
+    (lambda acc: {"D": acc}, "dict at position 0"),
+    (lambda acc: (), "returned nothing"),
+], ids=lambda x: x if isinstance(x, str) else "")
+def test_return_values_must_be_traced_tensors(fn, what):
+    raises(EpilogueTypeError, fn, what)
+
+
+def test_captured_real_tensor():
+    outside = torch.ones(M, N)
+    raises(EpilogueTypeError, lambda acc: acc + outside, "captured", str((M, N)), "keyword input")
+    raises(EpilogueTypeError, lambda acc: torch.maximum(acc, outside), "captured")
+
+
+def test_keyword_inputs():
+    def epi(acc, C, bias):
+        return acc + C + bias
+
+    raises(EpilogueTypeError, epi, "missing", "'bias'", C=rand((M, N)))
+    raises(EpilogueTypeError, epi, "unexpected", "'D'", C=rand((M, N)), bias=rand((N,)), D=rand((M, N)))
+    raises(EpilogueTypeError, epi, "'bias'", "str", C=rand((M, N)), bias="zero")
+    raises(EpilogueTypeError, epi, "'bias'", "list", C=rand((M, N)), bias=[1.0, 2.0])
+
+    def with_default(acc, C, alpha=2.0):
+        return alpha * acc + C
+
+    assert torch.allclose(evt.gemm(A, B, with_default, C=torch.zeros(M, N)), 2 * (A @ B))
+
+
+def test_epilogue_signature_errors():
+    raises(EpilogueTypeError, lambda acc, *rest: acc, "*rest")
+    raises(EpilogueTypeError, lambda acc, **kw: acc, "**kw", C=1.0)
+    raises(EpilogueError, lambda acc, backend: acc, "'backend'", "clashes")
+    raises(EpilogueTypeError, lambda: 1, "takes no parameters")
+    with pytest.raises(EpilogueTypeError, match="must be a function"):
+        evt.gemm(A, B, 42)
+
+
+def test_trace_errors():
+    fn = lambda acc, C: acc + C  # noqa: E731
+    with pytest.raises(EpilogueTypeError, match="'acc'"):
+        evt.trace(fn, C=rand((M, N)))
+    with pytest.raises(EpilogueTypeError, match="missing.*'C'"):
+        evt.trace(fn, acc=evt.spec((M, N)))
+    with pytest.raises(EpilogueError, match=r"\(M, N\) or \(L, M, N\)"):
+        evt.trace(lambda acc: acc, acc=evt.spec((M,)))
+    with pytest.raises(EpilogueTypeError, match="'acc' must be a tensor"):
+        evt.trace(lambda acc: acc, acc=3.0)
+    ep = evt.trace(fn, acc=evt.spec((M, N)), C=evt.spec((M, N)))
+    with pytest.raises(EpilogueError, match=r"acc has shape \(5, 5\).*\(6, 5\)"):
+        ep.reference(torch.zeros(5, 5), C=torch.zeros(5, 5))
+    with pytest.raises(EpilogueTypeError, match="missing"):
+        ep.reference(torch.zeros(M, N))
+    with pytest.raises(ShapeError, match="'C'"):
+        ep.reference(torch.zeros(M, N), C=torch.zeros(M, N + 1))
+
+
+def test_errors_carry_the_users_line():
+    def epi(acc, C):
+        z = acc * 2
+        return torch.cosh(z) + C  # the offending line
+
+    with pytest.raises(UnsupportedOpError) as ei:
+        evt.gemm(A, B, epi, C=rand((M, N)))
+    assert re.search(r"test_errors\.py:\d+ in epi: return torch\.cosh\(z\) \+ C", str(ei.value)), str(ei.value)
+
+
+def test_bad_views():
+    raises(ShapeError, lambda acc: acc.permute(0, 0), "permute")
+    raises(ShapeError, lambda acc: acc.transpose(0, 2), "dim 2")
+    raises(ShapeError, lambda acc: acc.unsqueeze(0).expand(2, M + 1, N), "cannot expand")
+    raises(ShapeError, lambda acc: acc.reshape(-1, -1), "only one dim can be -1")
+    raises(ShapeError, lambda acc: acc.expand(N), "fewer dims")
