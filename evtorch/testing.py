@@ -34,6 +34,7 @@ class Case:
     batched: bool = False
     broadcast_b: bool = False
     gpu_only: str = ""      # why the Triton interpreter cannot check this case (it still runs on the GPU)
+    tol: float | None = None  # for cases whose values pass through a low-precision rounding
 
 
 def _r(*shape, device, dtype=torch.float32, scale=1.0):
@@ -88,7 +89,7 @@ def op_cases() -> list[Case]:
         Case("op_casts", lambda acc, C: (acc.half().float() + C, (acc > 0).float() * C, acc.to(torch.float16),
                                          (acc > 0.5).to(torch.int32) + 1), lambda M, N, L, d, t: dict(C=_r(M, N, device=d))),
         Case("op_cast_bf16", lambda acc, C: (acc.bfloat16(), acc.bfloat16().float() * C),
-             lambda M, N, L, d, t: dict(C=_r(M, N, device=d)),
+             lambda M, N, L, d, t: dict(C=_r(M, N, device=d)), tol=1e-2,
              gpu_only="the interpreter's fp32->bf16 conversion truncates instead of rounding to nearest even"),
         Case("op_gelu_tanh", lambda acc: F.gelu(acc, approximate="tanh"), lambda M, N, L, d, t: {}),
         Case("op_fma_chain", lambda acc, a, b: acc * a + b * acc + 1.5,
@@ -219,7 +220,7 @@ def check(case: Case, *, M=37, N=45, K=29, L=3, device="cpu", dtype=torch.float3
             r = r.to(o.dtype)
         e = rel_error(o, r)
         errors.append(e)
-        limit = max(tol, 1e-2) if o.dtype in (torch.float16, torch.bfloat16) else tol
+        limit = max(tol, 1e-2) if o.dtype in (torch.float16, torch.bfloat16) else (case.tol or tol)
         assert e <= limit, \
             f"{case.name} output {i}: relative error {e:.3g} > {limit:g} (dtype {dtype}, {backend})"
     return errors
