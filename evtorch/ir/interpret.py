@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from ..ops import REGISTRY
+from ..ops.registry import BOOL_ONLY, CAST, COMPARE
 from .graph import Graph
 from .layouts import input_axis_strides
 from .node import Node
@@ -66,6 +67,12 @@ class Interpreter:
 
     def run_compute(self, n: Node, *args):
         op = REGISTRY[n.target]
+        if n.dtype.is_floating_point and not (op.has(CAST) or op.has(COMPARE) or op.has(BOOL_ONLY)):
+            # floating operands enter in the node's dtype (the dtype eager promotion gave it), as codegen does:
+            # a constant standing for a tensor (``torch.zeros_like(acc)``, a folded constant) is a Python number
+            # here, which alone would not promote (``0.1 + C16`` would compute in float16)
+            args = [a.to(n.dtype) if isinstance(a, torch.Tensor) and a.dtype.is_floating_point and a.dtype != n.dtype
+                    else a for a in args]
         out = op.torch_ref(*args, **n.attrs)
         if not isinstance(out, (torch.Tensor, bool, int, float)):
             out = torch.tensor(out, dtype=n.dtype, device=self.acc.device)

@@ -1,8 +1,9 @@
 """Pass infrastructure: a pass states the facts it needs and the facts it guarantees.
 
 Facts are names with a checker each (``FACTS``); after a pass runs, in debug mode (``EVTORCH_DEBUG=1`` or
-``debug=True``) the verifier and the checkers of its ``ensures`` run, and a failure names the pass and the
-passes before it. Checkers are real postconditions and never change the graph.
+``debug=True``) the verifier and the checkers of every fact established so far run (its ``ensures`` and the
+earlier passes' facts it does not declare in ``invalidates``), and a failure names the pass and the passes
+before it. Checkers are real postconditions and never change the graph.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ class Pass:
     name: str = "pass"
     requires: frozenset = frozenset()
     ensures: frozenset = frozenset()
+    invalidates: frozenset = frozenset()  # facts this pass may break (they no longer hold after it)
 
     def run(self, graph: Graph) -> Graph:
         raise NotImplementedError

@@ -1,7 +1,7 @@
 """Common-subexpression elimination: one node per distinct computation.
 
 Requires: nothing. Ensures ``cse``: no two non-output nodes compute the same thing (same op, target,
-attributes, dtype and arguments; arguments of commutative ops compared as a multiset).
+attributes, dtype, stage and arguments; arguments of commutative ops compared as a multiset).
 """
 from __future__ import annotations
 
@@ -12,10 +12,12 @@ from .base import Pass, fact
 
 
 def _key(node, position):
+    # the stage is part of the computation: a vector-stage copy of a tile-stage load (made by the stage split)
+    # is computed in another kernel and must not be merged back into the tile value
     if node.op == "compute" and node.target in REGISTRY and REGISTRY[node.target].has(COMMUTATIVE):
         args = tuple(sorted(node.args, key=lambda a: position[id(a)]))
-        return (node.op, node.target, node.key[2:5], tuple(id(a) for a in args))
-    return node.key
+        return (node.op, node.target, node.key[2:5], tuple(id(a) for a in args), node.stage)
+    return node.key + (node.stage,)
 
 
 class CSE(Pass):

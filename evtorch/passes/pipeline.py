@@ -36,9 +36,9 @@ def run_pipeline(graph: Graph, keep=None, debug: bool | None = None, record: lis
                             f"(passes so far: {', '.join(history) or 'none'})")
         graph = p.run(graph)
         history.append(p.name)
-        facts |= p.ensures
-        if debug:
-            check_facts(graph, p.ensures, p.name, history)
+        facts = (facts - p.invalidates) | p.ensures
+        if debug:  # every fact established so far must still hold: a pass may not silently undo another's work
+            check_facts(graph, sorted(facts), p.name, history)
         if record is not None:
             record.append((p.name, str(graph)))
     return graph

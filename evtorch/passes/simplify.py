@@ -47,19 +47,29 @@ def _rewrite(n: Node) -> Node | tuple | None:
     if t == "cast" and a[0].dtype == n.dtype:
         return a[0]
     if a and all(x.op == "const" and x.target is not None for x in a):
-        value = REGISTRY[t].torch_ref(*[x.target for x in a], **n.attrs) if t != "cast" else \
-            torch.tensor(a[0].target).to(n.attrs["dtype"])
-        if isinstance(value, torch.Tensor):
-            if value.dim() != 0:
-                return None
-            value = value.item()
-        return ("const", value)
+        return _fold(n)
     return None
+
+
+def _fold(n: Node):
+    """('const', value) of a compute node whose operands are all constants, or None if it cannot be folded.
+
+    Evaluated as eager would evaluate it: on 0-d tensors of the constants' IR dtypes (``torch.exp`` takes no
+    Python number), with the result rounded to the node's dtype (``ones_like(C16) * 0.1`` is a float16 0.1)."""
+    try:
+        args = [torch.tensor(x.target, dtype=x.dtype) for x in n.args]
+        value = torch.as_tensor(REGISTRY[n.target].torch_ref(*args, **n.attrs))
+    except (TypeError, RuntimeError, ValueError, OverflowError):
+        return None
+    if value.dim() != 0:
+        return None
+    return ("const", value.to(n.dtype).item())
 
 
 class Simplify(Pass):
     name = "simplify"
     ensures = frozenset({"simplified"})
+    invalidates = frozenset({"no_dead", "cse"})  # operands of removed nodes, equal folded constants
 
     def run(self, graph: Graph) -> Graph:
         changed = True

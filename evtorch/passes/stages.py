@@ -25,6 +25,7 @@ def _tile_dependent(graph: Graph) -> set[int]:
 class SplitStages(Pass):
     name = "split_stages"
     ensures = frozenset({"staged"})
+    invalidates = frozenset({"no_dead"})  # a tile value only the vector stage used is left behind
 
     def run(self, graph: Graph) -> Graph:
         dep = _tile_dependent(graph)
