@@ -16,6 +16,7 @@ from .epilogue import Epilogue
 from .errors import EpilogueError, EpilogueTypeError, ShapeError
 from .frontend.proxy import TracedTensor
 from .frontend.signature import check_keywords, epilogue_params, input_spec
+from .integration import dispatch as _integration
 from .ops.registry import FLOAT_ONLY, REGISTRY, define
 
 GEMM_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -91,7 +92,13 @@ def gemm(A: torch.Tensor, B: torch.Tensor, epilogue: Callable | Epilogue | None 
         outputs: positions of the outputs wanted (others are pruned and returned as None).
         config: a ``GemmConfig`` to use instead of autotuning.
         **inputs: the epilogue's keyword inputs: tensors (roles follow broadcasting against acc) or numbers.
+
+    Differentiable with respect to A, B and every tensor input, compilable with torch.compile and autocast-aware:
+    in those cases the call goes through ``torch.ops.evtorch.gemm`` (``evtorch.integration``).
     """
+    if _integration.wanted(A, B, inputs):
+        return _integration.gemm(A, B, epilogue, out_dtype=out_dtype, backend=backend, deterministic=deterministic,
+                                 allow_tf32=allow_tf32, outputs=outputs, config=config, **inputs)
     epilogue = _identity if epilogue is None else epilogue
     L, M, N, K, batched = check_operands(A, B)
     if out_dtype is not None and out_dtype not in GEMM_DTYPES:

@@ -1,0 +1,88 @@
+"""``fused_gemm``: evt.gemm as the differentiable ``torch.ops.evtorch.gemm``.
+
+Written so that torch.compile traces it without a graph break: the plan lookup (tracing the epilogue,
+building forward and backward epilogues) happens in ``_plan``, which Dynamo runs once at trace time and treats as
+a constant (``torch.compiler.assume_constant_result``: its arguments are the epilogue function, shapes, dtypes
+and flags, all constants of the traced frame). What remains are views (``to_canonical``/``from_canonical``),
+casts and the operator call, which Dynamo and AOTAutograd handle natively.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..autodiff.canonical import from_canonical, space, to_canonical
+from ..errors import EpilogueError
+from .dispatch import autocast_dtype
+from .ops import Entry, col_major, gemm_op, register
+
+
+def _number_type(v):
+    return bool if isinstance(v, bool) else int if isinstance(v, int) else float
+
+
+@torch.compiler.assume_constant_result
+def _plan(fn, a_shape, a_dtype, b_shape, specs, wrt, out_dtype, backend, deterministic, allow_tf32, keep, config,
+          policy, layout):
+    """(key, static info) of the plan for these arguments; built and registered on first use."""
+    def build():
+        from ..api import check_operands, get_epilogue
+        from ..autodiff import GradPlan
+        from ..frontend.signature import spec as make_spec
+        A = torch.empty(a_shape, dtype=a_dtype, device="meta")
+        B = torch.empty(b_shape, dtype=a_dtype, device="meta")
+        L, M, N, K, batched = check_operands(A, B)
+        acc_dtype = torch.float64 if a_dtype == torch.float64 else torch.float32
+        examples = {name: (make_spec(shape, dtype) if kind == "tensor" else kind(1))
+                    for name, kind, shape, dtype in specs}
+        ep = get_epilogue(fn, (L, M, N) if batched else (M, N), acc_dtype, examples, keep=keep)
+        wrt_A, wrt_B, wrt_inputs = wrt
+        plan = GradPlan(ep, wrt_acc=wrt_A or wrt_B, wrt_inputs=wrt_inputs, out_dtype=out_dtype or a_dtype,
+                        policy=policy)
+        kinds = {name: kind for name, kind, _, _ in specs}
+        scalar_types = tuple(kinds[s.name] for _, s in plan.scalars)
+        return Entry(plan, wrt_A, wrt_B, out_dtype or a_dtype, backend, deterministic, allow_tf32, config,
+                     scalar_types, a_dtype, layout[0], layout[1], len(b_shape) == 3)
+    signature = (fn, a_shape, a_dtype, b_shape, specs, wrt, out_dtype, backend, deterministic, allow_tf32, keep,
+                 config, policy, layout)
+    key = register(signature, build)
+    from .ops import entry
+    return (key,) + entry(key).static
+
+
+def fused_gemm(A, B, epilogue=None, *, out_dtype=None, backend=None, deterministic=False, allow_tf32=False,
+               outputs=None, config=None, policy="save", **inputs):
+    """``evt.gemm`` through ``torch.ops.evtorch.gemm`` (same arguments and results; see ``evtorch.api.gemm``).
+
+    ``policy``: "save" keeps the accumulator for the backward when it needs it; "recompute" recomputes
+    ``A @ B`` in the backward instead (less memory, one more GEMM)."""
+    from ..api import _identity
+    from ..epilogue import Epilogue
+    if not isinstance(A, torch.Tensor) or not isinstance(B, torch.Tensor):
+        raise EpilogueError(f"A and B must be tensors, got {type(A).__name__} and {type(B).__name__}")
+    low = autocast_dtype(A.device.type)
+    if low is not None and A.dtype == torch.float32:  # like F.linear under autocast
+        A, B = A.to(low), B.to(low)
+    elif low is not None and B.dtype == torch.float32 and A.dtype == low:
+        B = B.to(low)
+    if backend is None:
+        backend = "triton" if A.is_cuda else "reference"
+    fn = epilogue.fn if isinstance(epilogue, Epilogue) else (epilogue if epilogue is not None else _identity)
+    specs = tuple((name, "tensor", tuple(v.shape), v.dtype) if isinstance(v, torch.Tensor) else
+                  (name, _number_type(v), (), None) for name, v in inputs.items())
+    grad = torch.is_grad_enabled()
+    wrt = (grad and A.requires_grad, grad and B.requires_grad,
+           frozenset(n for n, v in inputs.items() if isinstance(v, torch.Tensor) and grad and v.requires_grad))
+    keep = None if outputs is None else tuple(sorted(set(outputs)))
+    key, keys, scalar_names, outs, n_outputs, returns_tuple, _ = _plan(
+        fn, tuple(A.shape), A.dtype, tuple(B.shape), specs, wrt, out_dtype, backend, deterministic, allow_tf32,
+        keep, config, policy, (col_major(A), col_major(B)))
+    batched = A.dim() == 3
+    order = space(batched)
+    sizes = {"L": A.shape[0] if batched else 1, "M": A.shape[-2], "N": B.shape[-1]}
+    tensors = [to_canonical(inputs[name], binding, order, sizes) for name, binding in keys]
+    scalars = [float(inputs[name]) for name in scalar_names]
+    results = gemm_op(A, B, tensors, scalars, key)
+    packed = [None] * n_outputs
+    for (position, dims), value in zip(outs, results):
+        packed[position] = from_canonical(value, dims, order, sizes)
+    return tuple(packed) if returns_tuple else packed[0]
