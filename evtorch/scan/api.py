@@ -1,0 +1,164 @@
+"""``evt.scan``: TVM-style recurrences written as plain PyTorch, compiled to Triton.
+
+    Y = evt.scan(lambda prev, x: prev + x, X)                          # cumulative sum over dim 0
+    H = evt.scan(lambda h, a, x: a * h + x, A, X, init=X[:1])           # first-order linear recurrence
+    S1, S2 = evt.scan(lambda s1, s2, x: (s1 + x, s2 + s1[..., :1]),     # two coupled states
+                      X, init=(X[:1], torch.zeros(1, l)))
+
+The body receives the previous step's state rows, then the current step's input rows, and returns the new
+state rows. ``init`` gives the first k >= 1 steps of every state; the result is each state's full history
+(T rows along ``dim``), as in TVM. ``h.at(-2)`` reads a state two steps back (needs k >= 2); ``x.at(-1)``
+reads an input one step back. ``post(*states, *inputs)`` maps each step's new states (and that step's input
+rows) to the outputs returned instead of the states, fused into the same kernel (e.g. ``y_t = c_t * h_t``).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from ..errors import EpilogueError, EpilogueTypeError
+from .autograd import differentiable
+from .body import RowSpec, ScanBody
+from .errors import ScanError, ScanShapeError
+from .launch import ScanConfig, run_forward
+
+BACKENDS = ("reference", "triton")
+_CACHE: dict = {}
+_CACHE_LIMIT = 256
+
+
+def get_body(fn, post, states: list[RowSpec], inputs: list[RowSpec], k: int) -> ScanBody:
+    """The traced body for this signature (cached: tracing depends on row shapes and dtypes, never on T)."""
+    key = (fn, post, tuple((s.shape, s.dtype) for s in states), tuple((s.shape, s.dtype) for s in inputs), k)
+    try:
+        hit = _CACHE.get(key)
+    except TypeError:  # an unhashable callable: trace every time
+        return ScanBody(fn, states, inputs, k, post=post)
+    if hit is None:
+        if len(_CACHE) >= _CACHE_LIMIT:
+            _CACHE.pop(next(iter(_CACHE)))
+        hit = _CACHE[key] = ScanBody(fn, states, inputs, k, post=post)
+    return hit
+
+
+class _Runner:
+    """What the autograd function calls to run a forward (and its backward's reverse scan) again."""
+
+    def __init__(self, backend: str, config):
+        self.backend, self.config = backend, config
+
+    def __call__(self, body, inits, inputs, T):
+        return run_forward(body, inits, inputs, T, self.backend, self.config)
+
+
+def _time_major(x: torch.Tensor, dim: int, what: str) -> tuple[torch.Tensor, int]:
+    if x.dim() == 0:
+        raise ScanShapeError(f"{what} is a 0-d tensor; it needs a dim to scan over (dim={dim})")
+    if not -x.dim() <= dim < x.dim():
+        raise ScanShapeError(f"dim={dim} is out of range for {what} of shape {tuple(x.shape)}")
+    d = dim % x.dim()
+    return x.movedim(d, 0), d
+
+
+def scan(body: Callable, *inputs: torch.Tensor, init=None, dim: int = 0, post: Callable | None = None,
+         backend: str | None = None, config: ScanConfig | None = None, length: int | None = None):
+    """Run the recurrence ``state[t] = body(state[t-1], ..., inputs[t]...)`` over ``dim``.
+
+    Args:
+        body: ``body(*states, *inputs) -> new state rows`` (a tensor, or a tuple with one per state).
+        *inputs: tensors with the same length T along ``dim``; the body sees one row (step) of each.
+        init: the first k steps of the state(s): a tensor (one state) or a tuple of tensors (several), each
+            with leading extent k >= 1 along ``dim``. Default: ``inputs[0]``'s first step (one state).
+        dim: the scan dim, for inputs, init and results alike.
+        post: optional ``post(*states, *inputs) -> outputs``: returned instead of the states, per step.
+        backend: "triton" (generated kernels; default on CUDA, on CPU through TRITON_INTERPRET=1) or
+            "reference" (a loop over time with torch ops; default on CPU).
+        config: a ``ScanConfig`` overriding the launch heuristics.
+        length: T when there are no inputs.
+
+    Returns:
+        The full history of each state (T steps along ``dim``; the first k are init), a tensor or a tuple
+        like ``init``; with ``post``, its outputs (a tensor or tuple, like ``post`` returns).
+    """
+    if not callable(body):
+        raise EpilogueTypeError(f"evt.scan: body must be a function, got {type(body).__name__}")
+    if post is not None and not callable(post):
+        raise EpilogueTypeError(f"evt.scan: post must be a function, got {type(post).__name__}")
+    for i, x in enumerate(inputs):
+        if not isinstance(x, torch.Tensor):
+            raise EpilogueTypeError(f"evt.scan: input {i} is a {type(x).__name__}; inputs are tensors with a scan "
+                                    "dim (use Python numbers directly inside the body)")
+    if init is None:
+        if not inputs:
+            raise ScanError("evt.scan: without inputs, init is required (the first k steps of each state)")
+        init_list, init_tuple = [], False
+    elif isinstance(init, torch.Tensor):
+        init_list, init_tuple = [init], False
+    elif isinstance(init, (tuple, list)) and init and all(isinstance(t, torch.Tensor) for t in init):
+        init_list, init_tuple = list(init), True
+    else:
+        raise EpilogueTypeError("evt.scan: init must be a tensor or a non-empty tuple of tensors (one per state), "
+                                f"got {type(init).__name__}")
+
+    xs, ts = [], set()
+    for i, x in enumerate(inputs):
+        xt, _ = _time_major(x, dim, f"input {i}")
+        xs.append(xt)
+        ts.add(xt.shape[0])
+    if len(ts) > 1:
+        sizes = ", ".join(f"input {i}: {x.shape[0]}" for i, x in enumerate(xs))
+        raise ScanShapeError(f"evt.scan: inputs have different lengths along dim {dim} ({sizes}); every input "
+                             "gives one row per step")
+    if xs:
+        T = xs[0].shape[0]
+        if length is not None and length != T:
+            raise ScanShapeError(f"evt.scan: length={length} but the inputs have {T} steps along dim {dim}")
+    elif length is None:
+        raise ScanError("evt.scan: with no inputs, pass length=T")
+    else:
+        T = int(length)
+
+    inits, out_dims, ks = [], [], set()
+    if init is None:  # the default: one state starting at input 0's first step
+        inits.append(xs[0][:1])
+        out_dims.append(dim % inputs[0].dim())
+        ks.add(1)
+    for j, t in enumerate(init_list):
+        it, d = _time_major(t, dim, f"init {j}" if init_tuple else "init")
+        inits.append(it)
+        out_dims.append(d)
+        ks.add(it.shape[0])
+    if len(ks) > 1:
+        raise ScanShapeError(f"evt.scan: init tensors give different numbers of steps along dim {dim} "
+                             f"({', '.join(str(t.shape[0]) for t in inits)}); every state needs the same k")
+    k = inits[0].shape[0]
+    if k < 1:
+        raise ScanShapeError(f"evt.scan: init has no steps along dim {dim}; give at least the first step")
+    if k > T:
+        raise ScanShapeError(f"evt.scan: init gives {k} steps but the scan has only T = {T}")
+    devices = {t.device for t in inits + xs}
+    if len(devices) > 1:
+        raise EpilogueError(f"evt.scan: inputs and init are on different devices ({', '.join(map(str, devices))})")
+    device = inits[0].device
+    if backend is None:
+        backend = "triton" if device.type == "cuda" else "reference"
+    if backend not in BACKENDS:
+        raise EpilogueError(f"evt.scan: backend must be one of {BACKENDS}, got {backend!r}")
+
+    states = [RowSpec(f"s{j}", tuple(t.shape[1:]), t.dtype) for j, t in enumerate(inits)]
+    specs = [RowSpec(f"x{i}", tuple(x.shape[1:]), x.dtype) for i, x in enumerate(xs)]
+    traced = get_body(body, post, states, specs, k)
+    runner = _Runner(backend, config)
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in inits + xs)
+    if needs_grad:
+        plain = traced if post is None else get_body(body, None, states, specs, k)
+        results = differentiable(traced, plain, inits, xs, T, runner)
+    else:
+        results = runner(traced, inits, xs, T)
+
+    if post is not None:
+        outs = [r.movedim(0, dim % r.dim()) if r.dim() > 0 else r for r in results]
+        return tuple(outs) if traced.post_returns_tuple else outs[0]
+    outs = [r.movedim(0, d) for r, d in zip(results, out_dims)]
+    return tuple(outs) if init_tuple else outs[0]

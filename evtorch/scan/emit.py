@@ -1,0 +1,173 @@
+"""Shared pieces of scan code generation: Triton expressions for IR nodes, and lane addressing.
+
+Values are held in the *compute dtype* (float32, float64 for float64 scans) from the moment they are loaded:
+a scan accumulates in float32 where eager would round each step to bf16 (the issue's "accumulate fp32 where
+the op allows"); only explicit casts in the body (``.to(torch.bfloat16)``) and stores round. Integer and bool
+values keep their dtype. Emissions come from the op registry (``tl.*`` and ``tlmath.*`` only, never
+libdevice), so every generated kernel also runs in the Triton interpreter.
+"""
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+
+import torch
+
+from ..ir.graph import Graph
+from ..ir.node import Node
+from ..ops import REGISTRY
+from ..ops.registry import BOOL_ONLY, CAST, COMPARE
+from . import lanes as LN
+
+TL = {
+    torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16", torch.float32: "tl.float32",
+    torch.float64: "tl.float64", torch.int8: "tl.int8", torch.uint8: "tl.uint8", torch.int16: "tl.int16",
+    torch.int32: "tl.int32", torch.int64: "tl.int64", torch.bool: "tl.int1",
+}
+
+HEADER = '''import triton
+import triton.language as tl
+
+from evtorch.codegen import tlmath
+'''
+
+
+def literal(value) -> str:
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    if isinstance(value, int):
+        return repr(value)
+    value = float(value)
+    if math.isnan(value):
+        return 'float("nan")'
+    if math.isinf(value):
+        return 'float("inf")' if value > 0 else 'float("-inf")'
+    return repr(value)
+
+
+class Writer:
+    def __init__(self):
+        self.lines: list[str] = []
+        self.depth = 0
+
+    def __call__(self, line: str = ""):
+        self.lines.append(("    " * self.depth + line) if line else "")
+
+    @contextmanager
+    def indent(self):
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
+
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+def held(dtype, compute):
+    return compute if dtype.is_floating_point else dtype
+
+
+def convert(value, compute) -> str:
+    expr, dtype = value
+    if dtype == "const" or dtype == compute:
+        return expr
+    return f"{expr}.to({TL[compute]})"
+
+
+def compute_expr(n: Node, operands: list, compute) -> tuple[str, object]:
+    """(expression, held dtype) of compute node ``n`` from operand (expression, held dtype) pairs."""
+    op = REGISTRY[n.target]
+    if op.has(CAST):
+        target = n.attrs["dtype"]
+        expr, dtype = operands[0]
+        if target == torch.bool:
+            return f"({expr} != 0)", torch.bool
+        if dtype == target or (target.is_floating_point and dtype == compute and
+                               torch.finfo(target).bits >= torch.finfo(compute).bits):
+            return expr, dtype
+        return f"{expr}.to({TL[target]})", target
+    floating = n.dtype.is_floating_point
+    if op.has(BOOL_ONLY):
+        conv = [e for e, _ in operands]
+    elif op.has(COMPARE):
+        any_float = any(d == "const" or (d != "const" and d.is_floating_point) for _, d in operands)
+        conv = [convert(v, compute) if any_float and v[1] != "const" and v[1].is_floating_point else v[0]
+                for v in operands]
+    elif n.target == "where":
+        conv = [operands[0][0]] + [convert(v, compute) if floating else v[0] for v in operands[1:]]
+    else:
+        conv = [convert(v, compute) if floating else v[0] for v in operands]
+    template = op.triton(**n.attrs) if callable(op.triton) else op.triton
+    if template is None:
+        raise NotImplementedError(f"op {op.name!r} has no Triton emission")
+    attrs = {k: literal(v) if isinstance(v, (int, float)) else v for k, v in n.attrs.items()}
+    expr = template.format(*conv, **attrs)
+    return expr, (compute if floating else n.dtype)
+
+
+def emit_graph(w: Writer, graph: Graph, leaf_value, compute, prefix: str) -> dict:
+    """Assign every compute node of ``graph`` to a variable; returns id(node) -> (expression, held dtype)."""
+    values, count = {}, 0
+    for n in graph.nodes:
+        if n.op == "input":
+            values[id(n)] = leaf_value(n)
+        elif n.op == "const":
+            values[id(n)] = (literal(n.target), "const")
+        elif n.op == "compute":
+            expr, dtype = compute_expr(n, [values[id(a)] for a in n.args], compute)
+            name = f"{prefix}{count}"
+            count += 1
+            w(f"{name} = {expr}")
+            values[id(n)] = (name, dtype)
+    return values
+
+
+def as_held(value, dtype, compute, shape_expr: str) -> str:
+    """An output value as a full tile of its register dtype (constants are broadcast)."""
+    expr, have = value
+    want = held(dtype, compute)
+    if have == "const":
+        return f"tl.full({shape_expr}, {expr}, {TL[want]})"
+    return expr if have == want else f"{expr}.to({TL[want]})"
+
+
+# ---------------------------------------------------------------------------------------------- addressing
+def row_size(shape) -> int:
+    return math.prod(shape)
+
+
+def strides(shape) -> list[int]:
+    out, acc = [], 1
+    for s in reversed(shape):
+        out.append(acc)
+        acc *= s
+    return list(reversed(out))
+
+
+def lane_offset(lane_map, src_shape, out_shape, idx_names: set, lanes: str = "lanes") -> str:
+    """Element offset inside a source row (contiguous) read by a leaf, in terms of the out multi-index."""
+    if LN.is_identity(lane_map, src_shape, out_shape):
+        return lanes
+    st = strides(src_shape)
+    const, terms = 0, []
+    for d, (e, off, step) in enumerate(lane_map):
+        const += st[d] * off
+        if e >= 0 and step != 0:
+            idx_names.add(e)
+            coef = st[d] * step
+            terms.append(f"i{e}" if coef == 1 else f"{coef} * i{e}")
+    if not terms:
+        return f"({lanes} * 0 + {const})"  # every lane reads one element: still a vector of addresses
+    return " + ".join(terms + ([str(const)] if const else []))
+
+
+def emit_lane_index(w: Writer, idx_names: set, shape, lanes: str = "lanes"):
+    """i<e> = the out multi-index of flat lane ``lanes`` over row ``shape``."""
+    st = strides(shape)
+    for e in sorted(idx_names):
+        expr = lanes if st[e] == 1 else f"({lanes} // {st[e]})"
+        if e > 0:
+            expr = f"{expr} % {shape[e]}"
+        w(f"i{e} = {expr}")

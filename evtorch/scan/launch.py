@@ -1,0 +1,156 @@
+"""Running a traced scan: generated kernels (per group) or the reference executor.
+
+Kernels are rendered once per (body signature, group, options), written to the kernel cache as real files
+(``runtime.source_cache.load_module``: Triton reads kernel source with ``inspect``) and launched with a
+``ScanConfig``: the heuristics below, or one given explicitly (the benchmark sweeps a few).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ..runtime import knobs
+from ..runtime.source_cache import load_module
+from . import kernels as K
+from .plan import leaves, state_of
+from .reference import held_dtype, run_post, run_reference
+
+
+@dataclass(frozen=True)
+class ScanConfig:
+    """Launch parameters; None picks the heuristic. ``block_n``: lanes per program (all modes);
+    ``block_t``: steps per time chunk (assoc); ``depth``: steps of input prefetch (lanes)."""
+
+    block_t: int | None = None
+    block_n: int | None = None
+    num_warps: int | None = None
+    depth: int = 4
+
+
+def _np2(x: int) -> int:
+    return 1 << max(0, math.ceil(math.log2(max(1, x))))
+
+
+def _sm_count(device) -> int:
+    if device.type != "cuda":
+        return 8
+    try:
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    except (AssertionError, RuntimeError):  # no CUDA in this process (offline compile checks)
+        return 132
+
+
+def kernel_for(body, g, config: ScanConfig):
+    key = ("kernel", g.mode, config.depth)
+    cache = g.__dict__.setdefault("_kernels", {})
+    hit = cache.get(key)
+    if hit is None:
+        kern = K.render(body, g, depth=config.depth)
+        module = load_module(kern.source, f"scan_{kern.mode}_{body.name}")
+        hit = cache[key] = (kern, getattr(module, kern.name))
+    return hit
+
+
+def heuristic(body, g, T: int, device, config: ScanConfig) -> ScanConfig:
+    interp = device.type != "cuda"
+    if g.mode == "assoc":
+        n = math.prod(g.shape)
+        steps = max(1, T - body.k)
+        if interp:
+            bn = min(_np2(n), 32)
+            bt = min(_np2(steps), 32)
+            nw = 1
+        else:
+            # one thread owns `vec` adjacent lanes (16-byte accesses) for BLOCK_T steps, so the scan over time
+            # stays inside a thread; ~64 values per thread per component keeps registers under ~128-210
+            sizes = [body.inputs[int(leaf.target[1:])].dtype.itemsize for leaf in leaves(g.assoc.graph)
+                     if state_of(leaf) is None] + [body.states[g.states[0]].dtype.itemsize]
+            vec = max(1, 16 // min(sizes))
+            nw = 4
+            bn = min(_np2(n), 32 * nw * vec)
+            nw = max(1, min(nw, bn // (32 * vec)))
+            bt = 16 if vec <= 4 else 8
+            if g.assoc.kind == "logaddexp":
+                bt //= 2
+            bt = min(bt, max(2, _np2(steps)))
+        return ScanConfig(config.block_t or bt, config.block_n or bn, config.num_warps or nw, config.depth)
+    if g.mode == "lanes":
+        n = math.prod(g.shape)
+        if interp:
+            bn = min(_np2(n), 64)
+        else:
+            sms = _sm_count(device)
+            bn = min(_np2(n), 128)
+            while bn > 32 and math.ceil(n / bn) < 2 * sms:
+                bn //= 2
+        nw = max(1, min(4, bn // 32))
+        return ScanConfig(None, config.block_n or bn, config.num_warps or nw, config.depth)
+    widest = max([math.prod(body.states[j].shape) for j in g.states] +
+                 [math.prod(body.post_specs[p].shape) for p in g.posts])
+    bn = min(_np2(widest), 64 if interp else 1024)
+    return ScanConfig(None, config.block_n or bn, config.num_warps or 4, config.depth)
+
+
+def run_group(body, g, inits, inputs, outs, posts, T: int, config: ScanConfig):
+    k = body.k
+    if T <= k:
+        return
+    device = inits[0].device
+    cfg = heuristic(body, g, T, device, config or ScanConfig())
+    kern, fn = kernel_for(body, g, cfg)
+    tensors = {"x": inputs, "init": inits, "out": outs, "post": posts}
+    args = []
+    for a in kern.args:
+        if a[0] in tensors:
+            args.append(tensors[a[0]][a[1]])
+        elif a[0] == "ws":
+            args.append(torch.empty(kern.ws_rows * kern.ws_width, dtype=body.compute_dtype, device=device))
+        elif a[0] == "sync":
+            ntiles = math.ceil(math.prod(g.shape) / cfg.block_n)
+            nchunks = math.ceil((T - k) / cfg.block_t)
+            args.append(torch.zeros(1 + ntiles * nchunks, dtype=torch.int32, device=device))
+        elif a[0] == "part":
+            nchunks = math.ceil((T - k) / cfg.block_t)
+            args.append(torch.empty(nchunks * 2 * kern.ncomp * math.prod(g.shape), dtype=body.compute_dtype,
+                                    device=device))
+    if kern.mode == "assoc":
+        ntiles = math.ceil(math.prod(g.shape) / cfg.block_n)
+        grid = (ntiles * math.ceil((T - k) / cfg.block_t),)
+        fn[grid](*args, T, k, BLOCK_T=cfg.block_t, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps)
+    elif kern.mode == "lanes":
+        grid = (math.ceil(math.prod(g.shape) / cfg.block_n),)
+        fn[grid](*args, T, k, BLOCK=cfg.block_n, num_warps=cfg.num_warps)
+    else:
+        fn[(1,)](*args, T, k, BLOCK=cfg.block_n, num_warps=cfg.num_warps)
+
+
+def run_forward(body, inits, inputs, T: int, backend: str, config: ScanConfig | None = None) -> list:
+    """Time-major results: the states' histories, or post's outputs when the scan has a post."""
+    if backend == "reference":
+        states, posts = run_reference(body, inits, inputs, T, want_states=body.post is None)
+        return posts if body.post is not None else states
+    if inits[0].device.type != "cuda" and not knobs.interpreter_active():
+        raise RuntimeError("evt.scan(..., backend='triton') on CPU tensors runs the generated kernels in Triton's "
+                           "interpreter, which needs TRITON_INTERPRET=1 set before triton is imported; use "
+                           "backend='reference' (the CPU default) otherwise")
+    inits = [x.contiguous() for x in inits]
+    inputs = [x.contiguous() for x in inputs]
+    device, k = inits[0].device, body.k
+    outs, posts = [], []
+    if body.post is None:
+        for init, spec in zip(inits, body.states):
+            out = torch.empty((T, *spec.shape), dtype=spec.dtype, device=device)
+            out[:k] = init
+            outs.append(out)
+    else:
+        held = [init.to(held_dtype(s.dtype, body.compute_dtype)) for init, s in zip(inits, body.states)]
+        head = run_post(body, held, inputs, 0, min(k, T))
+        for spec, h in zip(body.post_specs, head):
+            out = torch.empty((T, *spec.shape), dtype=spec.dtype, device=device)
+            out[:k] = h
+            posts.append(out)
+    for g in body.groups:
+        run_group(body, g, inits, inputs, outs, posts, T, config)
+    return posts if body.post is not None else outs

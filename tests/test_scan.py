@@ -1,0 +1,274 @@
+"""evt.scan on CPU: the reference executor and the generated kernels through Triton's interpreter.
+
+Every check compares against a plain Python loop over time written with eager torch ops (the oracle),
+on fresh random data, with outputs poisoned by the kernels' callers only where the kernel writes them.
+"""
+import os
+
+os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported (tests/conftest.py also sets it)
+
+import math
+
+import pytest
+import torch
+
+import evtorch as evt
+from evtorch.scan import ScanConfig
+from evtorch.scan.api import get_body
+from evtorch.scan.body import RowSpec
+from evtorch.scan.launch import kernel_for
+
+pytestmark = pytest.mark.interpreter
+BACKENDS = ["reference", "triton"]
+
+
+def loop(body, inits, *xs, dim=0):
+    """The oracle: Y[t] = body(Y[t-1]..., X[t]...) with eager torch, states kept in float64."""
+    xs = [x.movedim(dim, 0) for x in xs]
+    single = isinstance(inits, torch.Tensor)
+    inits = [inits] if single else list(inits)
+    inits = [i.movedim(dim, 0) for i in inits]
+    k, T = inits[0].shape[0], xs[0].shape[0]
+    hist = [[row.double() for row in init] for init in inits]
+    for t in range(k, T):
+        new = body(*[h[t - 1] for h in hist], *[x[t].double() for x in xs])
+        new = [new] if single else list(new)
+        for h, v, init in zip(hist, new, inits):
+            h.append(torch.as_tensor(v).double().expand(init.shape[1:]))
+    outs = [torch.stack(h).to(init.dtype).movedim(0, dim) for h, init in zip(hist, inits)]
+    return outs[0] if single else tuple(outs)
+
+
+def close(a, b, tol=1e-5):
+    a, b = a.double(), b.double()
+    assert a.shape == b.shape, (a.shape, b.shape)
+    assert torch.isfinite(a).all() == torch.isfinite(b).all()
+    err = (a - b).norm() / b.norm().clamp_min(1e-30)
+    assert err < tol, f"relative error {err:.3g}"
+
+
+# ---------------------------------------------------------------------------------------------- recurrences
+ASSOC = {
+    "sum": (lambda h, x: h + x, "sum"),
+    "prod": (lambda h, x: h * x, "prod"),
+    "max": (lambda h, x: torch.maximum(h, x), "max"),
+    "min": (lambda h, x: torch.min(x, h), "min"),
+    "logaddexp": (lambda h, x: torch.logaddexp(h, x), "logaddexp"),
+    "affine": (lambda h, x: 0.5 * (h - x) + 1.0, "linear"),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", list(ASSOC))
+@pytest.mark.parametrize("T,n", [(37, 5), (3, 70), (100, 3)])
+def test_associative(backend, name, T, n):
+    fn, kind = ASSOC[name]
+    X = torch.randn(T, n)
+    if name == "prod":
+        X = 1.0 + 0.05 * X
+    Y = evt.scan(fn, X, backend=backend)
+    close(Y, loop(fn, X[:1], X))
+    body = get_body(fn, None, [RowSpec("s0", (n,), X.dtype)], [RowSpec("x0", (n,), X.dtype)], 1)
+    assert body.groups[0].mode == "assoc" and body.groups[0].assoc.kind == kind
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cumsum_matches_torch(backend):
+    X = torch.randn(257, 19)
+    close(evt.scan(lambda p, x: p + x, X, backend=backend), torch.cumsum(X, 0))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_linear_recurrence(backend):
+    T, n = 77, 9
+    A, X = torch.rand(T, n), torch.randn(T, n)
+    fn = lambda h, a, x: a * h + x  # noqa: E731
+    H = evt.scan(fn, A, X, init=X[:1], backend=backend)
+    close(H, loop(fn, X[:1], A, X))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_nonlinear_recurrence_runs_sequentially(backend):
+    T, n = 40, 70
+    A, X = torch.rand(T, n), torch.randn(T, n)
+    fn = lambda h, a, x: torch.tanh(a * h + x)  # noqa: E731
+    close(evt.scan(fn, A, X, init=X[:1], backend=backend), loop(fn, X[:1], A, X))
+    body = get_body(fn, None, [RowSpec("s0", (n,), X.dtype)], [RowSpec("x0", (n,), X.dtype)] * 2, 1)
+    assert body.groups[0].mode == "lanes"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_multistage_body_and_broadcast_inputs(backend):
+    T, n = 29, 6
+    A = torch.rand(T, 1)           # one coefficient per step, broadcast over lanes
+    B, X = torch.randn(T, n), torch.randn(T, n)
+
+    def body(h, a, b, x):
+        decay = torch.sigmoid(a) * 0.9      # stage 1: inputs only
+        drive = b * x + 0.1                 # stage 2
+        return h * decay + drive            # affine in h through the stages
+
+    close(evt.scan(body, A, B, X, init=X[:1], backend=backend), loop(body, X[:1], A, B, X))
+    g = get_body(body, None, [RowSpec("s0", (n,), X.dtype)],
+                 [RowSpec("x0", (1,), X.dtype), RowSpec("x1", (n,), X.dtype), RowSpec("x2", (n,), X.dtype)],
+                 1).groups[0]
+    assert g.mode == "assoc" and g.assoc.kind == "linear"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_k2_init_reads_two_steps_back(backend):
+    T, n = 31, 4
+    X = torch.randn(T, n) * 0.1
+    init = torch.randn(2, n)
+    Y = evt.scan(lambda h, x: 0.5 * h + 0.3 * h.at(-2) + x, X, init=init, backend=backend)
+    ref = [init[0], init[1]]
+    for t in range(2, T):
+        ref.append(0.5 * ref[t - 1] + 0.3 * ref[t - 2] + X[t])
+    close(Y, torch.stack(ref))
+    assert torch.equal(Y[:2], init)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_k3_init_first_order(backend):
+    X = torch.randn(20, 3)
+    init = torch.randn(3, 3)
+    Y = evt.scan(lambda h, x: h + x, X, init=init, backend=backend)
+    ref = torch.cat([init, init[2] + X[3:].cumsum(0)])
+    close(Y, ref)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_two_coupled_states_tvm_example(backend):
+    T, n, m = 23, 5, 7
+    X = torch.randn(T, n)
+    init = (X[:1], torch.zeros(1, m))
+    fn = lambda s1, s2, x: (s1 + x, s2 + s1[..., :1])  # noqa: E731
+    S1, S2 = evt.scan(fn, X, init=init, backend=backend)
+    R1, R2 = loop(fn, init, X)
+    close(S1, R1)
+    close(S2, R2)
+    body = get_body(fn, None, [RowSpec("s0", (n,), X.dtype), RowSpec("s1", (m,), X.dtype)],
+                    [RowSpec("x0", (n,), X.dtype)], 1)
+    assert [g.mode for g in body.groups] == ["coupled"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_coupled_states_reading_shifted_lanes(backend):
+    T, n = 17, 6
+    X = torch.randn(T, n) * 0.3
+    # u reads one lane of v; v reads u's last lane and every other lane of u (a strided slice)
+    fn = lambda u, v, x: (torch.tanh(0.5 * u + x + 0.1 * v[..., 1:2]),  # noqa: E731
+                          v * 0.5 + u[..., -1:] + u[..., ::2])
+    init = (torch.randn(1, n), torch.randn(1, 3))
+    A1, A2 = evt.scan(fn, X, init=init, backend=backend)
+    R1, R2 = loop(fn, init, X)
+    close(A1, R1)
+    close(A2, R2)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_independent_states_split_into_groups(backend):
+    T, n = 26, 5
+    X, A = torch.randn(T, n), torch.rand(T, n)
+    fn = lambda s, p, m, x, a: (s + x, a * p + x, torch.maximum(m, x))  # noqa: E731
+    init = (X[:1], X[:1], X[:1])
+    outs = evt.scan(fn, X, A, init=init, backend=backend)
+    for got, ref in zip(outs, loop(fn, init, X, A)):
+        close(got, ref)
+    body = get_body(fn, None, [RowSpec(f"s{j}", (n,), X.dtype) for j in range(3)],
+                    [RowSpec("x0", (n,), X.dtype)] * 2, 1)
+    assert [g.assoc.kind for g in body.groups] == ["sum", "linear", "max"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dim", [1, -1])
+def test_scan_over_other_dim(backend, dim):
+    X = torch.randn(4, 45, 3).transpose(1, 2) if dim == -1 else torch.randn(4, 45, 3)
+    Y = evt.scan(lambda h, x: h * 0.9 + x, X, dim=dim, backend=backend)
+    close(Y, loop(lambda h, x: h * 0.9 + x, X.narrow(dim, 0, 1), X, dim=dim))
+    assert Y.shape == X.shape
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_multidim_rows_and_slices(backend):
+    T = 19
+    X = torch.randn(T, 3, 4)
+    fn = lambda h, x: torch.tanh(h * x[:, :1] + x)  # noqa: E731
+    close(evt.scan(fn, X, backend=backend), loop(fn, X[:1], X))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_post_fuses_an_output_map(backend):
+    T, n = 33, 6
+    A, B, C = torch.rand(T, n), torch.randn(T, n), torch.randn(T, n)
+    Y = evt.scan(lambda h, a, b, c: a * h + b, A, B, C, init=torch.zeros(1, n),
+                 post=lambda h, a, b, c: c * h, backend=backend)
+    H = loop(lambda h, a, b, c: a * h + b, torch.zeros(1, n), A, B, C)
+    close(Y, C * H)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_post_on_sequential_and_coupled(backend):
+    T, n = 15, 4
+    X = torch.randn(T, n)
+    Y, Z = evt.scan(lambda h, x: torch.tanh(h + x), X, post=lambda h, x: (h * 2, torch.relu(h - x)),
+                    backend=backend)
+    H = loop(lambda h, x: torch.tanh(h + x), X[:1], X)
+    close(Y, 2 * H)
+    close(Z, torch.relu(H - X))
+    init = (X[:1], torch.zeros(1, 2))
+    P = evt.scan(lambda s1, s2, x: (s1 + x, s2 + s1[..., :1]), X, init=init,
+                 post=lambda s1, s2, x: s2 * s1[..., :1], backend=backend)
+    R1, R2 = loop(lambda s1, s2, x: (s1 + x, s2 + s1[..., :1]), init, X)
+    close(P, R2 * R1[..., :1])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_input_read_at_previous_step(backend):
+    X = torch.randn(21, 3)
+    Y = evt.scan(lambda h, x: 0.5 * h + x - x.at(-1), X, backend=backend)
+    ref = [X[0]]
+    for t in range(1, 21):
+        ref.append(0.5 * ref[-1] + X[t] - X[t - 1])
+    close(Y, torch.stack(ref))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_float64_and_integer_states(backend):
+    X = torch.randn(30, 4, dtype=torch.float64)
+    close(evt.scan(lambda h, x: h * 0.5 + x, X, backend=backend),
+          loop(lambda h, x: h * 0.5 + x, X[:1], X), 1e-12)
+    I = torch.randint(-5, 5, (30, 4))
+    got = evt.scan(lambda h, x: torch.where(x > 0, h + x, h), I, backend=backend)
+    assert got.dtype == torch.int64
+    assert torch.equal(got, loop(lambda h, x: torch.where(x > 0, h + x, h), I[:1], I))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_t_equals_k_and_length_only(backend):
+    X = torch.randn(1, 5)
+    assert torch.equal(evt.scan(lambda h, x: h + x, X, backend=backend), X)
+    init = torch.ones(1, 3)
+    Y = evt.scan(lambda h: h * 2.0, init=init, length=5, backend=backend)
+    close(Y, torch.stack([torch.full((3,), 2.0 ** t) for t in range(5)]))
+
+
+def test_generated_sources_use_no_libdevice():
+    fns = [ASSOC["logaddexp"][0], lambda h, x: torch.tanh(torch.erf(h) + torch.sigmoid(x)),
+           lambda s1, s2, x: (s1 + x, s2 + s1[..., :1])]
+    specs = [([RowSpec("s0", (8,), torch.float32)],), ([RowSpec("s0", (8,), torch.float32)],),
+             ([RowSpec("s0", (8,), torch.float32), RowSpec("s1", (3,), torch.float32)],)]
+    for fn, (states,) in zip(fns, specs):
+        body = get_body(fn, None, states, [RowSpec("x0", (8,), torch.float32)], 1)
+        for g in body.groups:
+            kern, _ = kernel_for(body, g, ScanConfig())
+            assert "libdevice" not in kern.source and "inline_asm" not in kern.source
+            assert "@triton.jit" in kern.source
+
+
+def test_explicit_config_is_honoured():
+    X = torch.randn(50, 40)
+    for cfg in (ScanConfig(block_t=4, block_n=8), ScanConfig(block_t=64, block_n=64)):
+        close(evt.scan(lambda h, x: h + x, X, backend="triton", config=cfg), X.cumsum(0))
+    close(evt.scan(lambda h, x: torch.tanh(h + x), X, backend="triton", config=ScanConfig(block_n=16, depth=2)),
+          loop(lambda h, x: torch.tanh(h + x), X[:1], X))
