@@ -14,8 +14,11 @@ from .epilogue import Epilogue, trace
 from .errors import (EpilogueError, EpilogueTypeError, ShapeError, TraceControlFlowError,
                      UnsupportedOpError)
 from .frontend.signature import spec
+from .integration.linear import linear
+from . import nn  # noqa: E402,F401  (evtorch.nn.Linear)
 
 __version__ = "0.1.0"
 
-__all__ = ["gemm", "trace", "spec", "Epilogue", "row_index", "col_index", "register_op", "EpilogueError",
+__all__ = ["gemm", "linear", "nn", "trace", "spec", "Epilogue", "row_index", "col_index", "register_op",
+           "EpilogueError",
            "EpilogueTypeError", "ShapeError", "TraceControlFlowError", "UnsupportedOpError"]

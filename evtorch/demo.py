@@ -6,6 +6,7 @@ The result is a plain-text table; ``run_demo`` returns the rows so tests can ins
 """
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -125,6 +126,8 @@ def demo(device: str | None = None, size: tuple[int, int, int] | None = None, dt
     """Print the demo table; returns the process exit code (0 when every example matches eager)."""
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     M, N, K = size or default_size(device, backend)
+    if backend == "triton" and not device.startswith("cuda"):
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # generated kernels on CPU tensors need Triton's interpreter
     used = backend or ("triton" if device.startswith("cuda") else "reference")
     print(f"evtorch demo: device {device}, backend {used}, A ({M}, {K}) @ B ({K}, {N}) in {str(dtype)[6:]}, "
           f"seed {seed}; each example checked against fn(A.float() @ B.float(), **inputs), "

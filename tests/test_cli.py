@@ -50,6 +50,14 @@ def test_demo_cpu_small_passes(capsys):
     assert "37x29" in out   # output shapes
 
 
+@pytest.mark.interpreter
+def test_demo_generated_kernels_through_the_interpreter(capsys):
+    """``--backend triton`` on CPU: the fused kernels the GPU would run, in Triton's interpreter."""
+    rc, out, _ = run(capsys, "demo", "--device", "cpu", "--backend", "triton", "--size", "40,24,16", "--repeat", "0")
+    assert rc == 0, out
+    assert "backend triton" in out and out.count(" pass") == len(EXAMPLES)
+
+
 @pytest.mark.parametrize("dtype", ["bf16", "f32", "f64"])
 def test_demo_dtypes(capsys, dtype):
     rc, out, _ = run(capsys, "demo", "--device", "cpu", "--dtype", dtype, "--example", "mixed_dag", *SMALL)
