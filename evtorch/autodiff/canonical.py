@@ -8,11 +8,10 @@ column vector walking M is ``(M, 1)``; a 0-d tensor stays 0-d.
 
 ``to_canonical`` and ``from_canonical`` are made of reshape/permute/expand only, so they are views that autograd
 differentiates by itself: the fused operator takes and returns canonical tensors, and the user's shapes (a
-transposed output ``D.T``, ``bias[:, None]``, ``v.view(-1, 1)``) are recovered outside it.
+transposed output ``D.T``, ``bias[:, None]``, ``v.view(-1, 1)``) are recovered outside it. Both run inside
+torch.compile'd code, so they are written in the subset of Python Dynamo traces (no generators into builtins).
 """
 from __future__ import annotations
-
-import math
 
 import torch
 
@@ -35,7 +34,7 @@ def to_canonical(x: torch.Tensor, binding, order, sizes) -> torch.Tensor:
         return x
     owners = [a for axes in binding for a in axes]
     t = x.reshape([sizes[a] for a in owners])      # splits merged dims, drops unbound size-1 dims
-    t = t.permute(sorted(range(len(owners)), key=lambda i: order.index(owners[i])))
+    t = t.permute([owners.index(a) for a in order if a in owners])
     return t.reshape(canonical_shape(owners, order, sizes))
 
 
@@ -53,10 +52,17 @@ def from_canonical(t: torch.Tensor, dims, order, sizes) -> torch.Tensor:
         t = t.expand(full)
     rest = [a for a in order if a not in walked]
     t = t.permute([order.index(a) for a in walked + rest])
-    t = t.reshape([math.prod(sizes[a] for a in axes) if axes else 1 for axes, _ in dims])
+    t = t.reshape([_prod([sizes[a] for a in axes]) for axes, _ in dims])
     if any(not axes and size for axes, size in dims):
         t = t.expand([size if (not axes and size) else -1 for axes, size in dims])
     return t
+
+
+def _prod(values) -> int:
+    out = 1
+    for v in values:  # not math.prod(generator): torch.compile traces this function
+        out = out * v
+    return out
 
 
 def sizes_of(A: torch.Tensor, B: torch.Tensor) -> dict:

@@ -153,7 +153,7 @@ class Values:
         if n.op in ("acc", "input", "scalar"):
             raise EpilogueError(f"internal: no value for leaf %{n.name} ({n.op} {n.target})")
         if n.op == "const":
-            if n.target is None or _number_dtype(n.target, n.dtype) == n.dtype:
+            if n.target is None or _number_dtype(n.target, torch.float32) == n.dtype:  # as the tracer types it
                 return n.target
             # a folded constant of another dtype (e.g. zeros_like(x, dtype=f16)): keep its dtype
             if is_proxy(self.space.acc):

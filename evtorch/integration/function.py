@@ -23,9 +23,14 @@ def _number_type(v):
 @torch.compiler.assume_constant_result
 def _plan(fn, a_shape, a_dtype, b_shape, specs, wrt, out_dtype, backend, deterministic, allow_tf32, keep, config,
           policy, layout):
-    """(key, static info) of the plan for these arguments; built and registered on first use."""
+    """(key, static info) of the plan for these arguments; built and registered on first use.
+
+    ``fn`` is the epilogue, or ("linear", fn, has_bias) for ``evt.linear``'s composed epilogue (built here, out
+    of Dynamo's sight: a function created in a traced frame is not a constant)."""
     def build():
         from ..api import check_operands, get_epilogue
+        from .linear import linear_epilogue
+        epilogue = linear_epilogue(*fn[1:]) if isinstance(fn, tuple) else fn
         from ..autodiff import GradPlan
         from ..frontend.signature import spec as make_spec
         A = torch.empty(a_shape, dtype=a_dtype, device="meta")
@@ -34,7 +39,7 @@ def _plan(fn, a_shape, a_dtype, b_shape, specs, wrt, out_dtype, backend, determi
         acc_dtype = torch.float64 if a_dtype == torch.float64 else torch.float32
         examples = {name: (make_spec(shape, dtype) if kind == "tensor" else kind(1))
                     for name, kind, shape, dtype in specs}
-        ep = get_epilogue(fn, (L, M, N) if batched else (M, N), acc_dtype, examples, keep=keep)
+        ep = get_epilogue(epilogue, (L, M, N) if batched else (M, N), acc_dtype, examples, keep=keep)
         wrt_A, wrt_B, wrt_inputs = wrt
         plan = GradPlan(ep, wrt_acc=wrt_A or wrt_B, wrt_inputs=wrt_inputs, out_dtype=out_dtype or a_dtype,
                         policy=policy)
@@ -50,11 +55,12 @@ def _plan(fn, a_shape, a_dtype, b_shape, specs, wrt, out_dtype, backend, determi
 
 
 def fused_gemm(A, B, epilogue=None, *, out_dtype=None, backend=None, deterministic=False, allow_tf32=False,
-               outputs=None, config=None, policy="save", **inputs):
+               outputs=None, config=None, policy="save", _lead_dims=None, **inputs):
     """``evt.gemm`` through ``torch.ops.evtorch.gemm`` (same arguments and results; see ``evtorch.api.gemm``).
 
     ``policy``: "save" keeps the accumulator for the backward when it needs it; "recompute" recomputes
-    ``A @ B`` in the backward instead (less memory, one more GEMM)."""
+    ``A @ B`` in the backward instead (less memory, one more GEMM). ``_lead_dims`` (for ``evt.linear``):
+    outputs whose first dim walks the rows get these leading dims instead of M."""
     from ..api import _identity
     from ..epilogue import Epilogue
     if not isinstance(A, torch.Tensor) or not isinstance(B, torch.Tensor):
@@ -84,5 +90,8 @@ def fused_gemm(A, B, epilogue=None, *, out_dtype=None, backend=None, determinist
     results = gemm_op(A, B, tensors, scalars, key)
     packed = [None] * n_outputs
     for (position, dims), value in zip(outs, results):
-        packed[position] = from_canonical(value, dims, order, sizes)
+        value = from_canonical(value, dims, order, sizes)
+        if _lead_dims is not None and dims and dims[0][0] == ("M",):
+            value = value.reshape(tuple(_lead_dims) + tuple(value.shape[1:]))
+        packed[position] = value
     return tuple(packed) if returns_tuple else packed[0]

@@ -163,8 +163,9 @@ def _backward(ctx, grads):
     B = saved.pop(0) if keep_B else None
     used, saved = saved[:n_used], saved[n_used:]
     seeds = [o.position for o, g in zip(p.outputs, grads) if g is not None and o.differentiable]
+    no_scalars = None if ctx.scalars else []  # a float list is one leaf, an empty list none
     if not seeds:
-        return None, None, [None] * n_tensors, None, None
+        return None, None, [None] * n_tensors, no_scalars, None
     program = p.backward(tuple(seeds))
     key = f"{ctx.plan}|{','.join(map(str, seeds))}"
     present = [g for o, g in zip(p.outputs, grads) if o.position in seeds]
@@ -173,7 +174,7 @@ def _backward(ctx, grads):
     dB = res.pop(0) if e.wrt_B and program.d_acc else None
     by_param = dict(zip(program.grads, res))
     dtensors = [by_param[k.param].to(k.dtype) if k.param in by_param else None for k in p.keys]
-    return dA, dB, dtensors, None, None
+    return dA, dB, dtensors, no_scalars, None
 
 
 gemm_op.register_autograd(_backward, setup_context=_setup)

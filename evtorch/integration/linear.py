@@ -1,0 +1,82 @@
+"""``evt.linear``: ``F.linear`` with a fused epilogue.
+
+    y = evt.linear(x, weight, F.gelu, bias)      # == F.gelu(F.linear(x, weight, bias)), one fused kernel
+
+x may have any leading dims (flattened to M), weight is (N, K) as in ``F.linear`` (passed as the GEMM's
+column-major B, so its gradient comes back row-major without a copy). The epilogue receives
+``acc + bias`` (the accumulator already biased, in fp32) and any extra keyword ``inputs``; outputs that walk the
+rows (M) get x's leading dims back. Differentiable, compilable and autocast-aware like ``evt.gemm`` (it always
+runs as ``torch.ops.evtorch.gemm``).
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Callable
+
+import torch
+
+from ..errors import EpilogueTypeError, ShapeError
+from ..frontend.signature import epilogue_params
+
+BIAS = "linear_bias"
+
+
+@functools.lru_cache(maxsize=256)
+def linear_epilogue(fn: Callable | None, has_bias: bool) -> Callable:
+    """The GEMM epilogue of ``linear(x, w, fn, bias)``: ``fn(acc + bias, **inputs)`` (one object per (fn, bias))."""
+    extra = _extra_params(fn)
+    if BIAS in [p.name for p in extra]:
+        raise EpilogueTypeError(f"evt.linear: the epilogue may not have a parameter named {BIAS!r}")
+
+    def epilogue(acc, **kw):
+        bias = kw.pop(BIAS, None)
+        x = acc + bias if bias is not None else acc
+        return fn(x, **kw) if fn is not None else x
+
+    P = inspect.Parameter
+    params = [P("acc", P.POSITIONAL_OR_KEYWORD)] + ([P(BIAS, P.POSITIONAL_OR_KEYWORD)] if has_bias else [])
+    params += extra
+    epilogue.__signature__ = inspect.Signature(params)
+    epilogue.__name__ = epilogue.__qualname__ = f"linear_{getattr(fn, '__name__', 'epilogue')}" if fn else "linear"
+    return epilogue
+
+
+def _extra_params(fn) -> list:
+    """The keyword inputs of an epilogue after its first parameter; builtins such as F.gelu or torch.tanh,
+    which have no inspectable signature, are taken as unary."""
+    if fn is None:
+        return []
+    try:
+        inspect.signature(fn)
+    except (TypeError, ValueError):
+        return []
+    epilogue_params(fn)  # the usual checks (no *args, no reserved names)
+    return list(inspect.signature(fn).parameters.values())[1:]
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, fn: Callable | None = None, bias: torch.Tensor | None = None,
+           *, out_dtype=None, backend=None, deterministic=False, allow_tf32=False, policy="save", **inputs):
+    """``fn(F.linear(x, weight, bias), **inputs)`` as one fused GEMM.
+
+    Args:
+        x: (..., K). weight: (N, K). bias: (N,) or None.
+        fn: an epilogue ``fn(y, **inputs)`` receiving the biased fp32 accumulator, or None (plain linear).
+        policy: "save" (keep what the backward needs) or "recompute" (recompute ``x @ weight.T`` in the backward).
+        Other options as in ``evt.gemm``.
+    """
+    from .function import fused_gemm
+    if not isinstance(x, torch.Tensor) or not isinstance(weight, torch.Tensor):
+        raise EpilogueTypeError("evt.linear: x and weight must be tensors")
+    if weight.dim() != 2:
+        raise ShapeError(f"evt.linear: weight must be (out_features, in_features), got shape {tuple(weight.shape)}")
+    if x.dim() == 0 or x.shape[-1] != weight.shape[1]:
+        raise ShapeError(f"evt.linear: x {tuple(x.shape)} does not match weight {tuple(weight.shape)}: the last dim "
+                         f"of x must be in_features = {weight.shape[1]}")
+    lead = tuple(x.shape[:-1])
+    A = x.reshape(-1, x.shape[-1])
+    if bias is not None:
+        inputs[BIAS] = bias
+    res = fused_gemm(A, weight.t(), ("linear", fn, bias is not None), out_dtype=out_dtype, backend=backend,
+                     deterministic=deterministic, allow_tf32=allow_tf32, policy=policy, _lead_dims=lead, **inputs)
+    return res
