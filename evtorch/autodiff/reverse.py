@@ -9,8 +9,9 @@ Reductions are called with ``dim`` = the reduced canonical dims and ``keepdim=Tr
 reduced, so ``sum`` broadcasts back, ``mean`` divides by the count, ``amax``/``amin`` share the gradient among
 ties and ``logsumexp`` becomes a softmax, exactly as their rules (and torch) say.
 
-Gradients are accumulated per element of the broadcast value they arrive on and only summed down to a leaf's
-shape class at the leaf (``Space.sum_to``): a row bias receives ``sum over M`` of one full-size expression, which
+Gradients are accumulated per element of the broadcast value they arrive on (a rule's result is seen as
+walking at least the axes of the value it differentiates) and only summed down to a leaf's shape class at the
+leaf (``Space.sum_to``): a row bias receives ``sum over M`` of one full-size expression, which
 becomes a single fused reduction, and no partial sum ever has to flow back into a full-tile computation.
 """
 from __future__ import annotations
@@ -61,15 +62,20 @@ def reverse(graph: Graph, values: Values, seeds: dict[int, object], wrt: set[int
                                 where=n.meta.get("where"))
         g = grads[id(n)]
         out = values(n)
+        space = values.space
         if n.op == "reduce":
-            space = values.space
+            frame = set(n.axes) | set(n.attrs["over"])
             result = op.derivative(g, values.reduce_operand(n), out=out, dim=space.dims_of(n.attrs["over"]),
                                    keepdim=True)
         else:
+            frame = set(n.axes)
             result = op.derivative(g, *[values(a) for a in n.args], out=out, **n.attrs)
         if len(result) != len(n.args):
             raise EpilogueError(f"the derivative rule of {n.target!r} returned {len(result)} gradients for "
                                 f"{len(n.args)} operands")
         for a, ga in zip(n.args, result):
+            if ga is not None and id(a) in dep:
+                # per element of the value differentiated (a rule may return it broadcast: mean's g / count)
+                ga = space.walk(ga, frame | set(space.walked(ga)))
             add(a, ga)
     return {k: v for k, v in grads.items() if k in wrt}

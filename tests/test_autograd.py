@@ -1,0 +1,349 @@
+"""Gradients of evt.gemm: float64 gradcheck on the reference executor, table-driven.
+
+Every differentiable op of the registry, every input role (aux, row, column, 0-d scalar tensor, batched and
+transposed), every reduction and the output views are checked with ``torch.autograd.gradcheck`` (which compares
+the generated backward against finite differences), and the amax/amin tie rule against torch autograd.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import evtorch as evt
+from evtorch.ops import REGISTRY
+
+DT = torch.float64
+M, N, K, L = 3, 4, 2, 2
+
+
+def rand(*shape):
+    return torch.randn(shape, dtype=DT).requires_grad_()
+
+
+def check(fn, A, B, fast=True, **inputs):
+    """gradcheck of evt.gemm(A, B, fn, **inputs) w.r.t. A, B and every tensor input requiring grad."""
+    names = [n for n, v in inputs.items() if isinstance(v, torch.Tensor) and v.requires_grad]
+
+    def f(A, B, *ts):
+        kw = dict(inputs, **dict(zip(names, ts)))
+        out = evt.gemm(A, B, fn, **kw)
+        return tuple(o for o in (out if isinstance(out, tuple) else (out,)) if o.dtype.is_floating_point)
+    args = (A, B, *[inputs[n] for n in names])
+    assert torch.autograd.gradcheck(f, args, fast_mode=fast, atol=1e-6, rtol=1e-5)
+
+
+def operands(batched=False, b_batched=True):
+    lead = (L,) if batched else ()
+    return rand(*lead, M, K), rand(*((L,) if batched and b_batched else ()), K, N)
+
+
+# ---------------------------------------------------------------------------------------------- every op
+# (op name, epilogue using it). acc is kept away from non-differentiable points (|x| > 0, > 0 for logs).
+UNARY = {
+    "neg": lambda x: -x, "abs": lambda x: (x + 3.0).abs() + x.abs() * 0.0 + torch.abs(x - 5.0),
+    "exp": torch.exp, "exp2": torch.exp2, "log": lambda x: torch.log(x * x + 1.0),
+    "log2": lambda x: torch.log2(x * x + 1.0), "log1p": lambda x: torch.log1p(x * x),
+    "sqrt": lambda x: torch.sqrt(x * x + 1.0), "rsqrt": lambda x: torch.rsqrt(x * x + 1.0),
+    "tanh": torch.tanh, "sigmoid": torch.sigmoid, "erf": torch.erf,
+    "relu": lambda x: torch.relu(x + 0.01), "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu, "softplus": F.softplus, "softplus_beta": lambda x: F.softplus(x, beta=2.0, threshold=1.0),
+    "leaky_relu": lambda x: F.leaky_relu(x + 0.01, 0.2), "hardswish": lambda x: F.hardswish(x * 2.0 + 0.1),
+    "hardsigmoid": lambda x: F.hardsigmoid(x * 2.0 + 0.1), "elu": lambda x: F.elu(x + 0.01, alpha=0.7),
+    "square": torch.square, "reciprocal": lambda x: torch.reciprocal(x * x + 1.0),
+    "pow2": lambda x: x ** 2, "pow3": lambda x: x ** 3, "pow_half": lambda x: (x * x + 1.0) ** 0.5,
+    "pow_neg": lambda x: (x * x + 1.0) ** -1.5, "pow_frac": lambda x: (x * x + 1.0) ** 1.7,
+    "floor": lambda x: torch.floor(x) + x, "ceil": lambda x: torch.ceil(x) * x, "round": lambda x: torch.round(x) + x,
+    "sign": lambda x: torch.sign(x) * x,
+    "clamp": lambda x: torch.clamp(x, -0.3, 0.4) + x * 0.1, "clamp_min": lambda x: x.clamp(min=0.05),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary_op_gradients(name):
+    torch.manual_seed(1)
+    A, B = operands()
+    fn = UNARY[name]
+    check(lambda acc: fn(acc), A, B)
+
+
+@pytest.mark.parametrize("low, tol", [(torch.float32, 1e-6), (torch.float16, 2e-3)], ids=["float", "half"])
+def test_cast_gradient_matches_torch(low, tol):
+    """x.float() rounds (finite differences are meaningless there): compare with torch autograd instead. Torch
+    also rounds the gradient flowing through a 16-bit intermediate to 16 bits; evtorch keeps it in the compute
+    dtype, hence the half tolerance."""
+    torch.manual_seed(1)
+    A, B = operands()
+    fn = lambda acc: torch.tanh(acc.to(low)).double() * 2.0  # noqa: E731
+    w = torch.randn(M, N, dtype=DT)
+    got = torch.autograd.grad((evt.gemm(A, B, fn) * w).sum(), (A, B))
+    want = torch.autograd.grad((fn(A @ B) * w).sum(), (A, B))
+    for g, r in zip(got, want):
+        torch.testing.assert_close(g, r, rtol=tol, atol=tol)
+
+
+BINARY = {
+    "add": lambda acc, C: acc + C, "add_alpha": lambda acc, C: torch.add(acc, C, alpha=2.5),
+    "sub": lambda acc, C: C - acc, "sub_alpha": lambda acc, C: torch.sub(acc, C, alpha=0.5),
+    "mul": lambda acc, C: acc * C, "div": lambda acc, C: acc / (C * C + 1.0), "rdiv": lambda acc, C: C / (acc * acc + 1.0),
+    "fma": lambda acc, C: acc * C + acc, "maximum": lambda acc, C: torch.maximum(acc, C),
+    "minimum": lambda acc, C: torch.minimum(acc, C), "logaddexp": lambda acc, C: torch.logaddexp(acc, C), "where": lambda acc, C: torch.where(acc > C, acc * 2.0, C * C),
+    "clamp_tensor": lambda acc, C: torch.clamp(acc, C - 0.5, C + 0.5),
+    "compare_mask": lambda acc, C: (acc > 0).to(acc.dtype) * C + acc,
+}
+
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+def test_binary_op_gradients(name):
+    torch.manual_seed(2)
+    A, B = operands()
+    check(BINARY[name], A, B, C=rand(M, N))
+
+
+def test_every_differentiable_op_is_covered():
+    """A new op in the registry needs a gradient test here (composites are covered through their primitives)."""
+    covered = {"neg", "abs", "exp", "exp2", "log", "log2", "log1p", "sqrt", "rsqrt", "tanh", "sigmoid", "erf",
+               "relu", "pow", "floor", "ceil", "round", "sign", "cast", "clamp", "add", "sub", "mul", "div", "fma",
+               "maximum", "minimum", "where", "sum", "mean", "amax", "amin", "logsumexp", "logaddexp"}
+    primitives = {op.name for op in REGISTRY.ops.values() if op.decompose is None and op.derivative is not None
+                  and op.user_defined is None}
+    non_differentiable = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_not"}
+    assert primitives - non_differentiable - covered == set()
+
+
+# ---------------------------------------------------------------------------------------------- input roles
+ROLES = {
+    "aux": (lambda: rand(M, N), lambda acc, X: torch.tanh(acc * X)),
+    "row": (lambda: rand(N), lambda acc, X: torch.sigmoid(acc + X) * X),
+    "row_2d": (lambda: rand(1, N), lambda acc, X: F.gelu(acc - X)),
+    "col": (lambda: rand(M), lambda acc, X: torch.exp(acc * X[:, None])),
+    "col_view": (lambda: rand(M), lambda acc, X: acc * X.view(-1, 1) + X.view(-1, 1) ** 2),
+    "col_2d": (lambda: rand(M, 1), lambda acc, X: acc / (X * X + 1.0)),
+    "scalar_0d": (lambda: rand(), lambda acc, X: F.silu(acc * X) + X),
+    "scalar_1elem": (lambda: rand(1), lambda acc, X: acc * X + X * X),
+    "transposed": (lambda: rand(N, M), lambda acc, X: acc * X.T + X.t()),
+    "twice_bound": (lambda: rand(M), lambda acc, X: acc + X[:, None] * X[:, None]),
+    "input_only_math": (lambda: rand(N), lambda acc, X: acc * torch.exp(X) + X * X),
+}
+
+
+@pytest.mark.parametrize("role", sorted(ROLES))
+def test_input_role_gradients(role):
+    torch.manual_seed(3)
+    make, fn = ROLES[role]
+    A, B = operands()
+    check(fn, A, B, X=make())
+
+
+def test_square_input_bound_both_ways():
+    """v (M,) used as a column and, with M == N, as a row: two loads, one gradient."""
+    torch.manual_seed(4)
+    A, B = rand(N, K), rand(K, N)
+    check(lambda acc, v: acc * v[:, None] + v, A, B, v=rand(N))
+
+
+BATCHED = {
+    "aux": (lambda: rand(L, M, N), lambda acc, X: acc * X),
+    "aux_unbatched": (lambda: rand(M, N), lambda acc, X: torch.tanh(acc + X)),
+    "row": (lambda: rand(L, 1, N), lambda acc, X: acc * X),
+    "col": (lambda: rand(L, M, 1), lambda acc, X: acc + X * X),
+    "per_batch": (lambda: rand(L, 1, 1), lambda acc, X: torch.sigmoid(acc * X)),
+    "row_shared": (lambda: rand(N), lambda acc, X: acc * X),
+}
+
+
+@pytest.mark.parametrize("role", sorted(BATCHED))
+@pytest.mark.parametrize("b_batched", [True, False], ids=["B_batched", "B_broadcast"])
+def test_batched_input_gradients(role, b_batched):
+    torch.manual_seed(5)
+    make, fn = BATCHED[role]
+    A, B = operands(batched=True, b_batched=b_batched)
+    check(fn, A, B, X=make())
+
+
+def test_python_scalars_and_non_differentiable_inputs():
+    torch.manual_seed(6)
+    A, B = operands()
+    mask = torch.rand(M, N) > 0.5
+    idx = torch.arange(N)
+    check(lambda acc, C, mask, idx, alpha, beta: torch.where(mask, alpha * acc, beta * C) + idx * 0.01,
+          A, B, C=rand(M, N), mask=mask, idx=idx, alpha=1.5, beta=-0.75)
+
+
+def test_indices_in_the_epilogue():
+    torch.manual_seed(7)
+    A, B = operands()
+    check(lambda acc, w: torch.where(evt.row_index(acc) > evt.col_index(acc), acc * w, acc), A, B, w=rand())
+
+
+# ---------------------------------------------------------------------------------------------- reductions
+REDUCTIONS = {
+    "sum_rows": lambda acc, b: ((acc + b) ** 2).sum(1),
+    "sum_cols": lambda acc, b: torch.tanh(acc + b).sum(0),
+    "sum_all": lambda acc, b: (acc * b).sum(),
+    "sum_keepdim": lambda acc, b: (acc + b).sum(dim=1, keepdim=True),
+    "mean_rows": lambda acc, b: torch.sigmoid(acc * b).mean(1),
+    "mean_all": lambda acc, b: (acc + b).mean(),
+    "amax_rows": lambda acc, b: (acc * b).amax(1),
+    "amin_cols": lambda acc, b: (acc - b).amin(0),
+    "amax_all": lambda acc, b: (acc + b).amax(),
+    "logsumexp_rows": lambda acc, b: (acc + b).logsumexp(1),
+    "logsumexp_cols": lambda acc, b: torch.logsumexp(acc * b, dim=0),
+    "vector_stage_math": lambda acc, b: torch.exp(acc.sum(1) * 0.1) + (acc * b).amax(1) * 2.0,
+    "reduction_of_broadcast": lambda acc, b: (torch.zeros_like(acc) + b).sum(0) + acc.sum(0),
+    "tile_and_reductions": lambda acc, b: (torch.relu(acc + b), (acc + b).sum(1), (acc * b).logsumexp(0)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REDUCTIONS))
+def test_reduction_gradients(name):
+    torch.manual_seed(8)
+    A, B = operands()
+    check(REDUCTIONS[name], A, B, fast=False, b=rand(N))
+
+
+@pytest.mark.parametrize("over", [(0,), (1,), (2,), (0, 1), (1, 2), None], ids=str)
+def test_batched_reductions(over):
+    torch.manual_seed(9)
+    A, B = operands(batched=True)
+    check(lambda acc, b: (torch.tanh(acc) * b).sum(dim=over) if over else torch.tanh(acc * b).sum(), A, B, b=rand(N))
+
+
+def test_cross_entropy_style_epilogue():
+    """logsumexp (a softmax backward) and a mean in one loss, with a one-hot target through col_index."""
+    torch.manual_seed(10)
+    A, B = operands()
+    target = torch.tensor([1, 3, 0])
+
+    def ce(acc, target):
+        picked = torch.where(evt.col_index(acc) == target[:, None], acc, 0.0).sum(1)
+        return (acc.logsumexp(1) - picked).mean()
+    check(ce, A, B, fast=False, target=target)
+
+
+# ---------------------------------------------------------------------------------------------- views
+VIEWS = {
+    "transposed_output": lambda acc, b: (acc + b).T,
+    "t_method": lambda acc, b: torch.sigmoid(acc).t() * 2.0,
+    "permuted_batched": None,
+    "merged_rows": None,
+    "unsqueezed": lambda acc, b: (acc * b)[None],
+    "col_keepdim_view": lambda acc, b: acc.sum(1).view(-1, 1),
+    "expanded": lambda acc, b: b.expand(M, N) * acc,
+}
+
+
+@pytest.mark.parametrize("name", [n for n, f in VIEWS.items() if f is not None])
+def test_view_gradients(name):
+    torch.manual_seed(11)
+    A, B = operands()
+    check(VIEWS[name], A, B, b=rand(N))
+
+
+def test_batched_output_views():
+    torch.manual_seed(12)
+    A, B = operands(batched=True)
+    check(lambda acc, C: ((acc * C).permute(0, 2, 1), (acc + C).reshape(L * M, N)), A, B, C=rand(L, M, N))
+
+
+# ---------------------------------------------------------------------------------------------- ties
+@pytest.mark.parametrize("op", ["amax", "amin"])
+@pytest.mark.parametrize("dim", [0, 1, None])
+def test_ties_share_the_gradient_like_torch(op, dim):
+    """relu makes exact ties (rows of zeros): torch gives each tied element grad / count; so must we."""
+    torch.manual_seed(13)
+    A, B = rand(4, 3), rand(3, 5)
+    shift = torch.tensor([0.0, 100.0, -100.0, 0.0], dtype=DT)  # row 1 all zero after relu, row 2 all positive
+
+    def fn(acc, s):
+        x = torch.relu(acc - s[:, None])
+        return getattr(x, op)(dim) if dim is not None else getattr(x, op)()
+    out = evt.gemm(A, B, fn, s=shift)
+    ref = fn(A @ B, s=shift)
+    torch.testing.assert_close(out, ref)
+    w = torch.randn_like(ref)
+    got = torch.autograd.grad((out * w).sum(), (A, B))
+    want = torch.autograd.grad((ref * w).sum(), (A, B))
+    for g, r in zip(got, want):
+        torch.testing.assert_close(g, r)
+
+
+# ---------------------------------------------------------------------------------------------- which grads
+def test_gradients_only_where_required():
+    torch.manual_seed(14)
+    A, B = operands()
+    A.requires_grad_(False)
+    b, C = rand(N), torch.randn(M, N, dtype=DT)
+    out = evt.gemm(A, B, lambda acc, b, C: F.gelu(acc + b) * C, b=b, C=C)
+    gB, gb = torch.autograd.grad(out.sum(), (B, b))
+    acc = A @ B
+    ref = F.gelu(acc + b) * C
+    rB, rb = torch.autograd.grad(ref.sum(), (B, b))
+    torch.testing.assert_close(gB, rB)
+    torch.testing.assert_close(gb, rb)
+
+
+def test_only_an_input_requires_grad():
+    torch.manual_seed(15)
+    A, B = torch.randn(M, K, dtype=DT), torch.randn(K, N, dtype=DT)
+    check(lambda acc, b: torch.tanh(acc + b).sum(0), A, B, b=rand(N))
+
+
+def test_unused_outputs_and_outputs_independent_of_inputs():
+    torch.manual_seed(16)
+    A, B = operands()
+    b = rand(N)
+    D, rowsum, mask = evt.gemm(A, B, lambda acc, b: (acc + b, (acc * acc).sum(1), acc > 0), b=b)
+    assert mask.dtype == torch.bool and not mask.requires_grad
+    gA, gb = torch.autograd.grad(rowsum.sum(), (A, b), allow_unused=True)
+    torch.testing.assert_close(gA, torch.autograd.grad(((A @ B) ** 2).sum(), A)[0])
+    assert gb is None
+
+
+def test_no_grad_path_is_unchanged():
+    A, B = operands()
+    with torch.no_grad():
+        out = evt.gemm(A, B, lambda acc: acc.T)
+    assert not out.requires_grad and out.shape == (N, M)
+
+
+def test_outputs_argument_prunes():
+    torch.manual_seed(17)
+    A, B = operands()
+    D, s = evt.gemm(A, B, lambda acc: (torch.exp(acc), acc.sum(0)), outputs=[1])
+    assert D is None
+    torch.testing.assert_close(torch.autograd.grad(s.sum(), A)[0], torch.autograd.grad((A @ B).sum(), A)[0])
+
+
+def test_double_backward_is_a_clear_error():
+    A, B = operands()
+    out = evt.gemm(A, B, lambda acc: torch.tanh(acc))
+    gA, = torch.autograd.grad(out.sum(), A, create_graph=True)
+    with pytest.raises(evt.EpilogueError, match="double backward"):
+        gA.sum().backward()
+
+
+def test_op_without_derivative_is_a_clear_error():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _cube_tl(x):
+        return x * x * x
+    cube = evt.register_op("cube_no_grad_test", lambda x: x * x * x, _cube_tl)
+    A, B = operands()
+    with pytest.raises(evt.EpilogueError, match="cube_no_grad_test.*no derivative rule"):
+        evt.gemm(A, B, lambda acc: cube(acc)).sum().backward()
+
+
+def test_registered_op_with_derivative():
+    import triton
+
+    @triton.jit
+    def _cube_tl(x):
+        return x * x * x
+    cube = evt.register_op("cube_grad_test", lambda x: x * x * x, _cube_tl,
+                           derivative=lambda g, x, out: (3.0 * g * x * x,))
+    A, B = operands()
+    check(lambda acc: cube(acc), A, B)
+
