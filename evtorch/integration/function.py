@@ -54,17 +54,17 @@ def _plan(fn, a_shape, a_dtype, b_shape, specs, wrt, out_dtype, backend, determi
     return (key,) + entry(key).static
 
 
-def fused_gemm(A, B, epilogue=None, *, out_dtype=None, backend=None, deterministic=False, allow_tf32=False,
-               outputs=None, config=None, policy="save", _lead_dims=None, **inputs):
-    """``evt.gemm`` through ``torch.ops.evtorch.gemm`` (same arguments and results; see ``evtorch.api.gemm``).
-
-    ``policy``: "save" keeps the accumulator for the backward when it needs it; "recompute" recomputes
-    ``A @ B`` in the backward instead (less memory, one more GEMM). ``_lead_dims`` (for ``evt.linear``):
-    outputs whose first dim walks the rows get these leading dims instead of M."""
+def prepare(A, B, epilogue=None, *, out_dtype=None, backend=None, deterministic=False, allow_tf32=False,
+            outputs=None, config=None, policy="save", **inputs):
+    """The arguments of ``torch.ops.evtorch.gemm`` for this call and how to unpack its results:
+    ((A, B, tensors, scalars, key), (outputs' (position, dims), number of outputs, returns_tuple, sizes))."""
     from ..api import _identity
     from ..epilogue import Epilogue
     if not isinstance(A, torch.Tensor) or not isinstance(B, torch.Tensor):
         raise EpilogueError(f"A and B must be tensors, got {type(A).__name__} and {type(B).__name__}")
+    for name, v in inputs.items():
+        if isinstance(v, torch.Tensor) and v.device != A.device:
+            raise EpilogueError(f"input {name!r} is on {v.device} but A and B are on {A.device}; move it to {A.device}")
     low = autocast_dtype(A.device.type)
     if low is not None and A.dtype == torch.float32:  # like F.linear under autocast
         A, B = A.to(low), B.to(low)
@@ -83,11 +83,21 @@ def fused_gemm(A, B, epilogue=None, *, out_dtype=None, backend=None, determinist
         fn, tuple(A.shape), A.dtype, tuple(B.shape), specs, wrt, out_dtype, backend, deterministic, allow_tf32,
         keep, config, policy, (col_major(A), col_major(B)))
     batched = A.dim() == 3
-    order = space(batched)
     sizes = {"L": A.shape[0] if batched else 1, "M": A.shape[-2], "N": B.shape[-1]}
+    order = space(batched)
     tensors = [to_canonical(inputs[name], binding, order, sizes) for name, binding in keys]
     scalars = [float(inputs[name]) for name in scalar_names]
-    results = gemm_op(A, B, tensors, scalars, key)
+    return (A, B, tensors, scalars, key), (outs, n_outputs, returns_tuple, sizes, order)
+
+
+def fused_gemm(A, B, epilogue=None, *, _lead_dims=None, **options):
+    """``evt.gemm`` through ``torch.ops.evtorch.gemm`` (same arguments and results; see ``evtorch.api.gemm``).
+
+    ``policy`` (extra option): "save" keeps the accumulator for the backward when it needs it; "recompute"
+    recomputes ``A @ B`` in the backward instead (less memory, one more GEMM). ``_lead_dims`` (for
+    ``evt.linear``): outputs whose first dim walks the rows get these leading dims instead of M."""
+    args, (outs, n_outputs, returns_tuple, sizes, order) = prepare(A, B, epilogue, **options)
+    results = gemm_op(*args)
     packed = [None] * n_outputs
     for (position, dims), value in zip(outs, results):
         value = from_canonical(value, dims, order, sizes)
@@ -95,3 +105,16 @@ def fused_gemm(A, B, epilogue=None, *, out_dtype=None, backend=None, determinist
             value = value.reshape(tuple(_lead_dims) + tuple(value.shape[1:]))
         packed[position] = value
     return tuple(packed) if returns_tuple else packed[0]
+
+
+def op_arguments(A, B, epilogue=None, **options):
+    """The arguments ``torch.ops.evtorch.gemm`` is called with for ``evt.gemm(A, B, epilogue, **options)`` (for
+    ``torch.library.opcheck`` and inspection)."""
+    return prepare(A, B, epilogue, **options)[0]
+
+
+def grad_plan(A, B, epilogue=None, **options):
+    """The ``autodiff.GradPlan`` evt.gemm uses for this call: ``.summary()``, ``.saved_for_backward``,
+    ``.backward(seeds).show()``. Which leaves are differentiated follows ``requires_grad`` as in the call."""
+    from .ops import entry
+    return entry(op_arguments(A, B, epilogue, **options)[4]).plan

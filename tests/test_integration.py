@@ -1,0 +1,248 @@
+"""PyTorch integration: torch.library registration (opcheck), torch.compile(fullgraph=True), autocast,
+evt.linear and evtorch.nn.Linear, the save/recompute policy and what the forward keeps."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import evtorch as evt
+from evtorch.integration import grad_plan, op_arguments
+
+
+def bias_gelu(acc, bias):
+    return F.gelu(acc + bias)
+
+
+def loss_and_rows(acc, C, s):
+    y = torch.sigmoid(acc * s) + C
+    return y, y.sum(1), y.amax(0)
+
+
+# ---------------------------------------------------------------------------------------------- opcheck
+OPCHECK = {
+    "bias_gelu": (bias_gelu, lambda: dict(bias=torch.randn(6, requires_grad=True))),
+    "reductions": (loss_and_rows, lambda: dict(C=torch.randn(5, 6, requires_grad=True),
+                                              s=torch.tensor(0.5, requires_grad=True))),
+    "scalar_and_views": (lambda acc, v, alpha: ((acc * alpha).T, (acc + v[:, None]).mean()),
+                         lambda: dict(v=torch.randn(5, requires_grad=True), alpha=1.5)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPCHECK))
+@pytest.mark.parametrize("batched", [False, True], ids=["2d", "batched"])
+def test_opcheck(name, batched):
+    torch.manual_seed(0)
+    fn, make = OPCHECK[name]
+    if batched and name != "bias_gelu":
+        pytest.skip("one batched case is enough")
+    lead = (2,) if batched else ()
+    A = torch.randn(*lead, 5, 4, requires_grad=True)
+    B = torch.randn(4, 6, requires_grad=True)
+    args = op_arguments(A, B, fn, **make())
+    torch.library.opcheck(torch.ops.evtorch.gemm.default, args)
+
+
+def test_opcheck_backward_op():
+    torch.manual_seed(0)
+    A, B = torch.randn(5, 4), torch.randn(4, 6)
+    bias = torch.randn(6, requires_grad=True)
+    out = evt.gemm(A.requires_grad_(), B.requires_grad_(), bias_gelu, bias=bias)
+    captured = {}
+    real = torch.ops.evtorch.gemm_backward
+
+    class Spy:
+        def __call__(self, *args):
+            captured["args"] = args
+            return real(*args)
+    import evtorch.integration.ops as ops
+    saved, ops.gemm_backward_op = ops.gemm_backward_op, Spy()
+    try:
+        out.sum().backward()
+    finally:
+        ops.gemm_backward_op = saved
+    args = tuple(a.detach() if isinstance(a, torch.Tensor) else
+                 [t.detach() for t in a] if isinstance(a, list) and a and isinstance(a[0], torch.Tensor) else a
+                 for a in captured["args"])
+    torch.library.opcheck(torch.ops.evtorch.gemm_backward.default, args,
+                          test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
+
+
+# ---------------------------------------------------------------------------------------------- compile
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compile_fullgraph_gemm(backend):
+    torch._dynamo.reset()
+    torch.manual_seed(1)
+    A, B = torch.randn(5, 4, requires_grad=True), torch.randn(4, 6, requires_grad=True)
+    C, s = torch.randn(5, 6, requires_grad=True), torch.tensor(0.3, requires_grad=True)
+
+    def f(A, B, C, s):
+        y, rows, cols = evt.gemm(A, B, loss_and_rows, C=C, s=s)
+        return y.square().mean() + rows.sum() + cols.sum()
+    compiled = torch.compile(f, fullgraph=True, backend=backend)
+    got = compiled(A, B, C, s)
+    g_got = torch.autograd.grad(got, (A, B, C, s))
+    want = f(A, B, C, s)
+    g_want = torch.autograd.grad(want, (A, B, C, s))
+    torch.testing.assert_close(got, want)
+    for g, w in zip(g_got, g_want):
+        torch.testing.assert_close(g, w)
+
+
+def test_compile_fullgraph_no_grad_and_module():
+    torch._dynamo.reset()
+    model = torch.nn.Sequential(evt.nn.Linear(8, 16, epilogue=F.gelu), evt.nn.Linear(16, 3, bias=False))
+    x = torch.randn(2, 5, 8)
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+    compiled(x).sum().backward()
+    assert model[0].weight.grad is not None and model[1].weight.grad is not None
+
+
+# ---------------------------------------------------------------------------------------------- linear
+@pytest.mark.parametrize("shape", [(7, 8), (2, 3, 8), (8,)], ids=["2d", "3d", "1d"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_matches_F_linear(shape, bias):
+    torch.manual_seed(2)
+    x = torch.randn(*shape, requires_grad=True)
+    w = torch.randn(5, 8, requires_grad=True)
+    b = torch.randn(5, requires_grad=True) if bias else None
+    y = evt.linear(x, w, F.silu, b)
+    ref = F.silu(F.linear(x, w, b))
+    assert y.shape == ref.shape
+    torch.testing.assert_close(y, ref, rtol=1e-5, atol=1e-6)
+    leaves = [t for t in (x, w, b) if t is not None]
+    for g, r in zip(torch.autograd.grad(y.sum(), leaves), torch.autograd.grad(ref.sum(), leaves)):
+        torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-5)
+
+
+def test_linear_epilogue_with_inputs_and_row_outputs():
+    torch.manual_seed(3)
+    x = torch.randn(2, 3, 8, requires_grad=True)
+    w, b = torch.randn(5, 8, requires_grad=True), torch.randn(5, requires_grad=True)
+    scale = torch.randn(5, requires_grad=True)
+
+    def epi(y, scale):
+        z = torch.tanh(y) * scale
+        return z, z.sum(-1), z.sum(0)
+    z, per_row, per_col = evt.linear(x, w, epi, b, scale=scale)
+    rz = torch.tanh(F.linear(x, w, b)) * scale
+    assert z.shape == (2, 3, 5) and per_row.shape == (2, 3) and per_col.shape == (5,)
+    torch.testing.assert_close(per_row, rz.sum(-1))
+    torch.testing.assert_close(per_col, rz.reshape(6, 5).sum(0))
+    leaves = (x, w, b, scale)
+    got = torch.autograd.grad(z.sum() + per_row.square().sum(), leaves)
+    want = torch.autograd.grad(rz.sum() + rz.sum(-1).square().sum(), leaves)
+    for g, r in zip(got, want):
+        torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-5)
+
+
+def test_linear_weight_gradient_layout():
+    """weight.t() is a column-major B: dB is produced as dWᵀ so weight.grad is row-major without a copy."""
+    x = torch.randn(6, 8, requires_grad=True)
+    layer = evt.nn.Linear(8, 4, epilogue=torch.relu)
+    layer(x).sum().backward()
+    assert layer.weight.grad.is_contiguous()
+
+
+def test_linear_errors():
+    with pytest.raises(evt.ShapeError, match="in_features = 8"):
+        evt.linear(torch.randn(3, 7), torch.randn(4, 8))
+    with pytest.raises(evt.ShapeError, match="weight must be"):
+        evt.linear(torch.randn(3, 8), torch.randn(8))
+
+
+# ---------------------------------------------------------------------------------------------- nn.Linear
+def test_nn_linear_is_a_drop_in():
+    torch.manual_seed(4)
+    layer = evt.nn.Linear(8, 4, epilogue=F.gelu)
+    torch.manual_seed(4)
+    ref = torch.nn.Linear(8, 4)
+    assert isinstance(layer, torch.nn.Linear)
+    assert layer.state_dict().keys() == ref.state_dict().keys()
+    for k in ref.state_dict():
+        torch.testing.assert_close(layer.state_dict()[k], ref.state_dict()[k])  # same init, same RNG use
+    other = evt.nn.Linear(8, 4, epilogue=F.gelu)
+    other.load_state_dict(ref.state_dict())
+    ref.load_state_dict(other.state_dict())
+    x = torch.randn(3, 8)
+    torch.testing.assert_close(other(x), F.gelu(ref(x)))
+    assert "epilogue=gelu" in repr(layer)
+    assert evt.nn.Linear(8, 4, bias=False).bias is None
+
+
+# ---------------------------------------------------------------------------------------------- autocast
+def test_autocast_bf16_like_F_linear():
+    torch.manual_seed(5)
+    x = torch.randn(16, 32, requires_grad=True)
+    layer = evt.nn.Linear(32, 24, epilogue=F.gelu)
+    ref = torch.nn.Linear(32, 24)
+    ref.load_state_dict(layer.state_dict())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = layer(x)
+        r = F.gelu(ref(x))
+    assert y.dtype == torch.bfloat16 == r.dtype
+    torch.testing.assert_close(y.float(), r.float(), rtol=2e-2, atol=2e-2)
+    y.float().square().sum().backward()
+    r.float().square().sum().backward()
+    assert layer.weight.grad.dtype == torch.float32 and layer.bias.grad.dtype == torch.float32
+    for a, b in ((layer.weight.grad, ref.weight.grad), (layer.bias.grad, ref.bias.grad)):
+        torch.testing.assert_close(a, b, rtol=5e-2, atol=5e-2 * b.abs().max().item())
+
+
+def test_autocast_evt_gemm():
+    A, B = torch.randn(4, 8), torch.randn(8, 5)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = evt.gemm(A, B, lambda acc: torch.relu(acc))
+    assert out.dtype == torch.bfloat16
+
+
+# ---------------------------------------------------------------------------------------------- saving
+def test_bias_gelu_saves_the_accumulator():
+    A, B = torch.randn(5, 4, requires_grad=True), torch.randn(4, 6, requires_grad=True)
+    plan = grad_plan(A, B, bias_gelu, bias=torch.randn(6, requires_grad=True))
+    names = [s.name for s in plan.saved_for_backward]
+    assert plan.mode == "saved" and names == ["acc", "bias"], plan.summary()  # acc + bias is recomputed
+    program = plan.backward((0,))
+    assert len(program.passes) == 1 and program.d_acc and program.grads == ["x0"]
+
+
+def test_linear_epilogue_saves_nothing_full_size():
+    """d(acc) = alpha * g and dC = beta * g need neither acc nor C: nothing is kept but B (for dA)."""
+    A, B = torch.randn(5, 4, requires_grad=True), torch.randn(4, 6, requires_grad=True)
+    plan = grad_plan(A, B, lambda acc, C, alpha, beta: alpha * acc + beta * C,
+                     C=torch.randn(5, 6, requires_grad=True), alpha=2.0, beta=0.5)
+    assert plan.mode == "none" and plan.saved_for_backward == []
+
+
+def test_recompute_policy_keeps_nothing_full_size_and_agrees():
+    torch.manual_seed(6)
+    x = torch.randn(6, 8, requires_grad=True)
+    layers = [evt.nn.Linear(8, 4, epilogue=F.gelu, policy=p) for p in ("save", "recompute")]
+    layers[1].load_state_dict(layers[0].state_dict())
+    ys = [layer(x) for layer in layers]
+    grads = [torch.autograd.grad(y.square().sum(), (x, layer.weight, layer.bias)) for y, layer in zip(ys, layers)]
+    torch.testing.assert_close(ys[0], ys[1])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b)
+    plan = grad_plan(x, layers[1].weight.t(), ("linear", F.gelu, True), policy="recompute",
+                     linear_bias=layers[1].bias)
+    assert plan.mode == "recompute" and [s.name for s in plan.saved_for_backward] == ["A, B", "linear_bias"]
+
+
+def test_reduction_results_are_saved_not_amax():
+    A, B = torch.randn(5, 4, requires_grad=True), torch.randn(4, 6, requires_grad=True)
+    plan = grad_plan(A, B, lambda acc: (acc.logsumexp(1), acc.amax(0)))
+    kinds = [s.what.split(":")[0] for s in plan.saved_for_backward]
+    assert kinds == ["the accumulator A @ B, saved by the forward (recomputing it costs a GEMM)",
+                     "reduce logsumexp"], plan.summary()
+    program = plan.backward((0, 1))
+    assert len(program.passes) == 3  # amax recomputed, then its tie count, then the main pass
+
+
+def test_only_needed_inputs_are_kept():
+    A, B = torch.randn(5, 4, requires_grad=True), torch.randn(4, 6, requires_grad=True)
+    C, D = torch.randn(5, 6), torch.randn(5, 6)
+    plan = grad_plan(A, B, lambda acc, C, D: acc * C + D, C=C, D=D)
+    assert [s.name for s in plan.saved_for_backward] == ["C"]
