@@ -262,7 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
                       "generated kernels in Triton's interpreter)")
     demo.add_argument("--example", action="append", choices=list(EXAMPLES), help="run only this example "
                       "(repeatable)")
-    demo.add_argument("--repeat", type=int, default=5, help="timed runs per example (median reported)")
+    demo.add_argument("--repeat", type=int, default=5, help="timed calls per example, back to back after the checked one (mean reported)")
     demo.add_argument("--seed", type=int, default=0)
     demo.set_defaults(handler=cmd_demo)
 

@@ -7,7 +7,6 @@ The result is a plain-text table; ``run_demo`` returns the rows so tests can ins
 from __future__ import annotations
 
 import os
-import statistics
 import time
 from dataclasses import dataclass
 
@@ -69,7 +68,8 @@ def _sync(device: str):
 
 def run_example(name: str, M: int, N: int, K: int, device: str, dtype: torch.dtype, backend: str | None = None,
                 repeat: int = 5) -> Row:
-    """Run one example once for the check, then ``repeat`` more times for the timing (median)."""
+    """Run one example once for the check (and to trace, compile and tune), then ``repeat`` more times back to
+    back for the timing: the mean wall-clock time per call, the device synchronized before and after."""
     fn, make_inputs = EXAMPLES[name]
     row = Row(name)
     try:
@@ -84,14 +84,13 @@ def run_example(name: str, M: int, N: int, K: int, device: str, dtype: torch.dty
         row.max_err = max(e[0] for e in errors)
         row.rel_err = max(e[1] for e in errors)
         row.ok = row.rel_err <= TOLERANCE[dtype]
-        times = []
-        for _ in range(repeat):
+        if repeat > 0:
             _sync(device)
             t0 = time.perf_counter()
-            api.gemm(A, B, fn, backend=backend, **kw)
+            for _ in range(repeat):
+                api.gemm(A, B, fn, backend=backend, **kw)
             _sync(device)
-            times.append(time.perf_counter() - t0)
-        row.ms = statistics.median(times) * 1e3 if times else float("nan")
+            row.ms = (time.perf_counter() - t0) / repeat * 1e3
     except Exception as e:  # one broken example must not hide the others; the row and the exit code say so
         row.ok = False
         row.error = f"{type(e).__name__}: {e}"
