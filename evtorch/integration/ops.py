@@ -192,6 +192,17 @@ def _matmul(X: Tensor, Y: Tensor, e: Entry, col_major: bool) -> Tensor:
     return _run(X, Y, None, e, X.dtype, {})[0]
 
 
+def epilogue_only_config(device: torch.device):
+    """The tile config of epilogue-only passes when not autotuning: a backward epilogue is long (the forward
+    recomputed plus its derivative) and memory-bound, so small tiles (no spills) and many programs; None (the
+    usual choice) on CPU and when autotuning, which then times the candidates."""
+    from ..runtime import knobs
+    if device.type != "cuda" or knobs.autotune_enabled():
+        return None
+    from ..codegen.configs import GemmConfig
+    return GemmConfig("portable", 64, 64, 16, GROUP_M=8, num_warps=4, num_stages=1)
+
+
 def _empty_operands(A: Tensor, sizes: dict, batched: bool, dtype) -> tuple[Tensor, Tensor]:
     """Operands of an epilogue-only GEMM (K = 0): the template runs no K step and hands a zero accumulator
     to the epilogue. Backed by one element so no launcher ever sees a null pointer."""
@@ -229,13 +240,14 @@ def gemm_backward_op(A: Tensor | None, B: Tensor | None, tensors: list[Tensor], 
     gemm_dtype = e.ab_dtype
     batched = p.ep.batched
     if p.mode == "recompute":
-        opA, opB = A, B
+        opA, opB, config = A, B, None
     else:
         opA, opB = _empty_operands(ref, sizes, batched, gemm_dtype)
+        config = epilogue_only_config(ref.device)
     out_dtype = _backward_out_dtype(p, program)
     results: dict = {}
     for stage, ep in zip(program.passes, program.epilogues):
-        outs = _run(opA, opB, ep, e, out_dtype, {x: kw[x] for x in stage.params})
+        outs = _run(opA, opB, ep, e, out_dtype, {x: kw[x] for x in stage.params}, config)
         (results if stage is program.passes[-1] else kw).update(zip(stage.outputs, outs))
     out = []
     if program.d_acc:

@@ -1,0 +1,414 @@
+"""Training benchmark (issue 6): forward + backward of fused GEMM epilogues vs eager PyTorch and torch.compile.
+
+    python benchmarks/training_bench.py --quick --out DIR      # one device call, ~3-5 minutes on an H100/H200
+    python benchmarks/training_bench.py --dry-run              # CPU: Triton interpreter, tiny sizes
+
+Workloads (bf16 inputs, fp32 accumulation; leaves: x/A, weight/B and every float input):
+
+- ``bias_gelu``: the MLP up-projection ``gelu_tanh(x @ W.T + b)``; evtorch: ``evt.linear(x, W, gelu_tanh, b)``;
+  backward with a random output gradient;
+- ``bce_loss``: ``((C - 1) * z + log(clamp(sigmoid(z), 1e-3, 0.999))).sum()`` with ``z = A @ B + b[:, None]``, a
+  scalar loss; evtorch: ``evt.gemm(A, B, bce_loss, C=C, b=b)``.
+
+Contenders per (workload, shape): ``eager`` (the function on ``A @ B``), ``compile`` (torch.compile of it,
+``--compile-mode``), ``evt`` (policy "save": the forward keeps the accumulator when the backward needs it),
+``evt_recompute`` (policy "recompute": the backward recomputes A @ B), ``evt_compiled`` (torch.compile(fullgraph=True)
+of the evtorch call: the custom op must not break the graph). Reported: forward ms, forward+backward ms
+(``triton.testing.do_bench`` medians, L2 flushed), peak extra memory of one step, and ratios to eager/compile.
+
+Before timing, a correctness section (GPU): gradients of every leaf against torch autograd of the eager function
+in fp32 (TF32 off) and bf16 (against the fp32 reference of the same rounded inputs), for both policies, batched
+and ragged shapes, plus torch.compile fullgraph (default and ``mode="reduce-overhead"``, CUDA graphs) and
+``torch.library.opcheck``. Writes ``training_bench.json`` under ``--out`` and prints a compact table last.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+T0 = time.time()
+SHAPES = [(8192, 4096, 1024), (8192, 8192, 4096)]       # (M, N, K), the speed issue's shapes
+QUICK_SHAPES = [(8192, 4096, 1024)]
+DRY_SHAPES = [(48, 40, 32)]
+
+
+# ------------------------------------------------------------------------------------------------ workloads
+def gelu_tanh(y):
+    import torch.nn.functional as F
+    return F.gelu(y, approximate="tanh")
+
+
+def bce_loss(acc, C, b):
+    import torch
+    z = acc + b[:, None]
+    return ((C - 1) * z + torch.log(torch.clamp(torch.sigmoid(z), 1e-3, 0.999))).sum()
+
+
+def make_workload(name, M, N, K, device, dtype, policy="save", batch=None):
+    """(evt fn, eager fn, leaves, grad_outputs) for one workload; every fn maps leaves -> output tensor."""
+    import torch
+    import torch.nn.functional as F
+
+    import evtorch as evt
+    g = torch.Generator(device="cpu").manual_seed(hash((name, M, N, K)) % 2**31)
+
+    def rnd(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=g) * scale).to(device=device, dtype=dtype).requires_grad_()
+    lead = (batch,) if batch else ()
+    if name == "bias_gelu":
+        x, W, b = rnd(*lead, M, K, scale=K ** -0.25), rnd(N, K, scale=K ** -0.25), rnd(N, scale=0.1)
+
+        def evt_fn(x, W, b):
+            return evt.linear(x, W, gelu_tanh, b, policy=policy)
+
+        def eager_fn(x, W, b):
+            return F.gelu(F.linear(x, W, b), approximate="tanh")
+        gy = torch.randn(*lead, M, N, generator=g).to(device=device, dtype=dtype)
+        return evt_fn, eager_fn, [x, W, b], gy
+    if name == "bce_loss":
+        A, B = rnd(*lead, M, K, scale=K ** -0.25), rnd(K, N, scale=K ** -0.25)
+        C = (torch.rand(*lead, M, N, generator=g) > 0.5).to(device=device, dtype=dtype)
+        b = rnd(*lead, M, scale=0.1)
+        if batch:  # per-batch row bias (L, M) broadcast as (L, M, 1)
+            def epi(acc, C, b):
+                z = acc + b[..., None]
+                return ((C - 1) * z + torch.log(torch.clamp(torch.sigmoid(z), 1e-3, 0.999))).sum()
+        else:
+            epi = bce_loss
+
+        def evt_fn(A, B, b):
+            return evt.gemm(A, B, epi, C=C, b=b) if policy == "save" else \
+                evt.integration.fused_gemm(A, B, epi, policy=policy, C=C, b=b)
+
+        def eager_fn(A, B, b):
+            return epi(A @ B, C=C, b=b)
+        return evt_fn, eager_fn, [A, B, b], None
+    raise ValueError(name)
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+class Run:
+    def __init__(self, args):
+        import torch
+        self.args, self.torch = args, torch
+        self.cuda = torch.cuda.is_available() and not args.dry_run
+        self.device = "cuda" if self.cuda else "cpu"
+        self.out = Path(args.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.results = {"env": {}, "checks": [], "rows": [], "errors": []}
+        self.logf = open(self.out / "training_bench_log.txt", "w")
+
+    def log(self, *parts):
+        text = " ".join(str(p) for p in parts)
+        print(text, flush=True)
+        self.logf.write(text + "\n")
+        self.logf.flush()
+
+    def save(self):
+        path = self.out / "training_bench.json"
+        path.with_suffix(".tmp").write_text(json.dumps(self.results, indent=1, default=str))
+        path.with_suffix(".tmp").replace(path)
+
+    def time_left(self):
+        return self.args.deadline_s - (time.time() - T0)
+
+    def timer(self, fn) -> float:
+        if self.cuda:
+            from triton.testing import do_bench
+            return float(do_bench(fn, warmup=self.args.warmup_ms, rep=self.args.rep_ms, return_mode="median"))
+        fn()
+        times = []
+        for _ in range(2):
+            t = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t) * 1e3)
+        return statistics.median(times)
+
+    def graph_timer(self, fn) -> float | None:
+        """Median ms of ``fn`` captured whole (forward, autograd backward) in one CUDA graph and replayed: device
+        time without host overhead. None where capture fails."""
+        if not self.cuda:
+            return None
+        torch = self.torch
+        try:
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                for _ in range(2):
+                    fn()
+            torch.cuda.current_stream().wait_stream(s)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                fn()
+            ms = self.timer(g.replay)
+            del g
+            return ms
+        except Exception as exc:  # noqa: BLE001 - a diagnostic
+            self.log(f"  graph capture failed: {type(exc).__name__}: {str(exc)[:200]}")
+            torch.cuda.synchronize()
+            return None
+
+    def peak_mb(self, fn) -> float | None:
+        """Peak memory allocated during one call, above what was allocated before it (MiB)."""
+        if not self.cuda:
+            return None
+        torch = self.torch
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        fn()
+        torch.cuda.synchronize()
+        return (torch.cuda.max_memory_allocated() - base) / 2**20
+
+
+def rel_err(got, ref) -> float:
+    if got is None or ref is None:
+        return float("nan") if (got is None) != (ref is None) else 0.0
+    ref = ref.detach().float()
+    return float((got.detach().float() - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+
+
+def grads_of(fn, leaves, gy):
+    import torch
+    out = fn(*leaves)
+    return out, torch.autograd.grad(out, leaves, gy, allow_unused=True)
+
+
+# ------------------------------------------------------------------------------------------------ correctness
+def check(r: Run, label, fn_pair, tol):
+    """Outputs and gradients of evt vs the eager function in fp32 on the same inputs."""
+    evt_fn, eager_fn, leaves, gy = fn_pair
+    torch = r.torch
+    ref_leaves = [t.detach().float().requires_grad_() for t in leaves]
+    out, grads = grads_of(evt_fn, leaves, gy)
+    ref, ref_grads = grads_of(eager_fn, ref_leaves, None if gy is None else gy.float())
+    errs = {"out": rel_err(out, ref)}
+    errs.update({f"d{i}": rel_err(g, rg) for i, (g, rg) in enumerate(zip(grads, ref_grads))})
+    ok = all(e <= tol for e in errs.values())
+    worst = max(errs.values())
+    r.results["checks"].append({"check": label, "ok": ok, "worst_rel_err": worst, "errors": errs, "tol": tol})
+    r.log(f"  {'ok ' if ok else 'BAD'} {label:<52} worst rel err {worst:.2e} (tol {tol:.0e})")
+    del torch
+    return ok
+
+
+def correctness(r: Run):
+    torch = r.torch
+    r.log("== correctness: gradients vs torch autograd of the eager function ==")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    shapes = [(256, 192, 128), (300, 200, 136)] if r.cuda else [(20, 24, 16)]
+    for name in ("bias_gelu", "bce_loss"):
+        for (M, N, K) in shapes:
+            for dtype, tol in ((torch.float32, 2e-4), (torch.bfloat16, 3e-2)):
+                for policy in ("save", "recompute"):
+                    label = f"{name} {M}x{N}x{K} {str(dtype)[6:]} {policy}"
+                    try:
+                        check(r, label, make_workload(name, M, N, K, r.device, dtype, policy), tol)
+                    except Exception as exc:  # noqa: BLE001
+                        record_error(r, label, exc)
+        label = f"{name} batched(3) 128x96x64 fp32"
+        try:
+            check(r, label, make_workload(name, 128, 96, 64, r.device, torch.float32, batch=3), 2e-4)
+        except Exception as exc:  # noqa: BLE001
+            record_error(r, label, exc)
+    # torch.compile: fullgraph (no graph breaks) and CUDA graphs
+    modes = [("default", None)] + ([("reduce-overhead", "reduce-overhead")] if r.cuda else [])
+    for mode_name, mode in modes:
+        label = f"compile fullgraph mode={mode_name} bias_gelu bf16"
+        try:
+            torch._dynamo.reset()
+            evt_fn, eager_fn, leaves, gy = make_workload("bias_gelu", 256, 192, 128, r.device, torch.bfloat16)
+            compiled = torch.compile(evt_fn, fullgraph=True, mode=mode)
+            ok = True
+            for _ in range(3):  # reduce-overhead records the graph on a later call: check every one
+                ok = check(r, f"{label} (call {_ + 1})", (compiled, eager_fn, leaves, gy), 3e-2) and ok
+        except Exception as exc:  # noqa: BLE001
+            record_error(r, label, exc)
+    label = "opcheck evtorch::gemm (bias_gelu, bf16)"
+    try:
+        from evtorch.integration import op_arguments
+        _, _, leaves, _ = make_workload("bias_gelu", 128, 96, 64, r.device, torch.bfloat16)
+        x, W, b = leaves
+        args = op_arguments(x, W.t(), ("linear", gelu_tanh, True), linear_bias=b)
+        torch.library.opcheck(torch.ops.evtorch.gemm.default, args)
+        r.results["checks"].append({"check": label, "ok": True})
+        r.log(f"  ok  {label}")
+    except Exception as exc:  # noqa: BLE001
+        record_error(r, label, exc)
+    r.save()
+
+
+def record_error(r: Run, label, exc):
+    text = f"{type(exc).__name__}: {str(exc)[:300]}"
+    r.results["errors"].append({"where": label, "error": text, "traceback": traceback.format_exc()[-3000:]})
+    r.results["checks"].append({"check": label, "ok": False, "error": text})
+    r.log(f"  ERR {label}: {text}")
+
+
+# ------------------------------------------------------------------------------------------------ timing
+def timing(r: Run, shapes):
+    torch = r.torch
+    r.log("== timing: forward and forward+backward (ms) ==")
+    dtype = torch.bfloat16 if r.cuda else torch.float32
+    for name in ("bias_gelu", "bce_loss"):
+        for (M, N, K) in shapes:
+            if r.time_left() < 30:
+                r.log(f"  deadline: skipping {name} {M}x{N}x{K}")
+                continue
+            row = {"workload": name, "M": M, "N": N, "K": K, "dtype": str(dtype), "ms": {}, "fwd_ms": {},
+                   "graph_ms": {}, "peak_mb": {}, "first_call_s": {}}
+            contenders = [("eager", "save", None), ("evt", "save", None), ("evt_recompute", "recompute", None),
+                          ("evt_compiled", "save", "evt")]
+            if not r.args.no_compile:
+                contenders.insert(1, ("compile", "save", "eager"))
+            for label, policy, compiled in contenders:
+                if compiled and r.time_left() < 60:
+                    r.log(f"  deadline: skipping {label}")
+                    continue
+                try:
+                    evt_fn, eager_fn, leaves, gy = make_workload(name, M, N, K, r.device, dtype, policy)
+                    fn = eager_fn if label in ("eager", "compile") else evt_fn
+                    if compiled:
+                        torch._dynamo.reset()
+                        kw = {"fullgraph": True} if compiled == "evt" else {"mode": r.args.compile_mode}
+                        fn = torch.compile(fn, **kw)
+
+                    def fwd():
+                        with torch.no_grad():
+                            fn(*leaves)
+
+                    def step():
+                        out = fn(*leaves)
+                        torch.autograd.grad(out, leaves, gy)
+                    t = time.time()
+                    step()
+                    if r.cuda:
+                        torch.cuda.synchronize()
+                    row["first_call_s"][label] = round(time.time() - t, 2)
+                    row["peak_mb"][label] = r.peak_mb(step)
+                    row["ms"][label] = r.timer(step)
+                    row["fwd_ms"][label] = r.timer(fwd) if not compiled else None
+                    row["graph_ms"][label] = r.graph_timer(step) if label in ("eager", "evt") else None
+                    r.log(f"  {name:<10} {M}x{N}x{K} {label:<14} fwd {fmt(row['fwd_ms'][label])} ms  fwd+bwd "
+                          f"{row['ms'][label]:.3f} ms  (CUDA graph {fmt(row['graph_ms'][label])} ms)  peak "
+                          f"{fmt(row['peak_mb'][label], '{:.0f}')} MiB  (first call {row['first_call_s'][label]} s)")
+                except Exception as exc:  # noqa: BLE001
+                    record_error(r, f"timing {name} {M}x{N}x{K} {label}", exc)
+                finally:
+                    if r.cuda:
+                        torch.cuda.empty_cache()
+            ms = row["ms"]
+            if "evt" in ms:
+                row["evt_over_eager"] = ms["evt"] / ms["eager"] if "eager" in ms else None
+                row["evt_over_compile"] = ms["evt"] / ms["compile"] if "compile" in ms else None
+            r.results["rows"].append(row)
+            r.save()
+
+
+def fmt(x, f="{:.3f}"):
+    return "-" if x is None else f.format(x)
+
+
+def table(r: Run):
+    lines = ["", "== training_bench summary ==", f"device: {r.results['env'].get('device')}"]
+    checks = r.results["checks"]
+    bad = [c["check"] for c in checks if not c.get("ok")]
+    lines.append(f"correctness: {len(checks) - len(bad)}/{len(checks)} ok" + (f"; FAILED: {bad}" if bad else ""))
+    cols = ["eager", "compile", "evt", "evt_recompute", "evt_compiled"]
+    lines.append(f"{'workload':<10} {'M x N x K':<16} " + " ".join(f"{c:>13}" for c in cols) +
+                 f" {'evt/eager':>9} {'evt/comp':>8}   fwd+bwd ms (peak MiB)")
+    for row in r.results["rows"]:
+        cells = []
+        for c in cols:
+            ms, mb = row["ms"].get(c), row["peak_mb"].get(c)
+            cells.append(f"{fmt(ms):>7}({fmt(mb, '{:.0f}'):>4})" if ms is not None else f"{'-':>13}")
+        lines.append(f"{row['workload']:<10} {row['M']}x{row['N']}x{row['K']:<6} " + " ".join(f"{c:>13}" for c in cells)
+                     + f" {fmt(row.get('evt_over_eager'), '{:.2f}'):>9} {fmt(row.get('evt_over_compile'), '{:.2f}'):>8}")
+    lines.append("fwd+bwd captured in one CUDA graph (device time, ms): " + "; ".join(
+        f"{row['workload']} {row['M']}x{row['N']}x{row['K']}: " + ", ".join(
+            f"{c} {fmt(row['graph_ms'].get(c))}" for c in ("eager", "evt")) for row in r.results["rows"]))
+    lines.append("forward only (ms): " + "; ".join(
+        f"{row['workload']} {row['M']}x{row['N']}x{row['K']}: " + ", ".join(
+            f"{c} {fmt(row['fwd_ms'].get(c))}" for c in cols if row["fwd_ms"].get(c) is not None)
+        for row in r.results["rows"]))
+    if r.results["errors"]:
+        lines.append(f"errors: {len(r.results['errors'])} (see training_bench.json)")
+    lines.append(f"total {time.time() - T0:.0f} s")
+    r.log("\n".join(lines))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default=os.environ.get("OUT") or "training_bench_out")
+    ap.add_argument("--quick", action="store_true", help="one shape, short timing, heuristic GEMM configs")
+    ap.add_argument("--dry-run", action="store_true", help="CPU, Triton interpreter, tiny sizes")
+    ap.add_argument("--shapes", default=None, help="MxNxK,... (default 8192x4096x1024,8192x8192x4096)")
+    ap.add_argument("--compile-mode", default=None, help="torch.compile mode of the eager baseline "
+                    "(default: max-autotune-no-cudagraphs, or the default mode with --quick)")
+    ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile baseline")
+    ap.add_argument("--skip-checks", action="store_true")
+    ap.add_argument("--autotune", action="store_true", help="autotune evtorch GEMMs (default off with --quick)")
+    ap.add_argument("--deadline-s", type=float, default=540.0)
+    ap.add_argument("--warmup-ms", type=float, default=None)
+    ap.add_argument("--rep-ms", type=float, default=None)
+    args = ap.parse_args(argv)
+    if args.dry_run and os.environ.get("TRITON_INTERPRET") != "1":
+        os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported (nothing imported it yet)
+    args.warmup_ms = args.warmup_ms or (10.0 if args.quick else 25.0)
+    args.rep_ms = args.rep_ms or (40.0 if args.quick else 100.0)
+    if args.compile_mode is None and not args.quick:
+        args.compile_mode = "max-autotune-no-cudagraphs"
+    os.environ["EVTORCH_AUTOTUNE"] = "1" if (args.autotune or not args.quick) else "0"
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import torch
+
+    import evtorch  # noqa: F401
+    r = Run(args)
+    r.results["env"] = {"device": torch.cuda.get_device_name() if r.cuda else "cpu (Triton interpreter)"
+                        if args.dry_run else "cpu", "torch": torch.__version__,
+                        "triton": __import__("triton").__version__, "argv": sys.argv,
+                        "autotune": os.environ["EVTORCH_AUTOTUNE"], "compile_mode": args.compile_mode}
+    if args.dry_run:
+        _use_triton_backend_on_cpu()
+    r.log(f"training_bench on {r.results['env']['device']}")
+    if args.shapes:
+        shapes = [tuple(int(v) for v in s.lower().split("x")) for s in args.shapes.split(",")]
+    else:
+        shapes = DRY_SHAPES if (args.dry_run or not r.cuda) else (QUICK_SHAPES if args.quick else SHAPES)
+    if not args.skip_checks:
+        correctness(r)
+    timing(r, shapes)
+    r.save()
+    table(r)
+    return 0 if all(c.get("ok") for c in r.results["checks"]) and not r.results["errors"] else 1
+
+
+def _use_triton_backend_on_cpu():
+    """In a dry run the evtorch contenders run the generated kernels (interpreter) rather than the reference."""
+    import evtorch.api as api
+    real = api.gemm
+
+    def gemm(A, B, epilogue=None, **kw):
+        if kw.get("backend") is None:
+            kw["backend"] = "triton"
+        return real(A, B, epilogue, **kw)
+    api.gemm = gemm
+    import evtorch.integration.function as function
+    real_prepare = function.prepare
+
+    def prepare(A, B, epilogue=None, **kw):
+        if kw.get("backend") is None:
+            kw["backend"] = "triton"
+        return real_prepare(A, B, epilogue, **kw)
+    function.prepare = prepare
+
+
+if __name__ == "__main__":
+    sys.exit(main())
