@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -29,7 +30,7 @@ DTYPES = {
 
 
 class UsageError(Exception):
-    """A bad command line: printed as ``evtorch: error: ...`` with exit code 2."""
+    """A bad command line: printed as ``evtorch COMMAND: error: ...`` with exit code 2."""
 
 
 def parse_dtype(text: str) -> torch.dtype:
@@ -70,7 +71,12 @@ def load_function(target: str):
         finally:
             sys.path.remove(str(path.resolve().parent))
     else:
-        module = importlib.import_module(where)
+        try:
+            module = importlib.import_module(where)
+        except ModuleNotFoundError as e:
+            if e.name and (where == e.name or where.startswith(e.name + ".")):
+                raise UsageError(f"{where!r} is neither a file nor an importable module") from None
+            raise
     fn = getattr(module, name, None)
     if fn is None:
         defined = sorted(n for n, v in vars(module).items() if inspect.isfunction(v) and not n.startswith("_"))
@@ -84,8 +90,8 @@ def parse_input(text: str, sizes: dict[str, int], dtype: torch.dtype):
     """``NAME=SPEC`` -> (name, example value for ``evt.trace``).
 
     SPEC is ``scalar`` or a Python float (``0.5``) for a runtime scalar, or a comma-separated shape whose entries
-    are integers or the letters M, N, L (``M,N``, ``M,1``, ``N``, ``L,1,N``, ``64``; ``()`` is 0-d), optionally followed by
-    ``:DTYPE`` (default: the ``--dtype`` of A and B).
+    are integers or the letters M, N, L (``M,N``, ``M,1``, ``N``, ``L,1,N``, ``64``; ``()`` is 0-d), optionally
+    followed by ``:DTYPE`` (default: the ``--dtype`` of A and B).
     """
     from .frontend.signature import spec
     name, sep, value = text.partition("=")
@@ -103,8 +109,8 @@ def parse_input(text: str, sizes: dict[str, int], dtype: torch.dtype):
         return name, spec(tuple(sizes[d] if d in sizes else int(d) for d in dims), dtype)
     except (KeyError, ValueError, argparse.ArgumentTypeError):
         raise UsageError(f"--input {text}: cannot read {value!r}; write a shape of integers and M, N, L "
-                         "(M,N  M,1  N  L,1,N; () for 0-d), optionally with :DTYPE (M,N:f32), 'scalar', or a float like 0.5"
-                         ) from None
+                         "(M,N  M,1  N  L,1,N; () for 0-d), optionally with :DTYPE (M,N:f32), 'scalar', "
+                         "or a float like 0.5") from None
 
 
 _FLOAT = re.compile(r"[-+]?(\d+\.\d*|\.\d+|\d+(\.\d*)?[eE][-+]?\d+|inf|nan)")
@@ -132,8 +138,9 @@ def write_dot(dot: str, path: Path) -> str:
         fallback.write_text(dot + "\n")
         why = "the graphviz Python package is not installed" if isinstance(e, ImportError) else \
             f"graphviz could not render {fmt} ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
-        return (f"{why}; wrote Graphviz source to {fallback} instead. Render it with: dot -T{fmt} {fallback} -o {path} "
-                "(pip install graphviz, and the Graphviz programs: apt-get install graphviz)")
+        return (f"{why}; wrote Graphviz source to {fallback} instead. Render it with: "
+                f"dot -T{fmt} {fallback} -o {path} (pip install graphviz, and the Graphviz programs: "
+                "apt-get install graphviz)")
 
 
 def format_passes(log: list[tuple[str, str]]) -> str:
@@ -188,7 +195,8 @@ def cmd_show(args) -> int:
         try:
             source = ep.source(args.dtype)
         except ImportError as e:
-            print(f"evtorch show: --source: code generation is not available in this build ({e})", file=sys.stderr)
+            print(f"evtorch show: --source: code generation is not available in this build ({e})",
+                  file=sys.stderr)
             return 1
         print()
         print(source)
@@ -200,8 +208,6 @@ def cmd_demo(args) -> int:
     from .demo import demo
     if args.device and args.device.startswith("cuda") and not torch.cuda.is_available():
         raise UsageError("--device cuda: CUDA is not available on this machine (use --device cpu)")
-    if args.size is not None and len(args.size) != 3:
-        raise UsageError(f"--size expects M,N,K, got {','.join(map(str, args.size))}")
     return demo(device=args.device, size=args.size, dtype=args.dtype, backend=args.backend, repeat=args.repeat,
                 names=args.example, seed=args.seed)
 
@@ -254,7 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
                           description="Run the example epilogues (evtorch.examples) through evt.gemm on fresh "
                           "random data and check each against fn(A.float() @ B.float(), **inputs).")
     demo.add_argument("--device", help="cpu or cuda (default: cuda when available)")
-    demo.add_argument("--size", type=parse_ints, metavar="M,N,K",
+    demo.add_argument("--size", type=functools.partial(parse_ints, lengths=(3,)), metavar="M,N,K",
                       help="problem size (default 4096,4096,4096 on CUDA, 512,384,256 on CPU)")
     demo.add_argument("--dtype", type=parse_dtype, default=torch.float16, help="A and B dtype (default f16)")
     demo.add_argument("--backend", choices=("reference", "triton"),
@@ -262,7 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
                       "generated kernels in Triton's interpreter)")
     demo.add_argument("--example", action="append", choices=list(EXAMPLES), help="run only this example "
                       "(repeatable)")
-    demo.add_argument("--repeat", type=int, default=5, help="timed calls per example, back to back after the checked one (mean reported)")
+    demo.add_argument("--repeat", type=int, default=5,
+                      help="timed calls per example, back to back after the checked one (mean reported)")
     demo.add_argument("--seed", type=int, default=0)
     demo.set_defaults(handler=cmd_demo)
 

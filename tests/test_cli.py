@@ -234,6 +234,7 @@ def test_show_bad_inputs(capsys, epi_file, extra, message):
     ("{file}:not_a_function", "not a function"),
     ("{dir}/missing.py:epi", "no such file"),
     ("no_colon", "FILE.py:FUNC"),
+    ("no_such_module_xyz:epi", "neither a file nor an importable module"),
 ])
 def test_show_bad_targets(capsys, epi_file, target, message):
     with pytest.raises(SystemExit) as e:

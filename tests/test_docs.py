@@ -10,8 +10,8 @@ How a document's blocks are read:
 - ``console`` blocks: every ``$ evtorch ...`` line runs through ``evtorch.cli.main`` (in the same directory)
   and must exit 0; a trailing ``# requires: ...`` comment skips it as above.
 
-Documents listed in ``SKETCHES`` are not run. Also checked here: README.md opens with exactly two commands and ``.ci/run`` runs both; local links resolve;
-docs/epilogues.md names every op a user can call.
+Documents listed in ``SKETCHES`` are not run. Also checked here: README.md opens with exactly two commands
+and ``.ci/run`` runs both; local links resolve; docs/epilogues.md names every op a user can call.
 """
 from __future__ import annotations
 
