@@ -23,6 +23,7 @@ memory layout of its operand (``weight.t()`` gets a row-major weight gradient wi
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 from dataclasses import dataclass
@@ -59,7 +60,7 @@ class Entry:
     b_col: bool
     b_batched: bool
 
-    @property
+    @functools.cached_property
     def static(self) -> tuple:
         """What the Python wrapper needs, as constants: (key, input keys (name, binding), scalar names,
         outputs (position, dims), number of user outputs, returns_tuple, number of forward results)."""
@@ -203,10 +204,24 @@ def epilogue_only_config(device: torch.device):
     return GemmConfig("portable", 64, 64, 16, GROUP_M=8, num_warps=4, num_stages=1)
 
 
+_constants: dict = {}
+
+
+def _constant(value, dtype, device) -> Tensor:
+    """A cached one-element tensor (no fill kernel per call); not cached while a CUDA graph is captured."""
+    key = (value if value == value else "nan", dtype, str(device))
+    t = _constants.get(key)
+    if t is None:
+        t = torch.full((1,), value, dtype=dtype, device=device)
+        if not (t.is_cuda and torch.cuda.is_current_stream_capturing()):
+            _constants[key] = t
+    return t
+
+
 def _empty_operands(A: Tensor, sizes: dict, batched: bool, dtype) -> tuple[Tensor, Tensor]:
     """Operands of an epilogue-only GEMM (K = 0): the template runs no K step and hands a zero accumulator
     to the epilogue. Backed by one element so no launcher ever sees a null pointer."""
-    one = torch.zeros(1, dtype=dtype, device=A.device)
+    one = _constant(0, dtype, A.device)
     lead = (sizes["L"],) if batched else ()
     za = one.as_strided(lead + (sizes["M"], 0), (0,) * (len(lead) + 2))
     zb = one.as_strided(lead + (0, sizes["N"]), (0,) * (len(lead) + 2))
@@ -230,7 +245,7 @@ def gemm_backward_op(A: Tensor | None, B: Tensor | None, tensors: list[Tensor], 
         shape = canonical_shape(k.axes, p.order, sizes)
         # inputs the backward does not read were not kept; a NaN stand-in shows any mistake loudly
         kw[k.param] = next(used) if k.param in p.used_params else \
-            torch.full((), float("nan") if k.dtype.is_floating_point else 0, dtype=k.dtype, device=device).expand(shape)
+            _constant(float("nan") if k.dtype.is_floating_point else 0, k.dtype, device).expand(shape)
     kw.update({name: v for (name, _), v in zip(p.scalars, _scalars(e, scalars))})
     kw.update({f"g{pos}": g for pos, g in zip(seeds, grads)})
     n_vec = len(p.saved_vectors)
