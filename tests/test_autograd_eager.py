@@ -105,3 +105,38 @@ def test_triton_interpreter_batched_broadcast_B():
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 def test_triton_interpreter_16bit(dtype):
     run_case(*CASES["bias_gelu"], backend="triton", dtype=dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("name", ["bias_gelu", "bce_loss", "mixed_dag", "row_max_and_scale", "softmax_xent"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_gpu_gradients(name, dtype):
+    """The generated kernels on a GPU (TF32 off), against torch autograd of the eager epilogue in fp32."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    fn, make = CASES[name]
+    torch.manual_seed(0)
+    M, N, K = 300, 200, 136
+    A = (torch.randn(M, K, device="cuda") * 0.3).to(dtype).requires_grad_()
+    B = (torch.randn(K, N, device="cuda") * 0.3).to(dtype).requires_grad_()
+    inputs = make(M, N, "cuda", dtype)
+    for v in inputs.values():
+        if isinstance(v, torch.Tensor) and v.dtype.is_floating_point:
+            v.requires_grad_()
+    out = evt.gemm(A, B, fn, **inputs)
+    out = out if isinstance(out, tuple) else (out,)
+    ref_inputs = {k: (v.detach().float().requires_grad_() if isinstance(v, torch.Tensor) and v.dtype.is_floating_point
+                      else v) for k, v in inputs.items()}
+    Af, Bf = A.detach().float().requires_grad_(), B.detach().float().requires_grad_()
+    ref = fn(Af @ Bf, **ref_inputs)
+    ref = ref if isinstance(ref, tuple) else (ref,)
+    ws = [torch.randn(r.shape, device="cuda") for r in ref]
+    leaves = [A, B] + [v for v in inputs.values() if isinstance(v, torch.Tensor) and v.requires_grad]
+    ref_leaves = [Af, Bf] + [v for v in ref_inputs.values() if isinstance(v, torch.Tensor) and v.requires_grad]
+    got = torch.autograd.grad(sum((o.float() * w).sum() for o, w in zip(out, ws)), leaves, allow_unused=True)
+    want = torch.autograd.grad(sum((r * w).sum() for r, w in zip(ref, ws)), ref_leaves, allow_unused=True)
+    tol = 1e-4 if dtype == torch.float32 else 3e-2
+    for g, r in zip(got, want):
+        if r is not None:
+            err = ((g.float() - r).abs().max() / r.abs().max().clamp_min(1e-30)).item()
+            assert err <= tol, f"relative error {err}"
