@@ -283,6 +283,14 @@ def test_gradients_only_where_required():
     torch.testing.assert_close(gb, rb)
 
 
+def test_inputs_the_backward_does_not_read():
+    """s (0-d) and C are not kept (d(acc) = g): the backward gets stand-ins it never loads."""
+    torch.manual_seed(18)
+    A, B = operands()
+    s, C = torch.tensor(0.5, dtype=DT), torch.randn(M, N, dtype=DT)
+    check(lambda acc, s, C: acc + s + C, A, B, s=s, C=C)
+
+
 def test_only_an_input_requires_grad():
     torch.manual_seed(15)
     A, B = torch.randn(M, K, dtype=DT), torch.randn(K, N, dtype=DT)

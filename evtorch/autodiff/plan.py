@@ -135,7 +135,6 @@ class GradPlan:
         for o in self.graph.outputs:
             if kept is not None and o.target not in kept:
                 continue
-            info = next(x for x in ep.outputs if x.position == o.target)
             self.outputs.append(OutputInfo(o.target, o.args[0], o.attrs["dims"], walked_axes(o.attrs["dims"]),
                                            o.attrs["kind"], o.dtype.is_floating_point))
         self.vectors = _save_candidates(self.graph)
@@ -155,6 +154,10 @@ class GradPlan:
 
     def canonical_shape(self, axes, sizes=None) -> list:
         return canonical_shape(axes, self.order, sizes or self.sizes)
+
+    def key_shape(self, k: InputKey, sizes=None) -> tuple:
+        """Shape of an input in canonical form (a 0-d tensor stays 0-d)."""
+        return () if k.binding == () else tuple(self.canonical_shape(k.axes, sizes))
 
     def forward_layout(self) -> list[tuple[tuple, torch.dtype]]:
         """(axes, dtype) of every output of the forward-with-saves epilogue, in order."""
@@ -185,10 +188,9 @@ class GradPlan:
 
     @functools.cached_property
     def forward_epilogue(self) -> Epilogue:
-        specs = [InputSpec(k.param, "tensor", tuple(self.canonical_shape(k.axes)), k.dtype) for k in self.keys]
+        specs = [InputSpec(k.param, "tensor", self.key_shape(k), k.dtype) for k in self.keys]
         specs += [InputSpec(p, "number", dtype=s.dtype) for p, s in self.scalars]
         return Epilogue(self.forward_fn, self.ep.acc_shape, self.ep.acc_dtype, specs)
-
 
     def _leaf(self, space_: Space, kw: dict, acc_value, saved: dict | None = None):
         scalar_param = {s.name: p for p, s in self.scalars}
@@ -243,7 +245,7 @@ class GradPlan:
         return body
 
     def backward_specs(self, seeds, mode, saved_vectors) -> list[InputSpec]:
-        specs = [InputSpec(k.param, "tensor", tuple(self.canonical_shape(k.axes)), k.dtype) for k in self.keys]
+        specs = [InputSpec(k.param, "tensor", self.key_shape(k), k.dtype) for k in self.keys]
         specs += [InputSpec(p, "number", dtype=s.dtype) for p, s in self.scalars]
         for o in self.outputs:
             if o.position in seeds:

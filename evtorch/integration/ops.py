@@ -242,10 +242,11 @@ def gemm_backward_op(A: Tensor | None, B: Tensor | None, tensors: list[Tensor], 
     kw: dict = {}
     used = iter(tensors)
     for k in p.keys:
-        shape = canonical_shape(k.axes, p.order, sizes)
+        shape = p.key_shape(k, sizes)
         # inputs the backward does not read were not kept; a NaN stand-in shows any mistake loudly
         kw[k.param] = next(used) if k.param in p.used_params else \
-            _constant(float("nan") if k.dtype.is_floating_point else 0, k.dtype, device).expand(shape)
+            _constant(float("nan") if k.dtype.is_floating_point else 0, k.dtype, device).view([1] * len(shape)) \
+            .expand(shape)
     kw.update({name: v for (name, _), v in zip(p.scalars, _scalars(e, scalars))})
     kw.update({f"g{pos}": g for pos, g in zip(seeds, grads)})
     n_vec = len(p.saved_vectors)
@@ -319,8 +320,7 @@ def _gemm_backward_fake(A, B, tensors, saved, grads, scalars, sizes, plan):
     dtypes = grad_dtypes(p, program)
     for param in program.grads:
         k = next(k for k in p.keys if k.param == param)
-        shape = [] if k.binding == () else canonical_shape(k.axes, p.order, dict(zip("LMN", sizes)))
-        out.append(ref.new_empty(shape, dtype=dtypes[param]))
+        out.append(ref.new_empty(p.key_shape(k, dict(zip("LMN", sizes))), dtype=dtypes[param]))
     return out
 
 
