@@ -13,7 +13,7 @@ import torch
 from ..autodiff.canonical import from_canonical, space, to_canonical
 from ..errors import EpilogueError
 from .dispatch import autocast_dtype
-from .ops import Entry, col_major, gemm_op, register
+from .ops import Entry, FusedGemm, col_major, gemm_op, register
 
 
 def _number_type(v):
@@ -97,7 +97,11 @@ def fused_gemm(A, B, epilogue=None, *, _lead_dims=None, **options):
     recomputes ``A @ B`` in the backward instead (less memory, one more GEMM). ``_lead_dims`` (for
     ``evt.linear``): outputs whose first dim walks the rows get these leading dims instead of M."""
     args, (outs, n_outputs, returns_tuple, sizes, order) = prepare(A, B, epilogue, **options)
-    results = gemm_op(*args)
+    if torch.compiler.is_compiling():
+        results = gemm_op(*args)
+    else:  # eager: the same implementation as an autograd.Function, without torch.library's call overhead
+        A, B, tensors, scalars, key = args
+        results = FusedGemm.apply(A, B, scalars, key, *tensors)
     packed = [None] * n_outputs
     for (position, dims), value in zip(outs, results):
         value = from_canonical(value, dims, order, sizes)

@@ -116,21 +116,67 @@ class _nullcontext:
 
 
 def _run(A, B, epilogue, e: Entry, out_dtype, kw: dict, config=None):
+    """One evtorch GEMM inside an operator. ``epilogue`` is an ``Epilogue`` built by the plan (None: identity);
+    on the Triton backend it goes straight to the runtime when the call matches the signature it was traced
+    for (evt.gemm's per-call checks and cache lookups cost more host time than the kernel at small sizes)."""
     from ..api import gemm
     with running_op(), _no_autocast(A.device.type):
+        if e.backend == "triton":
+            ep = epilogue if epilogue is not None else _identity_epilogue(A, B)
+            if _matches(ep, A, B, kw):
+                from ..runtime.gemm import run_gemm
+                res = run_gemm(ep, A, B, kw, out_dtype=out_dtype, deterministic=e.deterministic,
+                               allow_tf32=e.allow_tf32, config=config)
+                return res if isinstance(res, tuple) else (res,)
         res = gemm(A, B, epilogue, out_dtype=out_dtype, backend=e.backend, deterministic=e.deterministic,
                    allow_tf32=e.allow_tf32, config=config, **kw)
     return res if isinstance(res, tuple) else (res,)
 
 
+_identities: dict = {}
+
+
+def _identity_epilogue(A: Tensor, B: Tensor):
+    from ..api import _identity
+    from ..epilogue import Epilogue
+    acc_shape = (A.shape[0], A.shape[-2], B.shape[-1]) if A.dim() == 3 else (A.shape[-2], B.shape[-1])
+    acc_dtype = torch.float64 if A.dtype == torch.float64 else torch.float32
+    key = (acc_shape, acc_dtype)
+    if key not in _identities:
+        _identities[key] = Epilogue(_identity, acc_shape, acc_dtype, [])
+    return _identities[key]
+
+
+def _matches(ep, A: Tensor, B: Tensor, kw: dict) -> bool:
+    """Whether ``ep`` was traced for exactly these shapes and dtypes (else evt.gemm retraces)."""
+    from ..api import check_operands
+    L, M, N, _, batched = check_operands(A, B)
+    acc_dtype = torch.float64 if A.dtype == torch.float64 else torch.float32
+    if ep.acc_shape != ((L, M, N) if batched else (M, N)) or ep.acc_dtype != acc_dtype or \
+            len(kw) != len(ep.input_specs):
+        return False
+    for spec in ep.input_specs:
+        v = kw.get(spec.name)
+        if spec.kind == "tensor":
+            if not isinstance(v, Tensor) or tuple(v.shape) != spec.shape or v.dtype != spec.dtype:
+                return False
+        elif isinstance(v, Tensor) or v is None:
+            return False
+    return True
+
+
 # ---------------------------------------------------------------------------------------------------- forward
-@torch.library.custom_op("evtorch::gemm", mutates_args=())
-def gemm_op(A: Tensor, B: Tensor, tensors: list[Tensor], scalars: list[float], plan: str) -> list[Tensor]:
+def forward_impl(A: Tensor, B: Tensor, tensors: list[Tensor], scalars: list[float], plan: str) -> list[Tensor]:
     e = entry(plan)
     p = e.plan
     kw = {k.param: t for k, t in zip(p.keys, tensors)}
     kw.update({name: v for (name, _), v in zip(p.scalars, _scalars(e, scalars))})
     return list(_run(A, B, p.forward_epilogue, e, e.out_dtype, kw, e.config))
+
+
+@torch.library.custom_op("evtorch::gemm", mutates_args=())
+def gemm_op(A: Tensor, B: Tensor, tensors: list[Tensor], scalars: list[float], plan: str) -> list[Tensor]:
+    return forward_impl(A, B, tensors, scalars, plan)
 
 
 @gemm_op.register_fake
@@ -155,7 +201,7 @@ def _setup(ctx, inputs, output):
     ctx.set_materialize_grads(False)
 
 
-def _backward(ctx, grads):
+def _backward(ctx, grads, backward=None):
     e = entry(ctx.plan)
     p = e.plan
     keep_A, keep_B, n_used, n_tensors = ctx.layout
@@ -170,7 +216,7 @@ def _backward(ctx, grads):
     program = p.backward(tuple(seeds))
     key = f"{ctx.plan}|{','.join(map(str, seeds))}"
     present = [g for o, g in zip(p.outputs, grads) if o.position in seeds]
-    res = gemm_backward_op(A, B, used, saved, present, ctx.scalars, ctx.sizes, key)
+    res = list((backward or gemm_backward_op)(A, B, used, saved, present, ctx.scalars, ctx.sizes, key))
     dA = res.pop(0) if e.wrt_A and program.d_acc else None
     dB = res.pop(0) if e.wrt_B and program.d_acc else None
     by_param = dict(zip(program.grads, res))
@@ -179,6 +225,42 @@ def _backward(ctx, grads):
 
 
 gemm_op.register_autograd(_backward, setup_context=_setup)
+
+
+class FusedGemm(torch.autograd.Function):
+    """The same forward and backward as ``evtorch::gemm`` for eager mode, without torch.library's per-call
+    wrapping (a few hundred microseconds of Python per call; torch.compile uses the operator)."""
+
+    @staticmethod
+    def forward(ctx, A, B, scalars, plan, *tensors):
+        out = forward_impl(A, B, list(tensors), scalars, plan)
+        _setup(ctx, (A, B, list(tensors), scalars, plan), out)
+        ctx.mark_non_differentiable(*out[len(entry(plan).plan.outputs):])
+        return tuple(out)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        with torch.no_grad():
+            dA, dB, dtensors, _, _ = _backward(ctx, list(grads), backward_impl)
+        if torch.is_grad_enabled():  # create_graph=True: the gradients must refuse to be differentiated
+            dA, dB, *dtensors = _no_double_backward(dA, dB, *dtensors)
+        return (dA, dB, None, None, *dtensors)
+
+
+class _NoDoubleBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, *grads):
+        return tuple(g.view_as(g) for g in grads)
+
+    @staticmethod
+    def backward(ctx, *_):
+        _double_backward(ctx, _)
+
+
+def _no_double_backward(*grads):
+    present = [g for g in grads if g is not None]
+    wrapped = iter(_NoDoubleBackward.apply(*present)) if present else iter(())
+    return [next(wrapped) if g is not None else None for g in grads]
 
 
 # ---------------------------------------------------------------------------------------------------- backward
@@ -228,9 +310,8 @@ def _empty_operands(A: Tensor, sizes: dict, batched: bool, dtype) -> tuple[Tenso
     return za, zb
 
 
-@torch.library.custom_op("evtorch::gemm_backward", mutates_args=())
-def gemm_backward_op(A: Tensor | None, B: Tensor | None, tensors: list[Tensor], saved: list[Tensor],
-                     grads: list[Tensor], scalars: list[float], sizes: list[int], plan: str) -> list[Tensor]:
+def backward_impl(A: Tensor | None, B: Tensor | None, tensors: list[Tensor], saved: list[Tensor],
+                  grads: list[Tensor], scalars: list[float], sizes: list[int], plan: str) -> list[Tensor]:
     key, seeds = plan.split("|")
     e = entry(key)
     p = e.plan
@@ -299,6 +380,12 @@ def grad_dtypes(p: GradPlan, program) -> dict:
     out_dtype = _backward_out_dtype(p, program)
     names = program.passes[-1].outputs
     return {name: main.output_dtype(o, out_dtype) for name, o in zip(names, main.outputs)}
+
+
+@torch.library.custom_op("evtorch::gemm_backward", mutates_args=())
+def gemm_backward_op(A: Tensor | None, B: Tensor | None, tensors: list[Tensor], saved: list[Tensor],
+                     grads: list[Tensor], scalars: list[float], sizes: list[int], plan: str) -> list[Tensor]:
+    return backward_impl(A, B, tensors, saved, grads, scalars, sizes, plan)
 
 
 @gemm_backward_op.register_fake
