@@ -248,8 +248,11 @@ class FusedGemm(torch.autograd.Function):
 
 
 class _NoDoubleBackward(torch.autograd.Function):
+    """Identity on gradients made with create_graph=True whose own backward raises (the gradients of a fused
+    GEMM are computed without a graph; without this they would silently be constants)."""
+
     @staticmethod
-    def forward(ctx, *grads):
+    def forward(ctx, anchor, *grads):
         return tuple(g.view_as(g) for g in grads)
 
     @staticmethod
@@ -259,7 +262,8 @@ class _NoDoubleBackward(torch.autograd.Function):
 
 def _no_double_backward(*grads):
     present = [g for g in grads if g is not None]
-    wrapped = iter(_NoDoubleBackward.apply(*present)) if present else iter(())
+    anchor = torch.empty(0, requires_grad=True)  # makes the outputs part of the graph
+    wrapped = iter(_NoDoubleBackward.apply(anchor, *present)) if present else iter(())
     return [next(wrapped) if g is not None else None for g in grads]
 
 
