@@ -183,7 +183,10 @@ class EpilogueEmitter:
         rid = r.rid
         x = f"x{rid}"
         tl_f = TL_DTYPE[r.dtype]
-        w(f"{x} = tl.where(mask, {src}.to({tl_f}) + tl.zeros_like(acc).to({tl_f}), {literal(IDENTITY[r.op])})")
+        if "M" in r.node.args[0].axes and "N" in r.node.args[0].axes:  # already tile-shaped: no broadcast add
+            w(f"{x} = tl.where(mask, {src}.to({tl_f}), {literal(IDENTITY[r.op])})")
+        else:
+            w(f"{x} = tl.where(mask, {src}.to({tl_f}) + tl.zeros_like(acc).to({tl_f}), {literal(IDENTITY[r.op])})")
         over, kept = set(r.over), r.kept
         axis = None
         if "M" in over and "N" in over:
@@ -264,6 +267,15 @@ class EpilogueEmitter:
         ptr, strides = self._buffer(r, part)
         t = _tile_linear_index(r.over)
         address = self._kept_address(ptr, r.kept, strides, extra=f"({t}).to(tl.int64) * {strides['T']}")
+        if "N" in r.over:
+            # The workspace has cdiv(N, tile width) slots along N. With epilogue sub-tiling a ragged last tile can
+            # hand over a sub-tile that lies wholly past N (pid_n = cdiv(N, width) or more): it holds only the
+            # identity and must not write, or it would land past the workspace (or in the next row's slots).
+            inside = "(pid_n * acc.shape[1] < N)"
+            zero = {"mask": "offs_m[:, None] * 0 + offs_n[None, :] * 0 + ", "mask_m": "offs_m * 0 + ",
+                    "mask_n": "offs_n * 0 + "}.get(kmask, "")
+            guard = f"(({zero}pid_n * acc.shape[1]) < N)" if zero else inside
+            kmask = f"{kmask} & {guard}" if kmask else guard
         mask = f", mask={kmask}" if kmask else ""
         self.lines.append(f"tl.store({address}, {value}{mask})")
 
