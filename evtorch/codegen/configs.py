@@ -293,6 +293,13 @@ _PERSISTENT_16 = (
     (64, 128, 64, 4, 4, False, False, False),
 )
 
+# Portable (non-persistent) 128x128x64, 3 stages, 4 warps: ~96 KiB of shared memory and one warpgroup, so two
+# programs share an SM and the hardware interleaves them: one program's epilogue (loads, math, stores) runs while
+# the other's main loop keeps the tensor cores busy ("ping-pong" by occupancy). The persistent TMA kernel runs one
+# program per SM, so its epilogue stalls the tensor cores; on Hopper this is the tuner's alternative for heavy
+# epilogues and short K loops, where the epilogue is a large share of each tile's time.
+_PINGPONG_16 = ((128, 128, 64, 3, 4),)
+
 # fp32 without TF32 has no tensor-core path: tl.dot becomes FMA loops whose register use grows with the
 # tile. On the H200 run, 128x256 / 128x128 persistent fp32-IEEE kernels spilled 24 to 3052 registers
 # (col-major operands worst), so IEEE fp32 keeps tiles at <= 128x64 and never uses persistent_tma.
@@ -384,7 +391,10 @@ def candidate_configs(
     heuristic = heuristic_config(M, N, K, dtype, device, L=L, tma_ok=tma_ok, allow_tf32=allow_tf32)
     space: list[GemmConfig] = []
     if tma_template_allowed(dtype, info, tma_ok, allow_tf32):
-        space += _persistent_space(dtype)
+        persistent = _persistent_space(dtype)
+        pingpong = [GemmConfig("portable", bm, bn, bk, 8, 1, warps, stages)
+                    for bm, bn, bk, stages, warps in _PINGPONG_16] if DTYPE_BYTES[dtype] == 2 else []
+        space += persistent[:2] + pingpong + persistent[2:]
     if splitk_worthwhile(M, N, K, L, info):
         for cfg in _portable_space(dtype, "splitk"):
             split = choose_split_k(M, N, K, L, cfg, info)
@@ -393,7 +403,15 @@ def candidate_configs(
     space += _portable_space(dtype, "portable")
     kept = [c for c in space
             if fits_smem(c, dtype, info) and fits_shape(c, M, N, K) and _fits_precision(c, dtype, allow_tf32)]
+    # configs whose tiles fill at least 3/4 of the SMs first (stable: for large problems nothing moves), so that a
+    # short tuning list for a small problem is not spent on tiles that leave most of the GPU idle
+    kept.sort(key=lambda c: not _fills_gpu(c, M, N, L, info))
     return _dedupe([heuristic] + kept)[:max_candidates]
+
+
+def _fills_gpu(config: GemmConfig, M: int, N: int, L: int, info: DeviceInfo) -> bool:
+    tiles = cdiv(M, config.BLOCK_M) * cdiv(N, config.BLOCK_N) * max(L, 1) * max(config.SPLIT_K, 1)
+    return 4 * tiles >= 3 * info.num_sms
 
 
 def _fit_stages(config: GemmConfig, dtype: torch.dtype, info: DeviceInfo) -> GemmConfig:
@@ -453,6 +471,13 @@ def heuristic_config(
         cap_n = 256
     bm = min(cap_m, max(16, next_pow2(M)))
     bn = min(cap_n, max(16, next_pow2(N)))
+    # small problems: halve the tile (the longer side first) down to 64 until about a wave of programs fills the
+    # SMs (1024^3 bf16 on 132 SMs: 32 tiles of 128x256, 128 of 64x128)
+    while 4 * cdiv(M, bm) * cdiv(N, bn) * L < 3 * info.num_sms and max(bm, bn) > 64:
+        if bn >= bm:
+            bn //= 2
+        else:
+            bm //= 2
     if bm * bn >= 128 * 256:
         bk, stages, warps = 64, 3, 8
     elif bm * bn >= 128 * 128:
