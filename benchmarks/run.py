@@ -1,0 +1,664 @@
+"""``evtorch bench``: fused GEMM + epilogue against cuBLAS, eager PyTorch and torch.compile (issue 4).
+
+One command, one process, sized for one device call (about 6 to 8 minutes on an H100/H200)::
+
+    PYTHONUNBUFFERED=1 evtorch bench --out $OUT            # or: python -m benchmarks.run --out $OUT
+    evtorch bench --dry-run                                 # CPU: Triton interpreter, tiny sizes, no GPU
+
+Per workload (benchmarks/workloads.py) and shape (M, N, K), bf16 A and B, fp32 accumulation, random data:
+
+- ``evt``: ``evt.gemm(A, B, fn, **inputs)``, the public call (host work included), autotuned
+  (EVTORCH_AUTOTUNE=1, at most ``--candidates`` configs, fresh tuning cache: the first call's time is reported);
+- ``evt_kernel``: the same call captured in a CUDA graph and replayed (device time only);
+- ``cublas``: ``torch.matmul(A, B)`` alone (bf16 out), timed beside each row (clocks drift), the target: evt / cublas <= 1.05 (large), 1.15 (small K);
+- ``eager``: ``fn(A @ B, **inputs)``; ``compile``: the same under ``torch.compile(mode=--compile-mode)``, each
+  graph compiled once (compile seconds reported), with the Inductor settings in ``INDUCTOR_SETTINGS``.
+
+Times are ``triton.testing.do_bench`` medians (L2 flushed before every run). Also: TFLOP/s (2MNK / time),
+achieved bandwidth (fewest bytes: A, B, every tensor input read once, every output written once, over time),
+the max error of each contender against the fp32 reference ``fn(A.float() @ B.float(), **inputs)``
+(max |out - ref| / max |ref| over outputs), the two floors per row (2MNK / measured matmul rate, bytes / measured
+copy bandwidth), and the identity epilogue (plain GEMM) against cuBLAS at 8192^3 ... 1024^3.
+
+Writes ``bench.json`` (updated after every row) and ``bench.png`` under ``--out`` and prints a compact table
+last. A deadline (``--deadline-s``) skips what would not fit: torch.compile rows run last.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+T0 = time.time()
+
+# Inductor settings for the torch.compile baseline: bound the max-autotune search (the GEMM backends it
+# benchmarks) while keeping the mode's behaviour (template autotuning, epilogue-fusion benchmarking,
+# coordinate-descent tuning of the pointwise/reduction kernels).
+INDUCTOR_SETTINGS = {
+    "max_autotune_gemm_backends": "TRITON,ATEN",
+    "max_autotune_gemm_search_space": "DEFAULT",
+    "autotune_num_choices_displayed": 0,
+}
+
+WORKLOAD_ORDER = ("identity", "lincomb_relu", "bias_gelu_aux", "colbcast_leaky", "rowreduce_tanh", "bce_loss",
+                  "dgelu_bgrad", "mixed_dag")
+
+
+def parse_shapes(text: str) -> list[tuple[int, int, int]]:
+    shapes = []
+    for part in text.split(","):
+        part = part.strip().lower()
+        if not part:
+            continue
+        dims = [int(x) for x in part.split("x")]
+        if len(dims) == 1:
+            dims = dims * 3
+        if len(dims) != 3 or min(dims) <= 0:
+            raise argparse.ArgumentTypeError(f"shape {part!r}: expected MxNxK (or S for S^3)")
+        shapes.append(tuple(dims))
+    if not shapes:
+        raise argparse.ArgumentTypeError("no shapes given")
+    return shapes
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="evtorch bench", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default=os.environ.get("OUT") or "bench_out", help="output folder (default $OUT or "
+                    "./bench_out)")
+    ap.add_argument("--workloads", default=None, help="comma-separated names (default: all, identity first); "
+                    "known: " + ", ".join(WORKLOAD_ORDER))
+    ap.add_argument("--shapes", type=parse_shapes, default=None,
+                    help="MxNxK,... (default 8192x8192x4096,8192x4096x1024)")
+    ap.add_argument("--identity-sizes", default=None, help="S,... for the plain-GEMM sweep (default 8192,4096,2048,1024;"
+                    " 'none' to skip)")
+    ap.add_argument("--quick", action="store_true", help="shorter timing, 2 tuning candidates, no diagnostics")
+    ap.add_argument("--dry-run", action="store_true", help="CPU only: Triton interpreter, tiny sizes, wall-clock "
+                    "timing (checks the script, measures nothing)")
+    ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile baseline")
+    ap.add_argument("--compile-mode", default="max-autotune-no-cudagraphs")
+    ap.add_argument("--candidates", type=int, default=None, help="autotuning candidates per epilogue (default 5; "
+                    "--quick 2)")
+    ap.add_argument("--diag", dest="diag", action="store_true", default=None,
+                    help="per row, also time alternative configs and read kernel resources (default on, off with "
+                    "--quick)")
+    ap.add_argument("--no-diag", dest="diag", action="store_false")
+    ap.add_argument("--warmup-ms", type=float, default=None)
+    ap.add_argument("--rep-ms", type=float, default=None)
+    ap.add_argument("--deadline-s", type=float, default=480.0, help="stop starting new work after this many seconds")
+    return ap
+
+
+# ---------------------------------------------------------------------------------------------------- helpers
+class Bench:
+    """Everything one run needs: args, device, timers, results and the log."""
+
+    def __init__(self, args):
+        import torch
+
+        self.args = args
+        self.torch = torch
+        self.cuda = not args.dry_run
+        self.dev = "cuda" if self.cuda else "cpu"
+        self.out = Path(args.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.logf = open(self.out / "bench_log.txt", "w")
+        self.warmup = args.warmup_ms if args.warmup_ms is not None else (10.0 if args.quick else 25.0)
+        self.rep = args.rep_ms if args.rep_ms is not None else (50.0 if args.quick else 150.0)
+        self.results = {"env": {}, "settings": {}, "ceilings": {}, "shapes": [], "rows": [], "identity": [],
+                        "notes": []}
+
+    # ---- output
+    def log(self, *parts):
+        text = " ".join(str(p) for p in parts)
+        print(text, flush=True)
+        self.logf.write(text + "\n")
+        self.logf.flush()
+
+    def save(self):
+        path = self.out / "bench.json"
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.results, indent=1, default=str))
+        tmp.replace(path)
+
+    def time_left(self) -> float:
+        return self.args.deadline_s - (time.time() - T0)
+
+    # ---- timing
+    def sync(self):
+        if self.cuda:
+            self.torch.cuda.synchronize()
+
+    def timer(self, fn) -> float:
+        """Median milliseconds of ``fn``: do_bench with L2 flushed on CUDA, wall clock on CPU."""
+        if self.cuda:
+            from triton.testing import do_bench
+
+            return float(do_bench(fn, warmup=self.warmup, rep=self.rep, return_mode="median"))
+        fn()
+        times = []
+        for _ in range(3):
+            t = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t) * 1e3)
+        return statistics.median(times)
+
+    def graph_timer(self, fn):
+        """Median ms of ``fn`` captured in a CUDA graph (device time without host overhead); None if capture fails."""
+        if not self.cuda:
+            return None
+        torch = self.torch
+        try:
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                for _ in range(2):
+                    fn()
+            torch.cuda.current_stream().wait_stream(s)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                fn()
+            ms = self.timer(g.replay)
+            del g
+            return ms
+        except Exception as exc:  # noqa: BLE001 - a diagnostic, not a result
+            self.log("  graph capture failed:", f"{type(exc).__name__}: {str(exc)[:200]}")
+            torch.cuda.synchronize()
+            return None
+
+    def host_us(self, fn, n: int = 20) -> float:
+        """Host microseconds per call while the GPU is busy (calls return before their kernels finish)."""
+        fn()
+        self.sync()
+        t = time.perf_counter()
+        for _ in range(n):
+            fn()
+        host = (time.perf_counter() - t) / n * 1e6
+        self.sync()
+        return host
+
+
+def _as_tuple(x):
+    return tuple(x) if isinstance(x, (tuple, list)) else (x,)
+
+
+def max_error(out, ref) -> float:
+    """max over outputs of max|out - ref| / max|ref| (inf when an output has NaN where ref has none)."""
+    import torch
+
+    worst = 0.0
+    for o, r in zip(_as_tuple(out), _as_tuple(ref)):
+        if o is None or r is None:
+            continue
+        o = o.detach().float()
+        r = r.detach().float()
+        if tuple(o.shape) != tuple(r.shape):
+            return math.inf
+        bad = torch.isnan(o) & ~torch.isnan(r)
+        if bool(bad.any()):
+            return math.inf
+        diff = (o - r).abs().nan_to_num(0.0).max().item() if o.numel() else 0.0
+        scale = r.abs().nan_to_num(0.0).max().item() if r.numel() else 1.0
+        worst = max(worst, diff / (scale if scale > 0 else 1.0))
+    return worst
+
+
+def kernel_resources(module) -> list[dict]:
+    """Registers / spills / shared memory of every compiled kernel of a generated module (Triton caches)."""
+    rows = []
+    for name in dir(module):
+        fn = getattr(module, name)
+        caches = getattr(fn, "device_caches", None)
+        if not caches:
+            continue
+        try:
+            for cache in caches.values():
+                for k in cache[0].values():
+                    md = getattr(k, "metadata", None)
+                    rows.append({"kernel": name, "n_regs": getattr(k, "n_regs", None),
+                                 "n_spills": getattr(k, "n_spills", None), "shared": getattr(md, "shared", None),
+                                 "num_warps": getattr(md, "num_warps", None),
+                                 "num_stages": getattr(md, "num_stages", None)})
+        except Exception as exc:  # noqa: BLE001
+            rows.append({"kernel": name, "error": f"{type(exc).__name__}: {exc}"[:200]})
+    return rows
+
+
+def _nvidia_smi() -> dict:
+    try:
+        q = "name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw,temperature.gpu"
+        text = subprocess.run(["nvidia-smi", f"--query-gpu={q}", "--format=csv,noheader"], capture_output=True,
+                              text=True, timeout=20).stdout.strip()
+        return dict(zip(q.split(","), [x.strip() for x in text.split(",")]))
+    except Exception as exc:  # noqa: BLE001
+        return {"error": str(exc)[:200]}
+
+
+# ---------------------------------------------------------------------------------------------------- phases
+def environment(b: Bench):
+    import torch
+    import triton
+
+    env = {"torch": torch.__version__, "triton": triton.__version__, "python": sys.version.split()[0],
+           "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
+           "dry_run": b.args.dry_run, "argv": sys.argv[1:]}
+    if b.cuda:
+        p = torch.cuda.get_device_properties(0)
+        env.update({"device": p.name, "sms": p.multi_processor_count, "capability": f"{p.major}.{p.minor}",
+                    "memory_gib": round(p.total_memory / 2 ** 30, 1), "cuda": torch.version.cuda,
+                    "nvidia_smi": _nvidia_smi()})
+    else:
+        env.update({"device": "cpu (Triton interpreter)"})
+    b.results["env"] = env
+    b.log("ENV", json.dumps(env))
+
+
+def ceilings(b: Bench):
+    """Measured copy bandwidth (bytes read + written) and bf16 matmul rate on random data."""
+    torch = b.torch
+    n = (1 << 29) if b.cuda else (1 << 16)  # 1 GiB of bf16
+    x = torch.randn(n, device=b.dev, dtype=torch.float32).to(torch.bfloat16)
+    y = torch.empty_like(x)
+    ms = b.timer(lambda: y.copy_(x))
+    copy_bw = 2 * x.numel() * x.element_size() / (ms * 1e-3)
+    del x, y
+    s = 8192 if b.cuda else 64
+    from evtorch.examples import operands
+
+    A, B = operands(s, s, s, b.dev, torch.bfloat16)
+    ms_mm = b.timer(lambda: torch.matmul(A, B))
+    rate = 2 * s ** 3 / (ms_mm * 1e-3)
+    b.results["ceilings"] = {"copy_GBps": copy_bw / 1e9, "copy_ms_1GiB": ms, "matmul_tflops": rate / 1e12,
+                             "matmul_size": s}
+    b.log(f"CEILINGS copy {copy_bw / 1e9:.0f} GB/s, bf16 matmul {s}^3 {rate / 1e12:.0f} TFLOP/s")
+
+
+def _record_config():
+    """Wrap evtorch's launcher so the bench can read the config each call ran with."""
+    from evtorch.runtime import gemm as rg
+
+    seen = {"config": None}
+    orig = rg._execute
+    if getattr(orig, "_bench_wrapped", False):
+        return orig._bench_seen
+
+    def wrapped(*a, **k):
+        cfg = k.get("config", a[-1] if a else None)
+        seen["config"] = getattr(cfg, "short", lambda: str(cfg))()
+        return orig(*a, **k)
+
+    wrapped._bench_wrapped = True
+    wrapped._bench_seen = seen
+    rg._execute = wrapped
+    return seen
+
+
+def _tuning_files(b: Bench) -> dict:
+    from evtorch.runtime import knobs
+
+    d = knobs.cache_dir() / "autotune"
+    out = {}
+    if d.is_dir():
+        for f in d.glob("*.json"):
+            try:
+                out[f.name] = json.loads(f.read_text())
+            except Exception:  # noqa: BLE001
+                pass
+    return out
+
+
+def evt_rows(b: Bench, shapes, names, seen):
+    """Phase 1: evtorch, cuBLAS and eager for every (shape, workload)."""
+    import evtorch as evt
+    from evtorch.api import get_epilogue
+    from evtorch.codegen.configs import GemmConfig
+    from evtorch.codegen.program import build_program
+    from evtorch.examples import eager_reference, operands
+    from benchmarks.workloads import WORKLOADS, identity, tensor_bytes
+
+    torch = b.torch
+    ceil = b.results["ceilings"]
+    diag_cfgs = [GemmConfig("persistent_tma", 128, 128, 64, 8, 1, 8, 4)] if (b.args.diag and b.cuda) else []
+    for (M, N, K) in shapes:
+        if b.time_left() < 60:
+            b.log("SKIP shape", (M, N, K), "deadline")
+            continue
+        torch.manual_seed(0)
+        A, B = operands(M, N, K, b.dev, torch.bfloat16)
+        flops = 2.0 * M * N * K
+        ms_cublas = b.timer(lambda: torch.matmul(A, B))
+        shape_rec = {"shape": [M, N, K], "flops": flops, "cublas_ms": [ms_cublas],
+                     "cublas_tflops": flops / ms_cublas / 1e9,
+                     "floor_compute_ms": flops / (ceil["matmul_tflops"] * 1e12) * 1e3}
+        b.results["shapes"].append(shape_rec)
+        b.log(f"SHAPE {M}x{N}x{K}: cuBLAS {ms_cublas:.4f} ms ({flops / ms_cublas / 1e9:.0f} TFLOP/s)")
+        for name in names:
+            if b.time_left() < 45:
+                b.log("SKIP", name, (M, N, K), "deadline")
+                continue
+            fn, mk = (identity, lambda M, N, d, t: {}) if name == "identity" else WORKLOADS[name][:2]
+            row = {"workload": name, "shape": [M, N, K]}
+            b.results["rows"].append(row)
+            try:
+                inputs = mk(M, N, b.dev, torch.bfloat16)
+                kw = dict(backend="triton") if not b.cuda else {}
+                before = set(_tuning_files(b))
+                t = time.time()
+                evt.gemm(A, B, fn, **kw, **inputs)
+                b.sync()
+                row["evt_first_call_s"] = round(time.time() - t, 2)
+                after = _tuning_files(b)
+                row["tuning_ms"] = [v.get("timings_ms") for f, v in after.items() if f not in before]
+                os.environ["EVTORCH_POISON"] = "1"
+                out = evt.gemm(A, B, fn, **kw, **inputs)
+                os.environ.pop("EVTORCH_POISON", None)
+                row["config"] = seen["config"]
+                ref = eager_reference(fn, A, B, **inputs)
+                row["err_evt"] = max_error(out, ref)
+                row["bytes"] = tensor_bytes(A, B, inputs) + tensor_bytes(out)
+                row["floor_memory_ms"] = row["bytes"] / (ceil["copy_GBps"] * 1e9) * 1e3
+                row["floor_ms"] = max(row["floor_memory_ms"], shape_rec["floor_compute_ms"])
+                del out
+                # cuBLAS right beside each measurement: clocks drift over a run (H200: 0.80 -> 0.76 ms at 8192^2x4096
+                # within a minute), so every ratio divides by the adjacent cuBLAS time
+                row["cublas_ms"] = b.timer(lambda: torch.matmul(A, B))
+                row["evt_ms"] = b.timer(lambda: evt.gemm(A, B, fn, **kw, **inputs))
+                row["evt_kernel_ms"] = b.graph_timer(lambda: evt.gemm(A, B, fn, **kw, **inputs))
+                row["evt_host_us"] = b.host_us(lambda: evt.gemm(A, B, fn, **kw, **inputs))
+
+                def eager():
+                    return fn(A @ B, **inputs)
+
+                out_e = eager()
+                row["err_eager"] = max_error(out_e, ref)
+                del out_e, ref
+                row["eager_ms"] = b.timer(eager)
+                if diag_cfgs:
+                    row["diag"] = {}
+                    for cfg in diag_cfgs:
+                        try:
+                            row["diag"][cfg.short()] = b.graph_timer(
+                                lambda: evt.gemm(A, B, fn, config=cfg, **inputs))
+                        except Exception as exc:  # noqa: BLE001
+                            row["diag"][cfg.short()] = f"{type(exc).__name__}: {str(exc)[:200]}"
+                    try:
+                        ep = get_epilogue(fn, (M, N), torch.float32, inputs)
+                        row["kernels"] = kernel_resources(build_program(ep).module)
+                    except Exception as exc:  # noqa: BLE001
+                        row["kernels"] = [{"error": f"{type(exc).__name__}: {exc}"[:200]}]
+                derive(row, shape_rec)
+                b.log(f"  {name:15s} evt {row['evt_ms']:.4f} ms (kernel {_f(row['evt_kernel_ms'])}, host "
+                      f"{row['evt_host_us']:.0f} us) x{row['evt_vs_cublas']:.3f} cuBLAS | eager {row['eager_ms']:.4f}"
+                      f" | err {row['err_evt']:.2e} | {row['config']} | first call {row['evt_first_call_s']} s")
+            except Exception as exc:  # noqa: BLE001
+                row["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+                b.log("  FAIL", name, traceback.format_exc()[-3000:])
+                os.environ.pop("EVTORCH_POISON", None)
+            b.save()
+        # cuBLAS again, after the rows: its spread says what differences are noise
+        shape_rec["cublas_ms"].append(b.timer(lambda: torch.matmul(A, B)))
+        b.save()
+        del A, B
+
+
+def compile_rows(b: Bench):
+    """Phase 2: torch.compile each (workload, shape) once, then time it; uses the phase-1 rows' inputs anew."""
+    import torch
+    from evtorch.examples import eager_reference, operands
+    from benchmarks.workloads import WORKLOADS, identity
+
+    applied = {}
+    import torch._inductor.config as icfg
+
+    for k, v in INDUCTOR_SETTINGS.items():
+        if hasattr(icfg, k):
+            setattr(icfg, k, v)
+            applied[k] = v
+    for k in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit", "accumulated_recompile_limit"):
+        if hasattr(torch._dynamo.config, k):
+            setattr(torch._dynamo.config, k, 256)
+    b.results["settings"]["inductor"] = applied
+    b.results["settings"]["compile_mode"] = b.args.compile_mode
+    b.log("COMPILE settings", json.dumps(applied), "mode", b.args.compile_mode)
+    rows_by_shape = {}
+    for row in b.results["rows"]:
+        if "error" not in row and "evt_ms" in row:
+            rows_by_shape.setdefault(tuple(row["shape"]), []).append(row)
+    for shape, rows in rows_by_shape.items():
+        M, N, K = shape
+        torch.manual_seed(0)
+        A, B = operands(M, N, K, b.dev, torch.bfloat16)
+        shape_rec = next(s for s in b.results["shapes"] if tuple(s["shape"]) == shape)
+        for row in rows:
+            if b.time_left() < 40:
+                row["compile_skipped"] = "deadline"
+                b.log("SKIP compile", row["workload"], shape, "deadline")
+                continue
+            name = row["workload"]
+            fn, mk = (identity, lambda M, N, d, t: {}) if name == "identity" else WORKLOADS[name][:2]
+            try:
+                inputs = mk(M, N, b.dev, torch.bfloat16)
+                ns = {"fn": fn}
+                # a fresh code object per workload: dynamo caches per code object
+                exec(f"def base_{name}(A, B, **kw):\n    return fn(A @ B, **kw)\n", ns)
+                cfn = torch.compile(ns[f"base_{name}"], mode=b.args.compile_mode, dynamic=False)
+                t = time.time()
+                out_c = cfn(A, B, **inputs)
+                b.sync()
+                row["compile_s"] = round(time.time() - t, 1)
+                ref = eager_reference(fn, A, B, **inputs)
+                row["err_compile"] = max_error(out_c, ref)
+                del out_c, ref
+                row["cublas_ms_at_compile"] = b.timer(lambda: torch.matmul(A, B))
+                row["compile_ms"] = b.timer(lambda: cfn(A, B, **inputs))
+                derive(row, shape_rec)
+                b.log(f"  compile {name:15s} {row['compile_ms']:.4f} ms x{row['compile_vs_cublas']:.3f} cuBLAS "
+                      f"(compiled in {row['compile_s']} s) err {row['err_compile']:.2e}")
+            except Exception as exc:  # noqa: BLE001
+                row["compile_error"] = f"{type(exc).__name__}: {exc}"[:2000]
+                b.log("  COMPILE FAIL", name, traceback.format_exc()[-2000:])
+            b.save()
+        del A, B
+
+
+def identity_sweep(b: Bench, sizes):
+    import evtorch as evt
+    from evtorch.examples import operands
+
+    torch = b.torch
+    for s in sizes:
+        if b.time_left() < 30:
+            b.log("SKIP identity", s, "deadline")
+            continue
+        A, B = operands(s, s, s, b.dev, torch.bfloat16)
+        kw = dict(backend="triton") if not b.cuda else {}
+        evt.gemm(A, B, **kw)
+        flops = 2.0 * s ** 3
+        rec = {"size": s}
+        rec["cublas_ms"] = b.timer(lambda: torch.matmul(A, B))
+        rec["evt_ms"] = b.timer(lambda: evt.gemm(A, B, **kw))
+        rec["evt_kernel_ms"] = b.graph_timer(lambda: evt.gemm(A, B, **kw))
+        rec["cublas_tflops"] = flops / rec["cublas_ms"] / 1e9
+        rec["evt_tflops"] = flops / rec["evt_ms"] / 1e9
+        rec["evt_pct_of_cublas"] = 100.0 * rec["cublas_ms"] / rec["evt_ms"]
+        if rec["evt_kernel_ms"]:
+            rec["evt_kernel_pct_of_cublas"] = 100.0 * rec["cublas_ms"] / rec["evt_kernel_ms"]
+        b.results["identity"].append(rec)
+        b.log(f"IDENTITY {s}^3: cuBLAS {rec['cublas_tflops']:.0f} TFLOP/s, evt {rec['evt_tflops']:.0f} "
+              f"({rec['evt_pct_of_cublas']:.1f}%), evt kernel {_f(rec['evt_kernel_ms'])} ms")
+        b.save()
+        del A, B
+
+
+def derive(row: dict, shape_rec: dict):
+    """Ratios, TFLOP/s and bandwidth from the times a row has."""
+    flops = shape_rec["flops"]
+    for who in ("evt", "evt_kernel", "eager", "compile"):
+        ms = row.get(f"{who}_ms")
+        if not ms:
+            continue
+        cub = row.get("cublas_ms_at_compile" if who == "compile" else "cublas_ms") or shape_rec["cublas_ms"][0]
+        row[f"{who}_vs_cublas"] = ms / cub
+        row[f"{who}_tflops"] = flops / ms / 1e9
+        if row.get("bytes"):
+            row[f"{who}_GBps"] = row["bytes"] / ms / 1e6
+    if row.get("evt_ms") and row.get("compile_ms"):
+        row["evt_vs_compile"] = row["evt_ms"] / row["compile_ms"]
+    if row.get("evt_ms") and row.get("floor_ms"):
+        row["evt_vs_floor"] = row["evt_ms"] / row["floor_ms"]
+
+
+def _f(x, fmt="{:.4f}"):
+    return "-" if x is None else fmt.format(x)
+
+
+def chart(b: Bench):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception as exc:  # noqa: BLE001
+        b.log("no chart:", f"{type(exc).__name__}: {exc}")
+        return
+    shapes = [tuple(s["shape"]) for s in b.results["shapes"]]
+    fig, axes = plt.subplots(1, len(shapes) + 1, figsize=(6 * (len(shapes) + 1), 4.8), squeeze=False)
+    for ax, shape in zip(axes[0], shapes):
+        rows = [r for r in b.results["rows"] if tuple(r["shape"]) == shape and r.get("evt_ms")]
+        names = [r["workload"] for r in rows]
+        xs = range(len(rows))
+        w = 0.27
+        for i, (who, color) in enumerate((("evt", "tab:green"), ("compile", "tab:blue"), ("eager", "tab:gray"))):
+            vals = [r.get(f"{who}_vs_cublas") or 0 for r in rows]
+            ax.bar([x + (i - 1) * w for x in xs], vals, w, label=who, color=color)
+        target = 1.05 if shape[2] >= 4096 else 1.15
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.axhline(target, color="r", ls="--", lw=0.8, label=f"target {target}")
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels(names, rotation=35, ha="right", fontsize=8)
+        ax.set_ylabel("time / cuBLAS GEMM alone")
+        ax.set_title(f"{shape[0]}x{shape[1]}x{shape[2]} bf16")
+        ax.set_ylim(0, max([2.5] + [min(4.0, r.get("eager_vs_cublas") or 0) for r in rows]))
+        ax.legend(fontsize=8)
+    ax = axes[0][-1]
+    ident = b.results["identity"]
+    if ident:
+        sizes = [str(r["size"]) for r in ident]
+        xs = range(len(ident))
+        ax.bar([x - 0.2 for x in xs], [r["cublas_tflops"] for r in ident], 0.4, label="cuBLAS", color="tab:gray")
+        ax.bar([x + 0.2 for x in xs], [r["evt_tflops"] for r in ident], 0.4, label="evtorch identity", color="tab:green")
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels([f"{s}^3" for s in sizes])
+        ax.set_ylabel("TFLOP/s")
+        ax.set_title("plain GEMM (identity epilogue)")
+        ax.legend(fontsize=8)
+    env = b.results["env"]
+    fig.suptitle(f"evtorch bench: {env.get('device')} torch {env.get('torch')} triton {env.get('triton')} "
+                 f"{env.get('date_utc')}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(b.out / "bench.png", dpi=110)
+    plt.close(fig)
+
+
+def table(b: Bench):
+    r = b.results
+    c = r["ceilings"]
+    lines = [f"\n== evtorch bench: {r['env'].get('device')} | torch {r['env'].get('torch')} | triton "
+             f"{r['env'].get('triton')} | {r['env'].get('date_utc')} | copy {c.get('copy_GBps', 0):.0f} GB/s | "
+             f"matmul {c.get('matmul_tflops', 0):.0f} TFLOP/s"]
+    for s in r["shapes"]:
+        M, N, K = s["shape"]
+        lines.append(f"-- {M}x{N}x{K}: cuBLAS {', '.join(f'{x:.4f}' for x in s['cublas_ms'])} ms "
+                     f"({s['cublas_tflops']:.0f} TFLOP/s); compute floor {s['floor_compute_ms']:.4f} ms")
+        lines.append(f"{'workload':15s} {'cub ms':>7s} {'evt ms':>8s} {'kern ms':>8s} {'host us':>7s} {'evt/cub':>7s} {'kern/cub':>8s} "
+                     f"{'cmp/cub':>7s} {'eag/cub':>7s} {'evt/cmp':>7s} {'TFLOP/s':>7s} {'GB/s':>6s} {'floor':>7s} "
+                     f"{'err evt':>8s} {'err cmp':>8s}  config")
+        for row in r["rows"]:
+            if row["shape"] != s["shape"]:
+                continue
+            if "evt_ms" not in row:
+                lines.append(f"{row['workload']:15s} FAILED {row.get('error', '')[:100]}")
+                continue
+            lines.append(
+                f"{row['workload']:15s} {_f(row.get('cublas_ms')):>7s} {row['evt_ms']:8.4f} {_f(row.get('evt_kernel_ms')):>8s} "
+                f"{row.get('evt_host_us', 0):7.0f} {row['evt_vs_cublas']:7.3f} {_f(row.get('evt_kernel_vs_cublas'), '{:.3f}'):>8s} "
+                f"{_f(row.get('compile_vs_cublas'), '{:.3f}'):>7s} {_f(row.get('eager_vs_cublas'), '{:.3f}'):>7s} "
+                f"{_f(row.get('evt_vs_compile'), '{:.3f}'):>7s} {row['evt_tflops']:7.0f} {row.get('evt_GBps', 0):6.0f} "
+                f"{row.get('floor_ms', 0):7.4f} {row.get('err_evt', 0):8.1e} {_f(row.get('err_compile'), '{:.1e}'):>8s}  "
+                f"{(row.get('config') or '').replace('persistent_tma_', 'tma_')}")
+    if r["identity"]:
+        lines.append("-- identity epilogue vs cuBLAS: " + "; ".join(
+            f"{x['size']}^3 {x['evt_tflops']:.0f}/{x['cublas_tflops']:.0f} TFLOP/s = {x['evt_pct_of_cublas']:.1f}% "
+            f"(kernel {_f(x.get('evt_kernel_pct_of_cublas'), '{:.1f}')}%)" for x in r["identity"]))
+    b.log("\n".join(lines))
+
+
+# ---------------------------------------------------------------------------------------------------- main
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.dry_run and os.environ.get("TRITON_INTERPRET") != "1":
+        # Triton picks interpreter or compiler when a @triton.jit function is created: start afresh with it set
+        env = dict(os.environ, TRITON_INTERPRET="1")
+        root = str(Path(__file__).resolve().parents[1])
+        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+        argv = sys.argv[1:] if argv is None else list(argv)
+        return subprocess.call([sys.executable, "-m", "benchmarks.run", *argv], env=env, cwd=root)
+    if args.diag is None:
+        args.diag = not args.quick
+    if args.candidates is None:
+        args.candidates = 2 if args.quick else 5
+    os.environ["EVTORCH_AUTOTUNE"] = "1"
+    os.environ.setdefault("EVTORCH_CACHE_DIR", f"/tmp/evtorch_bench_{os.getpid()}")  # fresh: tuning is measured
+    import torch
+
+    if not args.dry_run and not torch.cuda.is_available():
+        print("evtorch bench: no CUDA device here (use --dry-run to check the script on CPU)", file=sys.stderr)
+        return 2
+    from benchmarks.workloads import IDENTITY_SIZES, SHAPES, WORKLOADS
+
+    names = list(WORKLOAD_ORDER) if args.workloads is None else [w.strip() for w in args.workloads.split(",") if w.strip()]
+    unknown = [n for n in names if n != "identity" and n not in WORKLOADS]
+    if unknown:
+        print(f"evtorch bench: unknown workloads {unknown}; known: {', '.join(WORKLOAD_ORDER)}", file=sys.stderr)
+        return 2
+    shapes = args.shapes or (list(SHAPES) if not args.dry_run else [(64, 64, 32), (64, 32, 32)])
+    if args.identity_sizes is None:
+        sizes = list(IDENTITY_SIZES) if not args.dry_run else [64, 32]
+    elif args.identity_sizes.strip().lower() in ("", "none"):
+        sizes = []
+    else:
+        sizes = [int(x) for x in args.identity_sizes.split(",")]
+
+    from evtorch.runtime import gemm as rg
+
+    rg.MAX_TUNE_CANDIDATES = args.candidates
+    b = Bench(args)
+    b.results["settings"].update({"candidates": args.candidates, "warmup_ms": b.warmup, "rep_ms": b.rep,
+                                  "shapes": shapes, "workloads": names, "identity_sizes": sizes,
+                                  "evtorch_cache_dir": os.environ["EVTORCH_CACHE_DIR"]})
+    environment(b)
+    ceilings(b)
+    b.save()
+    seen = _record_config()
+    evt_rows(b, shapes, names, seen)
+    identity_sweep(b, sizes)
+    chart(b)
+    if not args.no_compile:
+        compile_rows(b)
+    b.results["total_s"] = round(time.time() - T0, 1)
+    b.save()
+    chart(b)
+    table(b)
+    b.log(f"total {time.time() - T0:.0f} s; results in {b.out}/bench.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
