@@ -16,9 +16,10 @@ from .errors import (EpilogueError, EpilogueTypeError, ShapeError, TraceControlF
 from .frontend.signature import spec
 from .integration.linear import linear
 from . import nn  # noqa: E402,F401  (evtorch.nn.Linear)
+from .scan import scan
 
 __version__ = "0.1.0"
 
-__all__ = ["gemm", "linear", "nn", "trace", "spec", "Epilogue", "row_index", "col_index", "register_op",
+__all__ = ["gemm", "scan", "linear", "nn", "trace", "spec", "Epilogue", "row_index", "col_index", "register_op",
            "EpilogueError",
            "EpilogueTypeError", "ShapeError", "TraceControlFlowError", "UnsupportedOpError"]
