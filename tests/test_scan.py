@@ -72,6 +72,18 @@ def test_associative(backend, name, T, n):
     assert body.groups[0].mode == "assoc" and body.groups[0].assoc.kind == kind
 
 
+@pytest.mark.parametrize("cfg", [ScanConfig(strategy="lookback", window=1, block_t=8, block_n=4),
+                                 ScanConfig(strategy="lookback", window=4, block_t=4, block_n=8),
+                                 ScanConfig(strategy="threepass", block_t=4, block_n=4, seg=8),
+                                 ScanConfig(strategy="threepass", block_t=8, block_n=16, seg=8)])
+@pytest.mark.parametrize("name", ["sum", "max", "affine"])
+def test_parallel_strategies(cfg, name):
+    fn, _ = ASSOC[name]
+    X = torch.randn(75, 10)  # many chunks, segments and lane tiles, none full at the end
+    init = torch.randn(2, 10)
+    close(evt.scan(fn, X, init=init, backend="triton", config=cfg), loop(fn, init, X))
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_cumsum_matches_torch(backend):
     X = torch.randn(257, 19)

@@ -5,7 +5,9 @@ classification) -> ``kernels``/``emit`` (Triton source) -> ``launch`` (run) ; ``
 executor and oracle), ``autograd`` (reverse scan). See docs/scan.md.
 """
 from .api import scan
-from .errors import ScanError, ScanShapeError, ScanStepError, ScanTraceError
+from .errors import (ScanControlFlowError, ScanError, ScanShapeError, ScanStepError, ScanTraceError,
+                     ScanUnsupportedOpError)
 from .launch import ScanConfig
 
-__all__ = ["scan", "ScanConfig", "ScanError", "ScanShapeError", "ScanStepError", "ScanTraceError"]
+__all__ = ["scan", "ScanConfig", "ScanError", "ScanShapeError", "ScanStepError", "ScanTraceError",
+           "ScanControlFlowError", "ScanUnsupportedOpError"]

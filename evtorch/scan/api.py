@@ -28,13 +28,34 @@ _CACHE: dict = {}
 _CACHE_LIMIT = 256
 
 
+def _fn_key(fn):
+    """What identifies a body for caching: its code plus every value it can see that tracing would bake in
+    (closure cells, defaults, the module globals it names), so a lambda written inline (a new function
+    object per call) is traced once, and a changed constant (``alpha = 0.7``) is traced again."""
+    if fn is None:
+        return None
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return fn
+    glob = getattr(fn, "__globals__", {})
+    seen = tuple((name, glob[name]) for name in code.co_names if name in glob)
+    cells = tuple(c.cell_contents for c in (fn.__closure__ or ()))
+    kw = tuple(sorted(fn.__kwdefaults__.items())) if fn.__kwdefaults__ else None
+    key = (code, cells, fn.__defaults__, kw, seen)
+    try:
+        hash(key)
+    except TypeError:  # an unhashable captured value: no caching for this body
+        return None
+    return key
+
+
 def get_body(fn, post, states: list[RowSpec], inputs: list[RowSpec], k: int) -> ScanBody:
     """The traced body for this signature (cached: tracing depends on row shapes and dtypes, never on T)."""
-    key = (fn, post, tuple((s.shape, s.dtype) for s in states), tuple((s.shape, s.dtype) for s in inputs), k)
-    try:
-        hit = _CACHE.get(key)
-    except TypeError:  # an unhashable callable: trace every time
+    fkey, pkey = _fn_key(fn), _fn_key(post)
+    if fkey is None or (post is not None and pkey is None):
         return ScanBody(fn, states, inputs, k, post=post)
+    key = (fkey, pkey, tuple((s.shape, s.dtype) for s in states), tuple((s.shape, s.dtype) for s in inputs), k)
+    hit = _CACHE.get(key)
     if hit is None:
         if len(_CACHE) >= _CACHE_LIMIT:
             _CACHE.pop(next(iter(_CACHE)))

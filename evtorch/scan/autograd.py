@@ -43,7 +43,7 @@ class _ScanFunction(torch.autograd.Function):
         k, cd, shape = body.k, body.compute_dtype, body.states[0].shape
         grad = grad.to(cd)
         g_init = grad[:k].clone()
-        wants = ctx.needs_input_grad[4:]
+        wants = ctx.needs_input_grad[3:]  # (init, *inputs)
         if T <= k:
             return (None, None, None, g_init.to(init.dtype) if wants[0] else None) + (None,) * len(inputs)
         with torch.enable_grad():

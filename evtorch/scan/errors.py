@@ -9,7 +9,8 @@
 """
 from __future__ import annotations
 
-from ..errors import EpilogueError, EpilogueTypeError, ShapeError
+from ..errors import (EpilogueError, EpilogueTypeError, ShapeError, TraceControlFlowError,
+                      UnsupportedOpError)
 
 
 class ScanError(EpilogueError):
@@ -26,3 +27,11 @@ class ScanShapeError(ScanError, ShapeError):
 
 class ScanTraceError(ScanError, EpilogueTypeError):
     """The scan body could not be traced into a per-step program."""
+
+
+class ScanControlFlowError(ScanTraceError, TraceControlFlowError):
+    """Python control flow (``if``, ``bool()``, ``.item()``) on a value of the scan body."""
+
+
+class ScanUnsupportedOpError(ScanTraceError, UnsupportedOpError):
+    """The scan body called a function or method evtorch cannot trace."""

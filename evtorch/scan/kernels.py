@@ -13,10 +13,7 @@ are written by the caller (they are init, or ``post`` of init).
 
 ``scan_coupled`` (one program; float32 workspace ring of R = deepest lag + 1 rows; a barrier per step).
 
-``scan_assoc`` (parallel over lane tiles x time chunks): each program takes a ticket (chunks in time order),
-computes coefficients for its [BLOCK_T, BLOCK_N] tile, scans it with ``tl.associative_scan``, publishes the
-chunk aggregate, looks back over earlier chunks' aggregates/inclusive prefixes (decoupled look-back) to get
-its carry, publishes its inclusive prefix, and stores ``carry (+) local scan`` (and ``post`` of it).
+The associative (parallel) scans are in ``assoc.py``.
 """
 from __future__ import annotations
 
@@ -24,13 +21,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ..ops import REGISTRY
 from ..passes.prune import Prune
 from . import emit as E
 from .plan import Group, leaves, state_of
-
-IDENTITY = {"sum": ("0.0",), "prod": ("1.0",), "max": ('float("-inf")',), "min": ('float("inf")',),
-            "logaddexp": ('float("-inf")',), "linear": ("1.0", "0.0")}
 
 
 @dataclass
@@ -42,6 +35,8 @@ class Kernel:
     ncomp: int = 1        # assoc: components of the scanned element
     ws_width: int = 0     # coupled: workspace lanes per slot
     ws_rows: int = 0      # coupled: workspace slots
+    names: tuple = ()     # assoc: the kernels launched in order (one for lookback, three for threepass)
+    strategy: str = ""    # assoc: "lookback" | "threepass"
 
 
 def _leaf_key(n):
@@ -244,157 +239,10 @@ def _coupled_block(w, body, graph, shape, base, W, R, cd, store_ws, store_out, t
             w(f"tl.store({store_out} + row * {n} + lanes, new.to({store_out}.dtype.element_ty), mask=lmask)")
 
 
-# ---------------------------------------------------------------------------------------------- assoc
-def _combine_source(kind: str, cd) -> str:
-    w = E.Writer()
-    w("@triton.jit")
-    if kind == "linear":
-        mul = _binary("mul")
-        add = _binary("add")
-        w("def combine(a0, b0, a1, b1):")
-        with w.indent():
-            w("# (a0, b0) is earlier in time: h -> a1 * (a0 * h + b0) + b1")
-            w(f"return {mul.format('a0', 'a1')}, {add.format(mul.format('a1', 'b0'), 'b1')}")
-    else:
-        op = {"sum": "add", "prod": "mul", "max": "maximum", "min": "minimum", "logaddexp": "logaddexp"}[kind]
-        w("def combine(x0, x1):")
-        with w.indent():
-            w(f"return {_binary(op).format('x0', 'x1')}")
-    return w.text()
-
-
-def _binary(op: str) -> str:
-    """The registry's emission of a binary op, as a format string over {0} and {1}."""
-    t = REGISTRY[op].triton
-    return t() if callable(t) else t
-
-
-def render_assoc(body, g: Group) -> Kernel:
-    cd, shape, kind = body.compute_dtype, g.shape, g.assoc.kind
-    j = g.states[0]
-    n_lanes = E.row_size(shape)
-    nc = g.assoc.ncomp
-    coef = g.assoc.graph
-    inputs = {}
-    for gr in (coef, g.post):
-        for n in leaves(gr):
-            if state_of(n) is None:
-                inputs.setdefault(_leaf_key(n), n)
-    args = _io_args(body, g, inputs.values(), lambda s: True) + [("sync",), ("part",)]
-    tlc = E.TL[cd]
-    comps = ["a", "b"] if nc == 2 else ["b"]
-    w = E.Writer()
-    w(_combine_source(kind, cd))
-    w()
-    w("@triton.jit")
-    w(f"def scan_assoc({_signature(args, ['T', 'K', 'BLOCK_T: tl.constexpr', 'BLOCK_N: tl.constexpr'])}):")
-    with w.indent():
-        w(_doc(body, g, f"coefficients ({kind}):\n{coef}"))
-        w(f"ntiles = ({n_lanes} + BLOCK_N - 1) // BLOCK_N")
-        w("ticket = tl.atomic_add(sync, 1)  # chunks start in time order: look-back only waits on started ones")
-        w("chunk = ticket // ntiles")
-        w("tile = ticket - chunk * ntiles")
-        w("rows = K + chunk * BLOCK_T + tl.arange(0, BLOCK_T)")
-        w("lanes = tile * BLOCK_N + tl.arange(0, BLOCK_N)")
-        w(f"lmask = lanes < {n_lanes}")
-        w("mask = (rows < T)[:, None] & lmask[None, :]")
-        w("rows64 = rows.to(tl.int64)")
-        idx, names = set(), {}
-        offs = []
-        for q, (key, n) in enumerate(inputs.items()):
-            i = int(n.target[1:])
-            offs.append(E.lane_offset(n.attrs["map"], body.inputs[i].shape, n.attrs["shape"], idx))
-        E.emit_lane_index(w, idx, shape)
-        for q, (key, n) in enumerate(inputs.items()):
-            i, lag = int(n.target[1:]), n.attrs["lag"]
-            rs = E.row_size(body.inputs[i].shape)
-            w(f"o{q} = {offs[q]}")
-            w(f"l{q} = tl.load(x{i} + (rows64 - {lag})[:, None] * {rs} + o{q}[None, :], mask=mask, other=0)")
-            names[key] = q
-
-        def leaf(n):
-            if state_of(n) is not None:
-                return ("y", cd)
-            q, dt = names[_leaf_key(n)], n.dtype
-            return (f"l{q}.to({tlc})", cd) if dt.is_floating_point and dt != cd else (f"l{q}", dt)
-
-        values = E.emit_graph(w, coef, leaf, cd, "c")
-        for c, (name, ident) in enumerate(zip(comps, IDENTITY[kind])):
-            out = next(o for o in coef.outputs if o.target == c)
-            val = E.as_held(values[id(out.args[0])], cd, cd, "[BLOCK_T, BLOCK_N]")
-            w(f"{name} = tl.where(mask, {val}, {ident})")
-        tup = ", ".join(comps)
-        if kind in ("sum", "prod"):  # the same scan; Triton's interpreter also runs these vectorized
-            w(f"sb = tl.{'cumsum' if kind == 'sum' else 'cumprod'}(b, 0)")
-        else:
-            w(f"{', '.join('s' + c for c in comps)} = tl.associative_scan({f'({tup})' if nc == 2 else tup}, 0, combine)")
-        w("last = (tl.arange(0, BLOCK_T) == BLOCK_T - 1)[:, None]")
-        for c in comps:
-            w(f"g{c} = tl.sum(tl.where(last, s{c}, 0.0), 0)  # the chunk aggregate (masked rows are identities)")
-        w("flags = sync + 1")
-
-        def part(ch, which, c):
-            return f"part + ((tl.cast({ch}, tl.int64) * 2 + {which}) * {nc} + {c}) * {n_lanes} + lanes"
-
-        w("if chunk == 0:")
-        with w.indent():
-            w(f"h = tl.load(s{j}_init + tl.cast(K - 1, tl.int64) * {n_lanes} + lanes, mask=lmask, other=0)"
-              f".to({tlc})")
-            if nc == 2:
-                w(f"ea = tl.zeros([BLOCK_N], {tlc})  # the init row as an element: h -> 0 * h + h_init")
-            w("eb = h")
-        w("else:")
-        with w.indent():
-            for c, name in enumerate(comps):
-                w(f"tl.store({part('chunk', 0, c)}, g{name}, mask=lmask)")
-            w("tl.debug_barrier()")
-            w("tl.atomic_xchg(flags + chunk * ntiles + tile, 1, sem='release')  # aggregate published")
-            for name, ident in zip(comps, IDENTITY[kind]):
-                w(f"e{name} = tl.full([BLOCK_N], {ident}, {tlc})")
-            w("j = chunk - 1")
-            w("while j >= 0:")
-            with w.indent():
-                w("f = tl.atomic_add(flags + j * ntiles + tile, 0, sem='acquire')")
-                w("if f != 0:  # 1: aggregate of chunk j; 2: inclusive prefix up to chunk j")
-                with w.indent():
-                    for c, name in enumerate(comps):
-                        w(f"v{name} = tl.load({part('j', 'f - 1', c)}, mask=lmask, other=0, volatile=True)")
-                    vs = ", ".join("v" + c for c in comps)
-                    es = ", ".join("e" + c for c in comps)
-                    w(f"{es} = combine({vs}, {es})")
-                    w("if f == 2:")
-                    with w.indent():
-                        w("j = -1")
-                    w("else:")
-                    with w.indent():
-                        w("j = j - 1")
-        es = ", ".join("e" + c for c in comps)
-        gs = ", ".join("g" + c for c in comps)
-        w(f"{', '.join('i' + c for c in comps)} = combine({es}, {gs})")
-        for c, name in enumerate(comps):
-            w(f"tl.store({part('chunk', 1, c)}, i{name}, mask=lmask)")
-        w("tl.debug_barrier()")
-        w("tl.atomic_xchg(flags + chunk * ntiles + tile, 2, sem='release')  # inclusive prefix published")
-        es2 = ", ".join(f"e{c}[None, :]" for c in comps)
-        ss = ", ".join("s" + c for c in comps)
-        w(f"{', '.join('y' + c for c in comps)} = combine({es2}, {ss})")
-        w("y = yb")
-        if body.post is None:
-            w(f"tl.store(s{j}_out + rows64[:, None] * {n_lanes} + lanes[None, :], y.to(s{j}_out.dtype.element_ty), "
-              "mask=mask)")
-        if g.post is not None:
-            pvals = E.emit_graph(w, g.post, leaf, cd, "v")
-            for out in g.post.outputs:
-                p = out.target
-                val = E.as_held(pvals[id(out.args[0])], body.post_specs[p].dtype, cd, "[BLOCK_T, BLOCK_N]")
-                w(f"tl.store(p{p}_out + rows64[:, None] * {n_lanes} + lanes[None, :], "
-                  f"({val}).to(p{p}_out.dtype.element_ty), mask=mask)")
-    return Kernel("scan_assoc", "assoc", E.HEADER + "\n\n" + w.text(), args, ncomp=nc)
-
-
 def render(body, g: Group, **options) -> Kernel:
     if g.mode == "assoc":
-        return render_assoc(body, g)
+        from .assoc import render_assoc
+        return render_assoc(body, g, options.get("strategy") or "lookback")
     if g.mode == "lanes":
         return render_lanes(body, g, depth=options.get("depth", 4))
     return render_coupled(body, g)

@@ -20,13 +20,19 @@ from .reference import held_dtype, run_post, run_reference
 
 @dataclass(frozen=True)
 class ScanConfig:
-    """Launch parameters; None picks the heuristic. ``block_n``: lanes per program (all modes);
-    ``block_t``: steps per time chunk (assoc); ``depth``: steps of input prefetch (lanes)."""
+    """Launch parameters; None picks the heuristic.
+
+    ``block_n``: lanes per program (all modes); ``block_t``: steps per tile (assoc); ``depth``: steps of input
+    prefetch (lanes); ``strategy``: "lookback" or "threepass" (assoc); ``window``: chunks inspected per
+    look-back step; ``seg``: steps per segment (threepass, a multiple of block_t)."""
 
     block_t: int | None = None
     block_n: int | None = None
     num_warps: int | None = None
     depth: int = 4
+    strategy: str | None = None
+    window: int | None = None
+    seg: int | None = None
 
 
 def _np2(x: int) -> int:
@@ -43,14 +49,18 @@ def _sm_count(device) -> int:
 
 
 def kernel_for(body, g, config: ScanConfig):
-    key = ("kernel", g.mode, config.depth)
+    """(Kernel, [jit functions in launch order]) for this group and options (rendered and imported once)."""
+    key = ("kernel", g.mode, config.depth, config.strategy)
     cache = g.__dict__.setdefault("_kernels", {})
     hit = cache.get(key)
     if hit is None:
-        kern = K.render(body, g, depth=config.depth)
+        kern = K.render(body, g, depth=config.depth, strategy=config.strategy)
         module = load_module(kern.source, f"scan_{kern.mode}_{body.name}")
-        hit = cache[key] = (kern, getattr(module, kern.name))
+        hit = cache[key] = (kern, [getattr(module, name) for name in (kern.names or (kern.name,))])
     return hit
+
+
+DEFAULT_STRATEGY = "lookback"
 
 
 def heuristic(body, g, T: int, device, config: ScanConfig) -> ScanConfig:
@@ -61,7 +71,7 @@ def heuristic(body, g, T: int, device, config: ScanConfig) -> ScanConfig:
         if interp:
             bn = min(_np2(n), 32)
             bt = min(_np2(steps), 32)
-            nw = 1
+            nw, per_thread = 1, 4
         else:
             # one thread owns `vec` adjacent lanes (16-byte accesses) for BLOCK_T steps, so the scan over time
             # stays inside a thread; ~64 values per thread per component keeps registers under ~128-210
@@ -71,11 +81,15 @@ def heuristic(body, g, T: int, device, config: ScanConfig) -> ScanConfig:
             nw = 4
             bn = min(_np2(n), 32 * nw * vec)
             nw = max(1, min(nw, bn // (32 * vec)))
-            bt = 16 if vec <= 4 else 8
-            if g.assoc.kind == "logaddexp":
-                bt //= 2
+            per_thread = vec * g.assoc.ncomp * (2 if g.assoc.kind == "logaddexp" else 1)
+            bt = max(2, 64 // per_thread)  # ~64 values of a tile per thread and component
             bt = min(bt, max(2, _np2(steps)))
-        return ScanConfig(config.block_t or bt, config.block_n or bn, config.num_warps or nw, config.depth)
+        strategy = config.strategy or DEFAULT_STRATEGY
+        bt = config.block_t or bt
+        seg = config.seg or (2 * bt if interp else max(bt, min(256, _np2(steps))))
+        seg = max(bt, seg // bt * bt)
+        window = config.window or (4 if interp else max(2, 64 // per_thread))
+        return ScanConfig(bt, config.block_n or bn, config.num_warps or nw, config.depth, strategy, window, seg)
     if g.mode == "lanes":
         n = math.prod(g.shape)
         if interp:
@@ -99,31 +113,39 @@ def run_group(body, g, inits, inputs, outs, posts, T: int, config: ScanConfig):
         return
     device = inits[0].device
     cfg = heuristic(body, g, T, device, config or ScanConfig())
-    kern, fn = kernel_for(body, g, cfg)
+    kern, fns = kernel_for(body, g, cfg)
     tensors = {"x": inputs, "init": inits, "out": outs, "post": posts}
-    args = []
-    for a in kern.args:
-        if a[0] in tensors:
-            args.append(tensors[a[0]][a[1]])
-        elif a[0] == "ws":
-            args.append(torch.empty(kern.ws_rows * kern.ws_width, dtype=body.compute_dtype, device=device))
-        elif a[0] == "sync":
-            ntiles = math.ceil(math.prod(g.shape) / cfg.block_n)
-            nchunks = math.ceil((T - k) / cfg.block_t)
-            args.append(torch.zeros(1 + ntiles * nchunks, dtype=torch.int32, device=device))
-        elif a[0] == "part":
-            nchunks = math.ceil((T - k) / cfg.block_t)
-            args.append(torch.empty(nchunks * 2 * kern.ncomp * math.prod(g.shape), dtype=body.compute_dtype,
-                                    device=device))
+    n = math.prod(g.shape) if g.shape is not None else 0
+    extra = {}
     if kern.mode == "assoc":
-        ntiles = math.ceil(math.prod(g.shape) / cfg.block_n)
-        grid = (ntiles * math.ceil((T - k) / cfg.block_t),)
-        fn[grid](*args, T, k, BLOCK_T=cfg.block_t, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps)
+        ntiles = math.ceil(n / cfg.block_n)
+        if kern.strategy == "lookback":
+            nchunks = math.ceil((T - k) / cfg.block_t)
+            extra["sync"] = torch.zeros(1 + ntiles * nchunks, dtype=torch.int32, device=device)
+            extra["part"] = torch.empty(nchunks * 2 * kern.ncomp * n, dtype=body.compute_dtype, device=device)
+        else:
+            nseg = math.ceil((T - k) / cfg.seg)
+            extra["sync"] = torch.empty(1, dtype=torch.int32, device=device)
+            extra["part"] = torch.empty(nseg * kern.ncomp * n, dtype=body.compute_dtype, device=device)
+    elif kern.mode == "coupled":
+        extra["ws"] = torch.empty(kern.ws_rows * kern.ws_width, dtype=body.compute_dtype, device=device)
+    args = [tensors[a[0]][a[1]] if a[0] in tensors else extra[a[0]] for a in kern.args]
+    if kern.mode == "assoc" and kern.strategy == "lookback":
+        fns[0][(ntiles * nchunks,)](*args, T, k, BLOCK_T=cfg.block_t, BLOCK_N=cfg.block_n, LB=cfg.window,
+                                    num_warps=cfg.num_warps)
+    elif kern.mode == "assoc":
+        reduce_, carry, apply_ = fns
+        reduce_[(ntiles * nseg,)](*args, T, k, BLOCK_T=cfg.block_t, BLOCK_N=cfg.block_n, SEG=cfg.seg,
+                                  num_warps=cfg.num_warps)
+        cbn = min(_np2(n), 128 if device.type == "cuda" else 32)
+        carry[(math.ceil(n / cbn),)](*args, T, k, BLOCK_T=min(32, _np2(nseg)), BLOCK_N=cbn, SEG=cfg.seg,
+                                     num_warps=max(1, cbn // 128))
+        apply_[(ntiles * nseg,)](*args, T, k, BLOCK_T=cfg.block_t, BLOCK_N=cfg.block_n, SEG=cfg.seg,
+                                 num_warps=cfg.num_warps)
     elif kern.mode == "lanes":
-        grid = (math.ceil(math.prod(g.shape) / cfg.block_n),)
-        fn[grid](*args, T, k, BLOCK=cfg.block_n, num_warps=cfg.num_warps)
+        fns[0][(math.ceil(n / cfg.block_n),)](*args, T, k, BLOCK=cfg.block_n, num_warps=cfg.num_warps)
     else:
-        fn[(1,)](*args, T, k, BLOCK=cfg.block_n, num_warps=cfg.num_warps)
+        fns[0][(1,)](*args, T, k, BLOCK=cfg.block_n, num_warps=cfg.num_warps)
 
 
 def run_forward(body, inits, inputs, T: int, backend: str, config: ScanConfig | None = None) -> list:

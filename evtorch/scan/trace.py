@@ -24,7 +24,7 @@ import math
 
 import torch
 
-from ..errors import EpilogueError
+from ..errors import EpilogueError, TraceControlFlowError, UnsupportedOpError
 from ..frontend import dims as D
 from ..frontend.proxy import TracedTensor
 from ..frontend.tracer import Tracer
@@ -39,7 +39,8 @@ from ..passes.prune import Prune
 from ..passes.simplify import Simplify
 from . import lanes as LN
 from . import ops as _scan_ops  # noqa: F401  (declares logaddexp if the registry lacks it)
-from .errors import ScanError, ScanShapeError, ScanStepError, ScanTraceError
+from .errors import (ScanControlFlowError, ScanError, ScanShapeError, ScanStepError, ScanTraceError,
+                     ScanUnsupportedOpError)
 
 
 class ScanValue(TracedTensor):
@@ -345,6 +346,13 @@ def call_traced(fn, args, what: str):
     fname = getattr(fn, "__name__", "body")
     try:
         return fn(*args)
+    except (TraceControlFlowError, UnsupportedOpError) as e:
+        if isinstance(e, ScanError):
+            raise
+        # the shared tracer speaks of epilogues; say where this happened instead
+        cls = ScanControlFlowError if isinstance(e, TraceControlFlowError) else ScanUnsupportedOpError
+        message = str(e).split("\n  at ")[0].replace("an epilogue", f"a {what}").replace("the epilogue", f"the {what}")
+        raise cls(message, where=e.where) from None
     except EpilogueError:
         raise
     except Exception as e:  # the body could not run on row proxies

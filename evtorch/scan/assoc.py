@@ -1,0 +1,306 @@
+"""Triton source for associative (parallel) scans: ``a * h + b`` and friends, over time, many lanes at once.
+
+A tile is [BLOCK_T steps, BLOCK_N lanes]; one thread owns a few adjacent lanes for all BLOCK_T steps, so the
+scan inside a tile runs in registers. The element scanned is ``b`` (sum, prod, max, min, logaddexp) or the
+pair ``(a, b)`` of ``h -> a * h + b`` (linear), combined earlier-first by ``combine``. The init row enters as
+the first element (``(0, h)`` for linear). Across tiles, two strategies:
+
+``lookback`` (one launch): programs take tickets so chunks start in time order; each publishes its chunk
+    aggregate (flag 1), then reads the flags of the previous LB chunks at once and folds aggregates back to
+    the nearest published inclusive prefix (flag 2) -- decoupled look-back with a window -- then publishes
+    its own inclusive prefix and stores ``carry (+) local scan``. Reads and writes each element once.
+``threepass``: ``scan_reduce`` (aggregate of each SEG-step segment) -> ``scan_carry`` (scan of the segment
+    aggregates) -> ``scan_apply`` (re-read, scan, add the carry, store), the last in reverse segment order so
+    the segments ``scan_reduce`` read last are still in L2. No inter-program waiting.
+"""
+from __future__ import annotations
+
+from . import emit as E
+from .plan import Group, leaves, state_of
+
+IDENTITY = {"sum": ("0.0",), "prod": ("1.0",), "max": ('float("-inf")',), "min": ('float("inf")',),
+            "logaddexp": ('float("-inf")',), "linear": ("1.0", "0.0")}
+TILE = "[BLOCK_T, BLOCK_N]"
+
+
+def _binary(op: str) -> str:
+    from ..ops import REGISTRY
+    t = REGISTRY[op].triton
+    return t() if callable(t) else t
+
+
+def combine_source(kind: str) -> str:
+    w = E.Writer()
+    w("@triton.jit")
+    if kind == "linear":
+        mul, add = _binary("mul"), _binary("add")
+        w("def combine(a0, b0, a1, b1):")
+        with w.indent():
+            w("# (a0, b0) is earlier in time: h -> a1 * (a0 * h + b0) + b1")
+            w(f"return {mul.format('a0', 'a1')}, {add.format(mul.format('a1', 'b0'), 'b1')}")
+    else:
+        op = {"sum": "add", "prod": "mul", "max": "maximum", "min": "minimum", "logaddexp": "logaddexp"}[kind]
+        w("def combine(x0, x1):")
+        with w.indent():
+            w(f"return {_binary(op).format('x0', 'x1')}")
+    return w.text()
+
+
+class AssocEmitter:
+    def __init__(self, body, g: Group):
+        self.body, self.g = body, g
+        self.cd, self.kind = body.compute_dtype, g.assoc.kind
+        self.tlc = E.TL[self.cd]
+        self.n = E.row_size(g.shape)
+        self.nc = g.assoc.ncomp
+        self.comps = ["a", "b"] if self.nc == 2 else ["b"]
+        self.ident = dict(zip(self.comps, IDENTITY[self.kind]))
+        self.j = g.states[0]
+        self.inputs = {}
+        for gr in (g.assoc.graph, g.post):
+            for leaf in leaves(gr):
+                if state_of(leaf) is None:
+                    key = (leaf.target, leaf.attrs["lag"], leaf.attrs["map"], leaf.attrs["shape"])
+                    self.inputs.setdefault(key, leaf)
+        self.names = {}
+
+    # ------------------------------------------------------------------ pieces
+    def tup(self, prefix, suffix=""):
+        return ", ".join(f"{prefix}{c}{suffix}" for c in self.comps)
+
+    def lane_setup(self, w):
+        """Lane offsets of every input leaf (depend on lanes only, so computed once per program)."""
+        idx, offs = set(), []
+        for key, leaf in self.inputs.items():
+            i = int(leaf.target[1:])
+            offs.append(E.lane_offset(leaf.attrs["map"], self.body.inputs[i].shape, leaf.attrs["shape"], idx))
+        E.emit_lane_index(w, idx, self.g.shape)
+        for q, off in enumerate(offs):
+            w(f"o{q} = {off}")
+
+    def load_tile(self, w, rows: str):
+        """Rows ``rows`` of every input leaf, then the coefficient tiles with identities where masked."""
+        w(f"rows = {rows}")
+        w("mask = (rows < T)[:, None] & lmask[None, :]")
+        w("rows64 = rows.to(tl.int64)")
+        for q, (key, leaf) in enumerate(self.inputs.items()):
+            i, lag = int(leaf.target[1:]), leaf.attrs["lag"]
+            rs = E.row_size(self.body.inputs[i].shape)
+            w(f"l{q} = tl.load(x{i} + (rows64 - {lag})[:, None] * {rs} + o{q}[None, :], mask=mask, other=0)")
+            self.names[key] = q
+        values = E.emit_graph(w, self.g.assoc.graph, self.leaf, self.cd, "c")
+        for c, name in enumerate(self.comps):
+            out = next(o for o in self.g.assoc.graph.outputs if o.target == c)
+            val = E.as_held(values[id(out.args[0])], self.cd, self.cd, TILE)
+            w(f"{name} = tl.where(mask, {val}, {self.ident[name]})")
+
+    def leaf(self, leaf):
+        if state_of(leaf) is not None:
+            return ("y", self.cd)
+        key = (leaf.target, leaf.attrs["lag"], leaf.attrs["map"], leaf.attrs["shape"])
+        q, dt = self.names[key], leaf.dtype
+        return (f"l{q}.to({self.tlc})", self.cd) if dt.is_floating_point and dt != self.cd else (f"l{q}", dt)
+
+    def scan(self, w, src: str, dst: str):
+        """``dst*`` = inclusive scan over axis 0 of tiles ``src*``."""
+        if self.kind in ("sum", "prod"):  # Triton's own scans (the interpreter runs these vectorized)
+            w(f"{dst}b = tl.{'cumsum' if self.kind == 'sum' else 'cumprod'}({src}b, 0)")
+        elif self.nc == 2:
+            w(f"{self.tup(dst)} = tl.associative_scan(({self.tup(src)}), 0, combine)")
+        else:
+            w(f"{dst}b = tl.associative_scan({src}b, 0, combine)")
+
+    def last_row(self, w, src: str, dst: str, block: str = "BLOCK_T"):
+        """The last step of tiles ``src*`` (masked steps are identities, so this is the tile's total)."""
+        for c in self.comps:
+            w(f"{dst}{c} = tl.sum(tl.where((tl.arange(0, {block}) == {block} - 1)[:, None], {src}{c}, 0.0), 0)")
+
+    def init_element(self, w, dst: str):
+        """The init row (step K-1) as a scan element."""
+        w(f"{dst}b = tl.load(s{self.j}_init + tl.cast(K - 1, tl.int64) * {self.n} + lanes, mask=lmask, "
+          f"other=0).to({self.tlc})")
+        if self.nc == 2:
+            w(f"{dst}a = tl.zeros([BLOCK_N], {self.tlc})  # h -> 0 * h + h_init")
+
+    def identity_vec(self, w, dst: str):
+        for c in self.comps:
+            w(f"{dst}{c} = tl.full([BLOCK_N], {self.ident[c]}, {self.tlc})")
+
+    def combine(self, w, dst: str, first: str, second: str, first_row=False):
+        f = ", ".join(f"{first}{c}[None, :]" if first_row else f"{first}{c}" for c in self.comps)
+        w(f"{self.tup(dst)} = combine({f}, {self.tup(second)})")
+
+    def store(self, w):
+        """Store state rows ``yb`` (and post outputs of them) for the tile's rows."""
+        body, g, n = self.body, self.g, self.n
+        w("y = yb")
+        if body.post is None:
+            w(f"tl.store(s{self.j}_out + rows64[:, None] * {n} + lanes[None, :], "
+              f"y.to(s{self.j}_out.dtype.element_ty), mask=mask)")
+        if g.post is not None:
+            pvals = E.emit_graph(w, g.post, self.leaf, self.cd, "v")
+            for out in g.post.outputs:
+                p = out.target
+                val = E.as_held(pvals[id(out.args[0])], body.post_specs[p].dtype, self.cd, TILE)
+                w(f"tl.store(p{p}_out + rows64[:, None] * {n} + lanes[None, :], "
+                  f"({val}).to(p{p}_out.dtype.element_ty), mask=mask)")
+
+    def part(self, base: str, chunk: str, c: int, which: str = "0", two: bool = True) -> str:
+        slots = f"(tl.cast({chunk}, tl.int64) * 2 + {which})" if two else f"tl.cast({chunk}, tl.int64)"
+        return f"{base} + ({slots} * {self.nc} + {c}) * {self.n}"
+
+    def doc(self, w, what: str):
+        from .kernels import _doc
+        w(_doc(self.body, self.g, f"{what}\ncoefficients ({self.kind}):\n{self.g.assoc.graph}"))
+
+
+# ---------------------------------------------------------------------------------------------- lookback
+def render_lookback(em: AssocEmitter, sig: str) -> str:
+    w = E.Writer()
+    w("@triton.jit")
+    w(f"def scan_assoc({sig}, T, K, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, LB: tl.constexpr):")
+    with w.indent():
+        em.doc(w, "one-pass scan with decoupled look-back over LB chunks at a time")
+        w(f"ntiles = ({em.n} + BLOCK_N - 1) // BLOCK_N")
+        w("ticket = tl.atomic_add(sync, 1)  # chunks start in time order: look-back only waits on started ones")
+        w("chunk = ticket // ntiles")
+        w("tile = ticket - chunk * ntiles")
+        w("lanes = tile * BLOCK_N + tl.arange(0, BLOCK_N)")
+        w(f"lmask = lanes < {em.n}")
+        em.lane_setup(w)
+        em.load_tile(w, "K + chunk * BLOCK_T + tl.arange(0, BLOCK_T)")
+        em.scan(w, "", "s")
+        em.last_row(w, "s", "g")
+        w("flags = sync + 1")
+        w("if chunk == 0:")
+        with w.indent():
+            em.init_element(w, "e")
+        w("else:")
+        with w.indent():
+            for c, name in enumerate(em.comps):
+                w(f"tl.store({em.part('part', 'chunk', c)} + lanes, g{name}, mask=lmask)")
+            w("tl.debug_barrier()")
+            w("tl.atomic_xchg(flags + chunk * ntiles + tile, 1, sem='release')  # aggregate published")
+            em.identity_vec(w, "e")
+            w("win = tl.arange(0, LB)  # window position p reads chunk j - (LB - 1) + p: ascending in time")
+            w("j = chunk - 1")
+            w("while j >= 0:")
+            with w.indent():
+                w("idx = j - (LB - 1) + win")
+                w("f = tl.atomic_add(flags + idx * ntiles + tile, 0, mask=idx >= 0, sem='acquire')")
+                w("f = tl.where(idx >= 0, f, 0)")
+                w("p2 = tl.max(tl.where(f == 2, win, -1), 0)  # nearest inclusive prefix")
+                w("p0 = tl.max(tl.where(f == 0, win, -1), 0)  # nearest chunk not yet published")
+                w("lo = tl.where(p2 > p0, p2, p0 + 1)  # fold positions lo .. LB-1")
+                w("take = (win >= lo)[:, None] & lmask[None, :]")
+                w("slot = tl.where(f == 2, 1, 0)[:, None]")
+                for c, name in enumerate(em.comps):
+                    addr = (f"part + ((idx.to(tl.int64)[:, None] * 2 + slot) * {em.nc} + {c}) * {em.n} + "
+                            "lanes[None, :]")
+                    w(f"v{name} = tl.where(take, tl.load({addr}, mask=take, other=0, volatile=True), "
+                      f"{em.ident[name]})")
+                em.scan(w, "v", "w")
+                em.last_row(w, "w", "t", block="LB")
+                em.combine(w, "e", "t", "e")
+                w("j = tl.where(p2 > p0, -1, j - (LB - 1) + p0)")
+        em.combine(w, "i", "e", "g")
+        for c, name in enumerate(em.comps):
+            w(f"tl.store({em.part('part', 'chunk', c, '1')} + lanes, i{name}, mask=lmask)")
+        w("tl.debug_barrier()")
+        w("tl.atomic_xchg(flags + chunk * ntiles + tile, 2, sem='release')  # inclusive prefix published")
+        em.combine(w, "y", "e", "s", first_row=True)
+        em.store(w)
+    return w.text()
+
+
+# ---------------------------------------------------------------------------------------------- three passes
+def render_threepass(em: AssocEmitter, sig: str) -> str:
+    consts = "BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, SEG: tl.constexpr"
+    w = E.Writer()
+    w("@triton.jit")
+    w(f"def scan_reduce({sig}, T, K, {consts}):")
+    with w.indent():
+        em.doc(w, "pass 1 of 3: the aggregate of each SEG-step segment of each lane tile")
+        w(f"ntiles = ({em.n} + BLOCK_N - 1) // BLOCK_N")
+        w("pid = tl.program_id(0)")
+        w("chunk = pid // ntiles")
+        w("tile = pid - chunk * ntiles")
+        w("lanes = tile * BLOCK_N + tl.arange(0, BLOCK_N)")
+        w(f"lmask = lanes < {em.n}")
+        em.lane_setup(w)
+        em.identity_vec(w, "e")
+        w("for r0 in range(0, SEG, BLOCK_T):")
+        with w.indent():
+            em.load_tile(w, "K + chunk * SEG + r0 + tl.arange(0, BLOCK_T)")
+            em.scan(w, "", "s")
+            em.last_row(w, "s", "g")
+            em.combine(w, "e", "e", "g")
+        for c, name in enumerate(em.comps):
+            w(f"tl.store({em.part('part', 'chunk', c, two=False)} + lanes, e{name}, mask=lmask)")
+    w()
+    w("@triton.jit")
+    w(f"def scan_carry({sig}, T, K, {consts}):")
+    with w.indent():
+        w('"""pass 2 of 3: inclusive prefixes of the segment aggregates, init row first (in place)."""')
+        w("lanes = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)")
+        w(f"lmask = lanes < {em.n}")
+        w("nseg = (T - K + SEG - 1) // SEG")
+        em.init_element(w, "e")
+        w("for c0 in range(0, nseg, BLOCK_T):")
+        with w.indent():
+            w("cs = c0 + tl.arange(0, BLOCK_T)")
+            w("m = (cs < nseg)[:, None] & lmask[None, :]")
+            for c, name in enumerate(em.comps):
+                addr = f"part + (cs.to(tl.int64)[:, None] * {em.nc} + {c}) * {em.n} + lanes[None, :]"
+                w(f"{name} = tl.where(m, tl.load({addr}, mask=m, other=0), {em.ident[name]})")
+            em.scan(w, "", "s")
+            em.combine(w, "y", "e", "s", first_row=True)
+            for c, name in enumerate(em.comps):
+                addr = f"part + (cs.to(tl.int64)[:, None] * {em.nc} + {c}) * {em.n} + lanes[None, :]"
+                w(f"tl.store({addr}, y{name}, mask=m)")
+            em.last_row(w, "y", "e")
+    w()
+    w("@triton.jit")
+    w(f"def scan_apply({sig}, T, K, {consts}):")
+    with w.indent():
+        w('"""pass 3 of 3: each segment again, from its carry; latest segments first (still in L2)."""')
+        w(f"ntiles = ({em.n} + BLOCK_N - 1) // BLOCK_N")
+        w("nseg = (T - K + SEG - 1) // SEG")
+        w("pid = tl.program_id(0)")
+        w("chunk = nseg - 1 - pid // ntiles")
+        w("tile = pid % ntiles")
+        w("lanes = tile * BLOCK_N + tl.arange(0, BLOCK_N)")
+        w(f"lmask = lanes < {em.n}")
+        em.lane_setup(w)
+        w("if chunk == 0:")
+        with w.indent():
+            em.init_element(w, "e")
+        w("else:")
+        with w.indent():
+            for c, name in enumerate(em.comps):
+                w(f"e{name} = tl.load({em.part('part', 'chunk - 1', c, two=False)} + lanes, mask=lmask, other=0)")
+        w("for r0 in range(0, SEG, BLOCK_T):")
+        with w.indent():
+            em.load_tile(w, "K + chunk * SEG + r0 + tl.arange(0, BLOCK_T)")
+            em.scan(w, "", "s")
+            em.combine(w, "y", "e", "s", first_row=True)
+            em.last_row(w, "y", "e")
+            em.store(w)
+    return w.text()
+
+
+def render_assoc(body, g: Group, strategy: str = "lookback"):
+    from .kernels import Kernel, _io_args, _signature
+    em = AssocEmitter(body, g)
+    args = _io_args(body, g, em.inputs.values(), lambda s: True) + [("sync",), ("part",)]
+    sig = _signature(args, [])
+    src = combine_source(em.kind) + "\n\n"
+    if strategy == "lookback":
+        src += render_lookback(em, sig)
+        names = ("scan_assoc",)
+    elif strategy == "threepass":
+        src += render_threepass(em, sig)
+        names = ("scan_reduce", "scan_carry", "scan_apply")
+    else:
+        raise ValueError(f"unknown associative scan strategy {strategy!r}; expected 'lookback' or 'threepass'")
+    return Kernel(names[0], "assoc", E.HEADER + "\n\n" + src, args, ncomp=em.nc, names=names, strategy=strategy)

@@ -1,0 +1,108 @@
+"""evt.scan's user-facing errors: one test per error, asserting the class and that the message names the thing."""
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest
+import torch
+
+import evtorch as evt
+from evtorch.errors import EpilogueError, ShapeError
+from evtorch.scan import (ScanControlFlowError, ScanShapeError, ScanStepError, ScanTraceError,
+                          ScanUnsupportedOpError)
+
+X = torch.randn(10, 4)
+
+
+def raises(cls, *fragments):
+    class Ctx:
+        def __enter__(self):
+            self.ctx = pytest.raises(cls)
+            self.info = self.ctx.__enter__()
+            return self.info
+
+        def __exit__(self, *exc):
+            out = self.ctx.__exit__(*exc)
+            text = str(self.info.value)
+            for f in fragments:
+                assert f in text, f"{f!r} not in: {text}"
+            assert issubclass(cls, EpilogueError)
+            return out
+    return Ctx()
+
+
+def test_reading_the_current_step():
+    with raises(ScanStepError, "state 'h'", "step t+0", "the step being computed", "test_scan_errors.py"):
+        evt.scan(lambda h, x: h.at(0) + x, X)
+
+
+def test_reading_a_later_step():
+    with raises(ScanStepError, "state 'h'", "step t+1", "a later step"):
+        evt.scan(lambda h, x: h.at(1) + x, X)
+    with raises(ScanStepError, "input 'x'", "a later step"):
+        evt.scan(lambda h, x: h + x.at(2), X)
+
+
+def test_reading_before_init():
+    with raises(ScanStepError, "state 'h'", "step t-2", "init gives only 1 step", "at least 2 rows"):
+        evt.scan(lambda h, x: h.at(-2) + x, X)
+
+
+def test_at_on_a_computed_value():
+    with raises(ScanTraceError, ".at(offset)"):
+        evt.scan(lambda h, x: (h + x).at(-1), X)
+
+
+def test_init_and_state_shapes_disagree():
+    with raises(ScanShapeError, "state 0 (h)", "(4, 4)", "init gives rows of shape (4,)"):
+        evt.scan(lambda h, x: h[..., None] + x, X)
+    with raises(ShapeError, "h(3,)", "x(4,)"):
+        evt.scan(lambda h, x: h + x, X, init=torch.zeros(1, 3))
+
+
+def test_wrong_number_of_states():
+    with raises(ScanShapeError, "returned 1 value(s)", "2 state(s)", "(a, b)"):
+        evt.scan(lambda a, b, x: a + x, X, init=(X[:1], X[:1]))
+
+
+def test_inits_with_different_k_and_too_long():
+    with raises(ScanShapeError, "different numbers of steps", "(1, 2)"):
+        evt.scan(lambda a, b, x: (a + x, b), X, init=(X[:1], X[:2]))
+    with raises(ScanShapeError, "init gives 11 steps", "T = 10"):
+        evt.scan(lambda h, x: h + x, X, init=torch.zeros(11, 4))
+
+
+def test_inputs_of_different_lengths():
+    with raises(ScanShapeError, "different lengths", "input 0: 10", "input 1: 5"):
+        evt.scan(lambda h, x, y: h + x, X, X[:5])
+
+
+def test_untraceable_bodies():
+    with raises(ScanTraceError, "returned a float"):
+        evt.scan(lambda h, x: 3.0, X)
+    with raises(ScanControlFlowError, "bool()", "scan body", "torch.where"):
+        evt.scan(lambda h, x: h if h > 0 else x, X)
+    with raises(ScanTraceError, "could not be traced", "IndexError"):
+        evt.scan(lambda h, x: h + [1, 2][5], X)
+    with raises(ScanUnsupportedOpError, "torch.cumsum", "scan body"):
+        evt.scan(lambda h, x: torch.cumsum(h, 0), X)
+    with raises(ScanTraceError, "takes 1 parameter(s)", "passes 2"):
+        evt.scan(lambda h: h, X)
+
+
+def test_captured_tensor_and_reduction():
+    with raises(ScanTraceError, "captured from outside the scan body", "(10, 4)"):
+        evt.scan(lambda h, x: h + torch.relu(X), X)
+    with raises(ScanTraceError, "sum()", "reductions are not supported"):
+        evt.scan(lambda h, x: h + x.sum(), X)
+
+
+def test_bad_arguments():
+    with raises(ScanShapeError, "dim=2"):
+        evt.scan(lambda h, x: h + x, X, dim=2)
+    with raises(EpilogueError, "backend"):
+        evt.scan(lambda h, x: h + x, X, backend="cuda")
+    with raises(EpilogueError, "length=T"):
+        evt.scan(lambda h: h, init=X[:1])
+    with raises(EpilogueError, "input 1 is a float"):
+        evt.scan(lambda h, x, y: h + x, X, 2.0)
