@@ -117,6 +117,11 @@ def gemm(A: torch.Tensor, B: torch.Tensor, epilogue: Callable | Epilogue | None 
     if backend == "reference":
         acc = torch.matmul(A.to(acc_dtype), B.to(acc_dtype))
         return ep.reference(acc, out_dtype=out_dtype, **inputs)
+    from .runtime import knobs
+    if not A.is_cuda and not knobs.interpreter_active():
+        raise EpilogueError(f"backend='triton' on {A.device} tensors needs Triton's CPU interpreter: set "
+                            "TRITON_INTERPRET=1 in the environment before triton is imported, or use "
+                            "backend='reference' (the CPU default)")
     from .runtime.gemm import run_gemm
     return run_gemm(ep, A, B, inputs, out_dtype=out_dtype, deterministic=deterministic, allow_tf32=allow_tf32,
                     config=config)
