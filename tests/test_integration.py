@@ -114,6 +114,19 @@ def test_compile_fullgraph_no_grad_and_module():
     assert model[0].weight.grad is not None and model[1].weight.grad is not None
 
 
+def test_compile_with_changing_shapes():
+    """A second batch size makes Dynamo mark dims dynamic; evtorch specializes them (one plan per shape)."""
+    torch._dynamo.reset()
+    layer = evt.nn.Linear(8, 6, epilogue=torch.tanh)
+    compiled = torch.compile(layer, fullgraph=True, backend="aot_eager")
+    for batch in (4, 7, 9):
+        x = torch.randn(batch, 8, requires_grad=True)
+        y = compiled(x)
+        torch.testing.assert_close(y, torch.tanh(F.linear(x, layer.weight, layer.bias)))
+        y.sum().backward()
+        assert x.grad.shape == (batch, 8)
+
+
 # ---------------------------------------------------------------------------------------------- linear
 @pytest.mark.parametrize("shape", [(7, 8), (2, 3, 8), (8,)], ids=["2d", "3d", "1d"])
 @pytest.mark.parametrize("bias", [True, False])

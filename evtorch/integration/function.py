@@ -8,12 +8,20 @@ casts and the operator call, which Dynamo and AOTAutograd handle natively.
 """
 from __future__ import annotations
 
+import operator
+
 import torch
 
 from ..autodiff.canonical import from_canonical, space, to_canonical
 from ..errors import EpilogueError
 from .dispatch import autocast_dtype
 from .ops import Entry, FusedGemm, col_major, gemm_op, register
+
+
+def _static(shape) -> tuple:
+    """Sizes as Python ints. Under torch.compile with dynamic shapes, ``operator.index`` makes Dynamo specialize
+    each size (a guard per size; ``int()`` would keep it symbolic): a plan is built per shape."""
+    return tuple([operator.index(s) for s in shape])
 
 
 def _number_type(v):
@@ -73,17 +81,18 @@ def prepare(A, B, epilogue=None, *, out_dtype=None, backend=None, deterministic=
     if backend is None:
         backend = "triton" if A.is_cuda else "reference"
     fn = epilogue.fn if isinstance(epilogue, Epilogue) else (epilogue if epilogue is not None else _identity)
-    specs = tuple((name, "tensor", tuple(v.shape), v.dtype) if isinstance(v, torch.Tensor) else
+    specs = tuple((name, "tensor", _static(v.shape), v.dtype) if isinstance(v, torch.Tensor) else
                   (name, _number_type(v), (), None) for name, v in inputs.items())
     grad = torch.is_grad_enabled()
     wrt = (grad and A.requires_grad, grad and B.requires_grad,
            frozenset(n for n, v in inputs.items() if isinstance(v, torch.Tensor) and grad and v.requires_grad))
     keep = None if outputs is None else tuple(sorted(set(outputs)))
     key, keys, scalar_names, outs, n_outputs, returns_tuple, _ = _plan(
-        fn, tuple(A.shape), A.dtype, tuple(B.shape), specs, wrt, out_dtype, backend, deterministic, allow_tf32,
+        fn, _static(A.shape), A.dtype, _static(B.shape), specs, wrt, out_dtype, backend, deterministic, allow_tf32,
         keep, config, policy, (col_major(A), col_major(B)))
     batched = A.dim() == 3
-    sizes = {"L": A.shape[0] if batched else 1, "M": A.shape[-2], "N": B.shape[-1]}
+    a_shape, b_shape = _static(A.shape), _static(B.shape)
+    sizes = {"L": a_shape[0] if batched else 1, "M": a_shape[-2], "N": b_shape[-1]}
     order = space(batched)
     tensors = [to_canonical(inputs[name], binding, order, sizes) for name, binding in keys]
     scalars = [float(inputs[name]) for name in scalar_names]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import operator
 import threading
 from dataclasses import dataclass
 
@@ -270,7 +271,10 @@ def _no_double_backward(*grads):
 # ---------------------------------------------------------------------------------------------------- backward
 def col_major(t: Tensor) -> bool:
     """Whether a 2-D operand is column-major (``weight.t()``): its gradient is then produced column-major."""
-    return t.dim() == 2 and t.stride(0) == 1 and t.stride(1) != 1
+    if t.dim() != 2:
+        return False
+    s0, s1 = operator.index(t.stride(0)), operator.index(t.stride(1))  # static under torch.compile
+    return s0 == 1 and s1 != 1
 
 
 def _matmul(X: Tensor, Y: Tensor, e: Entry, col_major: bool) -> Tensor:
