@@ -268,6 +268,16 @@ def test_reduction_results_are_saved_not_amax():
     assert len(program.passes) == 3  # amax recomputed, then its tie count, then the main pass
 
 
+def test_plain_linear_backward_uses_the_output_gradient_itself():
+    """d(acc) = g for acc + bias: no copy; the backward pass only sums g over M for the bias."""
+    A, B = torch.randn(5, 4, requires_grad=True), torch.randn(4, 6, requires_grad=True)
+    plan = grad_plan(A, B, ("linear", None, True), linear_bias=torch.randn(6, requires_grad=True))
+    program = plan.backward((0,))
+    assert program.d_acc_from == "g0" and len(program.passes) == 1
+    assert [o.target for o in program.epilogues[0].graph.outputs] == [1]
+    assert grad_plan(A, B, None).backward((0,)).passes == []
+
+
 def test_only_needed_inputs_are_kept():
     A, B = torch.randn(5, 4, requires_grad=True), torch.randn(4, 6, requires_grad=True)
     C, D = torch.randn(5, 6), torch.randn(5, 6)

@@ -85,6 +85,7 @@ class BackwardProgram:
     d_acc: bool                 # the main pass' first result is d(acc)
     grads: list[str]            # then the gradient of each of these input params, in order
     mode: str                   # "recompute": acc = A @ B; "saved": acc_s loaded; "none": acc unused
+    d_acc_from: str | None = None  # d(acc) is this output gradient itself (g<pos>): not computed by a pass
 
     def show(self) -> str:
         parts = []
@@ -272,8 +273,28 @@ class GradPlan:
         for p in stages:
             pass_specs = [spec_of[x] if x in spec_of else self._deferred_spec(tracer, x) for x in p.params]
             epilogues.append(Epilogue(p.fn, self.ep.acc_shape, self.ep.acc_dtype, pass_specs))
-        return BackwardProgram(stages, epilogues, names[:1] == ["d_acc"], [n for n in names if n != "d_acc"],
-                               mode)
+        program = BackwardProgram(stages, epilogues, names[:1] == ["d_acc"], [n for n in names if n != "d_acc"],
+                                  mode)
+        return self._passthrough(program)
+
+    def _passthrough(self, program: BackwardProgram) -> BackwardProgram:
+        """When d(acc) is an output gradient unchanged (``acc + bias``, a plain GEMM), use that tensor instead of
+        copying it: the main pass keeps only the input gradients, or disappears."""
+        if not program.d_acc:
+            return program
+        main = program.epilogues[-1]
+        out = next(o for o in main.graph.outputs if o.target == 0)
+        src = out.args[0]
+        if not (src.op == "input" and src.target.startswith("g") and set(src.axes) == set(self.order)
+                and src.attrs["binding"] == tuple((a,) for a in self.order)):
+            return program
+        program.d_acc_from = src.target
+        rest = tuple(range(1, len(program.passes[-1].outputs)))
+        if not rest:
+            program.passes, program.epilogues = [], []
+        else:
+            program.epilogues[-1] = Epilogue(main.fn, main.acc_shape, main.acc_dtype, main.input_specs, keep=rest)
+        return program
 
     @staticmethod
     def _deferred_spec(tracer, name) -> InputSpec:

@@ -10,6 +10,7 @@ are vector-stage values, which may not flow back into a full-tile computation.
 from __future__ import annotations
 
 import inspect
+import linecache
 import math
 import os
 from dataclasses import dataclass
@@ -102,9 +103,10 @@ class Tracer:
         while frame is not None:
             fname = os.path.abspath(frame.f_code.co_filename)
             if not fname.startswith(_PKG_DIR) and not fname.startswith(_TORCH_DIR) and "<frozen" not in fname:
-                info = inspect.getframeinfo(frame, context=1)
-                code = info.code_context[0].strip() if info.code_context else ""
-                return f"{info.filename}:{info.lineno} in {info.function}: {code}"
+                # linecache directly: inspect.getframeinfo looks the module up through every loaded module,
+                # milliseconds per call, and this runs for every traced node
+                code = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+                return f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}: {code}"
             frame = frame.f_back
         return None
 
@@ -172,13 +174,30 @@ class Tracer:
                 raise self._err(EpilogueTypeError, f"{spelled}: operand {op.operands[i]!r} is a "
                                                    f"{type(v).__name__}; expected a tensor or a number")
         if op.decompose is not None:
-            return op.decompose(*operands, **attrs)
+            return self._decompose(op, operands, attrs)
         if op.name == "pow":
             if isinstance(attrs["exponent"], TracedTensor) or not isinstance(attrs["exponent"], (int, float)):
                 raise self._err(UnsupportedOpError, f"{spelled}: the exponent must be a constant number, got "
                                                     f"{type(attrs['exponent']).__name__}; for a tensor exponent "
                                                     "write torch.exp(y * torch.log(x))")
         return self.apply(op, operands, attrs, spelled)
+
+    def _decompose(self, op: OpDef, operands, attrs) -> TracedTensor:
+        """A composite op traced as its decomposition. Eager evaluates a composite on float16/bfloat16 in float32
+        and rounds once (``F.gelu(x16)``), so here too: upcast, decompose, round back; step-by-step rounding
+        would be off by several ulps."""
+        low = [v for v in operands if isinstance(v, TracedTensor) and v.dtype in (torch.float16, torch.bfloat16)]
+        if not low:
+            return op.decompose(*operands, **attrs)
+        tensors = [v for v in operands if isinstance(v, TracedTensor)]
+        self._check_dtypes(op, operands, op.name)
+        out_dtype = tensors[0].dtype
+        for v in tensors[1:]:
+            out_dtype = torch.promote_types(out_dtype, v.dtype)
+        up = [self.cast(v, torch.float32) if isinstance(v, TracedTensor) and v.dtype in (torch.float16,
+              torch.bfloat16) else v for v in operands]
+        out = op.decompose(*up, **attrs)
+        return self.cast(out, out_dtype) if out.dtype != out_dtype else out
 
     # ------------------------------------------------------------------ elementwise
     def apply(self, op: OpDef, operands: list, attrs: dict, spelled: str) -> TracedTensor:
@@ -334,26 +353,43 @@ class Tracer:
         return self._compute(p.op, nodes, p.attrs, p.dtype, p.op.name)
 
     def bind_to_acc(self, v: TracedTensor, why: str) -> TracedTensor:
-        """Bind a pending value by right-aligning it against acc, as eager broadcasting with acc would."""
+        """Bind a pending value by right-aligning it against acc, as eager broadcasting with acc would.
+
+        A dim that does not line up that way (the value was transposed or unsqueezed after it was computed
+        from inputs alone) falls back to its inputs' own roles: each input right-aligned against acc."""
         if v.node is not None:
             return v
         acc_dims = self.acc.dims
-        if v.ndim > len(acc_dims):
-            raise self._err(ShapeError, f"{why}: value of shape {tuple(v.shape)} has more dims than acc "
-                                        f"{tuple(self.acc.shape)}")
         binding, dims = {}, []
-        for d, a in zip(v.dims, acc_dims[len(acc_dims) - v.ndim:]):
+        for i, d in enumerate(v.dims):
+            pos = len(acc_dims) - v.ndim + i
+            a = acc_dims[pos] if pos >= 0 else None
             if d.inputs:
-                if d.size != a.size:
-                    raise self._err(ShapeError, f"{why}: input {v.label or 'value'} of shape {tuple(v.shape)} does "
-                                                f"not broadcast against acc of shape {tuple(self.acc.shape)}")
+                if a is not None and d.size == a.size:
+                    axes = a.axes
+                else:
+                    own = {self._own_axes(key) for key in d.inputs}
+                    if len(own) != 1 or None in own:
+                        raise self._err(ShapeError, f"{why}: input {v.label or 'value'} of shape {tuple(v.shape)} "
+                                                    f"does not broadcast against acc of shape "
+                                                    f"{tuple(self.acc.shape)}")
+                    axes = own.pop()
                 for key in d.inputs:
-                    binding[key] = a.axes
-                dims.append(D.Dim(d.size, a.axes))
+                    binding[key] = axes
+                dims.append(D.Dim(d.size, axes))
             else:
                 dims.append(D.Dim(d.size))
         node = self.materialize(v, binding)
         return TracedTensor(self, node, None, dims, v.dtype, label=v.label)
+
+    def _own_axes(self, key):
+        """The axes input dim ``key`` walks when its input is right-aligned against acc (None if it does not fit)."""
+        name, j = key
+        shape = tuple(self.inputs[name].shape)
+        pos = len(self.acc.dims) - len(shape) + j
+        if 0 <= pos < len(self.acc.dims) and self.acc.dims[pos].size == shape[j]:
+            return self.acc.dims[pos].axes
+        return None
 
     # ------------------------------------------------------------------ casts, constants, indices
     def cast(self, v: TracedTensor, dtype: torch.dtype) -> TracedTensor:

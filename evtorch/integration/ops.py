@@ -130,7 +130,7 @@ def _run(A, B, epilogue, e: Entry, out_dtype, kw: dict, config=None):
                                allow_tf32=e.allow_tf32, config=config)
                 return res if isinstance(res, tuple) else (res,)
         res = gemm(A, B, epilogue, out_dtype=out_dtype, backend=e.backend, deterministic=e.deterministic,
-                   allow_tf32=e.allow_tf32, config=config, **kw)
+                   allow_tf32=e.allow_tf32, config=config, outputs=getattr(epilogue, "keep", None), **kw)
     return res if isinstance(res, tuple) else (res,)
 
 
@@ -354,6 +354,8 @@ def backward_impl(A: Tensor | None, B: Tensor | None, tensors: list[Tensor], sav
     for stage, ep in zip(program.passes, program.epilogues):
         outs = _run(opA, opB, ep, e, out_dtype, {x: kw[x] for x in stage.params}, config)
         (results if stage is program.passes[-1] else kw).update(zip(stage.outputs, outs))
+    if program.d_acc_from is not None:
+        results["d_acc"] = kw[program.d_acc_from]
     out = []
     if program.d_acc:
         d_acc = results["d_acc"].to(gemm_dtype)
@@ -384,6 +386,8 @@ def _backward_out_dtype(p: GradPlan, program) -> torch.dtype:
 
 def grad_dtypes(p: GradPlan, program) -> dict:
     """param -> dtype of the gradient the backward epilogue produces for it."""
+    if not program.epilogues:
+        return {}
     main = program.epilogues[-1]
     out_dtype = _backward_out_dtype(p, program)
     names = program.passes[-1].outputs
