@@ -520,51 +520,11 @@ def _f(x, fmt="{:.4f}"):
 
 
 def chart(b: Bench):
-    try:
-        import matplotlib
+    from benchmarks.plot import chart as draw
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except Exception as exc:  # noqa: BLE001
-        b.log("no chart:", f"{type(exc).__name__}: {exc}")
-        return
-    shapes = [tuple(s["shape"]) for s in b.results["shapes"]]
-    fig, axes = plt.subplots(1, len(shapes) + 1, figsize=(6 * (len(shapes) + 1), 4.8), squeeze=False)
-    for ax, shape in zip(axes[0], shapes):
-        rows = [r for r in b.results["rows"] if tuple(r["shape"]) == shape and r.get("evt_ms")]
-        names = [r["workload"] for r in rows]
-        xs = range(len(rows))
-        w = 0.27
-        for i, (who, color) in enumerate((("evt", "tab:green"), ("compile", "tab:blue"), ("eager", "tab:gray"))):
-            vals = [r.get(f"{who}_vs_cublas") or 0 for r in rows]
-            ax.bar([x + (i - 1) * w for x in xs], vals, w, label=who, color=color)
-        target = 1.05 if shape[2] >= 4096 else 1.15
-        ax.axhline(1.0, color="k", lw=0.8)
-        ax.axhline(target, color="r", ls="--", lw=0.8, label=f"target {target}")
-        ax.set_xticks(list(xs))
-        ax.set_xticklabels(names, rotation=35, ha="right", fontsize=8)
-        ax.set_ylabel("time / cuBLAS GEMM alone")
-        ax.set_title(f"{shape[0]}x{shape[1]}x{shape[2]} bf16")
-        ax.set_ylim(0, max([2.5] + [min(4.0, r.get("eager_vs_cublas") or 0) for r in rows]))
-        ax.legend(fontsize=8)
-    ax = axes[0][-1]
-    ident = b.results["identity"]
-    if ident:
-        sizes = [str(r["size"]) for r in ident]
-        xs = range(len(ident))
-        ax.bar([x - 0.2 for x in xs], [r["cublas_tflops"] for r in ident], 0.4, label="cuBLAS", color="tab:gray")
-        ax.bar([x + 0.2 for x in xs], [r["evt_tflops"] for r in ident], 0.4, label="evtorch identity", color="tab:green")
-        ax.set_xticks(list(xs))
-        ax.set_xticklabels([f"{s}^3" for s in sizes])
-        ax.set_ylabel("TFLOP/s")
-        ax.set_title("plain GEMM (identity epilogue)")
-        ax.legend(fontsize=8)
-    env = b.results["env"]
-    fig.suptitle(f"evtorch bench: {env.get('device')} torch {env.get('torch')} triton {env.get('triton')} "
-                 f"{env.get('date_utc')}", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(b.out / "bench.png", dpi=110)
-    plt.close(fig)
+    msg = draw(b.results, b.out / "bench.png")
+    if msg:
+        b.log(msg)
 
 
 def table(b: Bench):
