@@ -59,7 +59,7 @@ def compile_group(body, g, cfg: ScanConfig, arch: int, show: bool, k_is_one: boo
         elif kern.mode == "assoc":
             extra = {"SEG": cfg.seg}
             if i == 1:  # scan_carry: segments x lanes
-                extra.update({"BLOCK_T": 32, "BLOCK_N": 128})
+                extra.update({"BLOCK_T": 8, "BLOCK_N": 128})
         _compile_one(body, kern, fn, cfg, arch, show, k_is_one, extra)
 
 

@@ -60,36 +60,42 @@ def kernel_for(body, g, config: ScanConfig):
     return hit
 
 
-DEFAULT_STRATEGY = "lookback"
+def _assoc_config(body, g, steps: int, interp: bool) -> ScanConfig:
+    """Heuristic tiles for the parallel scan. GPU choices follow the H200 sweep in docs/scan.md: 16 steps x
+    512 lanes per program (one thread owns 4 adjacent lanes for all 16 steps, so the in-tile scan is
+    register-only); the decoupled look-back sustains roughly 20 chunks per microsecond per lane tile, so
+    long scans (>= 1024 chunks) look back over a window of chunks, and the two-component linear recurrence
+    switches to the three-pass scan, which does not wait on other programs."""
+    n = math.prod(g.shape)
+    if interp:
+        bt = min(_np2(steps), 32)
+        return ScanConfig(bt, min(_np2(n), 32), 1, strategy="lookback", window=4, seg=2 * bt)
+    bn = min(_np2(n), 512)
+    nw = max(1, min(4, bn // 128))
+    narrow = min([body.inputs[int(leaf.target[1:])].dtype.itemsize for leaf in leaves(g.assoc.graph)
+                  if state_of(leaf) is None] + [body.states[g.states[0]].dtype.itemsize]) < 4
+    long = steps >= 1024 * 16
+    if g.assoc.ncomp == 2:  # a * h + b: measured (65536, 1024): threepass 1.84x floor, lookback 1.96x
+        if long or narrow:
+            return ScanConfig(8, bn, nw, strategy="threepass", window=1, seg=256)
+        return ScanConfig(16, bn, nw, strategy="lookback", window=8, seg=256)
+    if g.assoc.kind == "logaddexp":
+        return ScanConfig(8, bn, nw, strategy="lookback", window=8, seg=256)
+    window = (8 if narrow else 16) if long else 1  # measured: w16 1.67x vs w1 2.09x long; w1 1.45x short
+    return ScanConfig(16, bn, nw, strategy="lookback", window=window, seg=256)
 
 
 def heuristic(body, g, T: int, device, config: ScanConfig) -> ScanConfig:
     interp = device.type != "cuda"
     if g.mode == "assoc":
-        n = math.prod(g.shape)
         steps = max(1, T - body.k)
-        if interp:
-            bn = min(_np2(n), 32)
-            bt = min(_np2(steps), 32)
-            nw, per_thread = 1, 4
-        else:
-            # one thread owns `vec` adjacent lanes (16-byte accesses) for BLOCK_T steps, so the scan over time
-            # stays inside a thread; ~64 values per thread per component keeps registers under ~128-210
-            sizes = [body.inputs[int(leaf.target[1:])].dtype.itemsize for leaf in leaves(g.assoc.graph)
-                     if state_of(leaf) is None] + [body.states[g.states[0]].dtype.itemsize]
-            vec = max(1, 16 // min(sizes))
-            nw = 4
-            bn = min(_np2(n), 32 * nw * vec)
-            nw = max(1, min(nw, bn // (32 * vec)))
-            per_thread = vec * g.assoc.ncomp * (2 if g.assoc.kind == "logaddexp" else 1)
-            bt = max(2, 64 // per_thread)  # ~64 values of a tile per thread and component
-            bt = min(bt, max(2, _np2(steps)))
-        strategy = config.strategy or DEFAULT_STRATEGY
-        bt = config.block_t or bt
-        seg = config.seg or (2 * bt if interp else max(bt, min(256, _np2(steps))))
+        h = _assoc_config(body, g, steps, interp)
+        bt = config.block_t or h.block_t
+        bt = min(bt, max(2, _np2(steps))) if not config.block_t else bt
+        seg = config.seg or h.seg
         seg = max(bt, seg // bt * bt)
-        window = config.window or (4 if interp else max(2, 64 // per_thread))
-        return ScanConfig(bt, config.block_n or bn, config.num_warps or nw, config.depth, strategy, window, seg)
+        return ScanConfig(bt, config.block_n or h.block_n, config.num_warps or h.num_warps, config.depth,
+                          config.strategy or h.strategy, config.window or h.window, seg)
     if g.mode == "lanes":
         n = math.prod(g.shape)
         if interp:
@@ -137,8 +143,8 @@ def run_group(body, g, inits, inputs, outs, posts, T: int, config: ScanConfig):
         reduce_, carry, apply_ = fns
         reduce_[(ntiles * nseg,)](*args, T, k, BLOCK_T=cfg.block_t, BLOCK_N=cfg.block_n, SEG=cfg.seg,
                                   num_warps=cfg.num_warps)
-        cbn = min(_np2(n), 128 if device.type == "cuda" else 32)
-        carry[(math.ceil(n / cbn),)](*args, T, k, BLOCK_T=min(32, _np2(nseg)), BLOCK_N=cbn, SEG=cfg.seg,
+        cbn = min(_np2(n), 128 if device.type == "cuda" else 32)  # lanes per program; 8 segments at a time
+        carry[(math.ceil(n / cbn),)](*args, T, k, BLOCK_T=min(8, _np2(nseg)), BLOCK_N=cbn, SEG=cfg.seg,
                                      num_warps=max(1, cbn // 128))
         apply_[(ntiles * nseg,)](*args, T, k, BLOCK_T=cfg.block_t, BLOCK_N=cfg.block_n, SEG=cfg.seg,
                                  num_warps=cfg.num_warps)
