@@ -8,7 +8,6 @@ Needs Triton's NVIDIA backend (ptxas ships with the wheel); runs with TRITON_INT
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import re
 import sys

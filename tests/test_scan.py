@@ -1,13 +1,12 @@
 """evt.scan on CPU: the reference executor and the generated kernels through Triton's interpreter.
 
-Every check compares against a plain Python loop over time written with eager torch ops (the oracle),
-on fresh random data, with outputs poisoned by the kernels' callers only where the kernel writes them.
+Every check compares against a plain Python loop over time written with eager torch ops (the oracle), on
+fresh random data; kernel outputs are fresh ``torch.empty`` tensors, so an element a kernel fails to write
+holds garbage and fails the comparison.
 """
 import os
 
 os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported (tests/conftest.py also sets it)
-
-import math
 
 import pytest
 import torch
@@ -284,3 +283,21 @@ def test_explicit_config_is_honoured():
         close(evt.scan(lambda h, x: h + x, X, backend="triton", config=cfg), X.cumsum(0))
     close(evt.scan(lambda h, x: torch.tanh(h + x), X, backend="triton", config=ScanConfig(block_n=16, depth=2)),
           loop(lambda h, x: torch.tanh(h + x), X[:1], X))
+
+
+SCALE = 0.5
+
+
+def test_trace_cache_follows_code_closures_and_globals():
+    from evtorch.scan import api
+    global SCALE
+    X = torch.randn(12, 3)
+    api._CACHE.clear()
+    for _ in range(3):  # an inline lambda is a new function object per call: traced once
+        evt.scan(lambda h, x: h + x, X)
+    assert len(api._CACHE) == 1
+    for c in (0.5, 2.0):  # a captured constant is part of the trace
+        close(evt.scan(lambda h, x: h * c + x, X), loop(lambda h, x: h * c + x, X[:1], X))
+    for SCALE in (0.5, 2.0):  # so is a module global the body reads
+        close(evt.scan(lambda h, x: h * SCALE + x, X), loop(lambda h, x: h * SCALE + x, X[:1], X))
+    assert len(api._CACHE) == 5

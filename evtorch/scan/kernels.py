@@ -19,8 +19,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from ..passes.prune import Prune
 from . import emit as E
 from .plan import Group, leaves, state_of
