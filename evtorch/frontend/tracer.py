@@ -222,6 +222,17 @@ class Tracer:
                                                     "e.g. acc with its own transpose; one fused epilogue visits "
                                                     "each (m, n) once, so this cannot be expressed")
                     pos_axes[i] = d.axes
+        if any(p.node is not None and p.node.axes for p in proxies):
+            # an input dim meeting only size-1 dims of bound values (a reduction result (L, 1) plus a row (N,))
+            # walks the axis its input walks against acc, as eager broadcasting would put it
+            for i in range(rank):
+                if pos_axes[i] is not None:
+                    continue
+                keys = {k for _, dims in aligned if dims[i] is not None for k in dims[i].inputs}
+                own = {self._own_axes(k) for k in keys}
+                if len(own) == 1 and None not in own and not any(
+                        set(own_axes) & set(a or ()) for own_axes in own for a in pos_axes):
+                    pos_axes[i] = own.pop()
         binding: dict = {}
         can_bind = True
         for p, dims in aligned:
@@ -553,7 +564,10 @@ class Tracer:
         node = x.node
         if node.dtype != red_dtype:
             node = self._compute(self.registry["cast"], [node], {"dtype": red_dtype}, red_dtype, what)
-        if not over:
+        if not over:  # only size-1 dims: one element each, the value itself, except that eager's sum (and
+            # mean, logsumexp) of a single -0.0 is +0.0: x + 0.0 is exactly that
+            if op.name in ("sum", "mean", "logsumexp"):
+                node = self._compute(self.registry["add"], [node, self.const(0.0)], {}, red_dtype, what)
             return TracedTensor(self, node, None, out_dims, red_dtype)
         all_axes = set().union(*[set(d.axes) for d in x.dims]) | set(node.axes)
         remaining = canonical(all_axes - over)

@@ -60,7 +60,8 @@ class Node:
 
     @property
     def key(self):
-        target = ("nan",) if isinstance(self.target, float) and self.target != self.target else self.target
+        # floats by repr: NaN equals itself, and -0.0 differs from 0.0 (x + 0.0 and x + -0.0 differ)
+        target = ("float", repr(self.target)) if isinstance(self.target, float) else self.target
         return (self.op, target, type(self.target).__name__, freeze(self.attrs), self.dtype,
                 tuple(id(a) for a in self.args))
 

@@ -1,11 +1,15 @@
 """Constant folding and algebraic simplification.
 
-Rules (each only where it changes neither dtype nor shape class, so eager promotion is preserved):
+Rules (each only where it changes neither dtype nor shape class, so eager promotion is preserved, and only
+where it is exact in IEEE arithmetic):
 ``x*1 → x``, ``1*x → x``, ``x+0``, ``0+x``, ``x-0``, ``x/1``, ``x**1 → x``, ``--x → x``, ``cast(x, x.dtype) → x``;
-compute nodes whose operands are all constants are evaluated now. ``x*0`` is *not* folded (NaN/inf inputs).
+compute nodes whose operands are all constants are evaluated now. ``x*0`` is *not* folded (NaN/inf inputs), and
+for floating x neither is ``x + 0.0`` (``-0.0 + 0.0`` is ``+0.0``; ``x + -0.0`` and ``x - 0.0`` are exact).
 Ensures ``simplified``: no rule applies anywhere.
 """
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -17,6 +21,13 @@ from .base import Pass, fact
 
 def _is_const(n: Node, value) -> bool:
     return n.op == "const" and not isinstance(n.target, bool) and n.target is not None and n.target == value
+
+
+def _adds_exactly(zero: Node, x: Node) -> bool:
+    """``x + zero == x`` bit for bit: always for integers; for floats only with -0.0 (+0.0 turns -0.0 into +0.0)."""
+    if not x.dtype.is_floating_point:
+        return True
+    return isinstance(zero.target, float) and math.copysign(1.0, zero.target) < 0
 
 
 def _rewrite(n: Node) -> Node | tuple | None:
@@ -32,9 +43,9 @@ def _rewrite(n: Node) -> Node | tuple | None:
         if _is_const(a[0], 1) and same(a[1]):
             return a[1]
     if t == "add" and n.attrs.get("alpha", 1) == 1:
-        if _is_const(a[1], 0) and same(a[0]):
+        if _is_const(a[1], 0) and same(a[0]) and _adds_exactly(a[1], a[0]):
             return a[0]
-        if _is_const(a[0], 0) and same(a[1]):
+        if _is_const(a[0], 0) and same(a[1]) and _adds_exactly(a[0], a[1]):
             return a[1]
     if t == "sub" and _is_const(a[1], 0) and same(a[0]):
         return a[0]
