@@ -561,7 +561,16 @@ def table(b: Bench):
 
 
 # ---------------------------------------------------------------------------------------------------- main
+SUITES = {"training": "benchmarks.training_bench", "scan": "benchmarks.scan_bench"}
+
+
 def main(argv=None) -> int:
+    """``evtorch bench [ARGS]``: the fused-GEMM workloads; ``evtorch bench training|scan [ARGS]``: the
+    forward+backward (issue 6) and scan (issue 5) benchmarks, each with its own ``--help``."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in SUITES:
+        import importlib
+        return importlib.import_module(SUITES[argv[0]]).main(argv[1:]) or 0
     args = build_parser().parse_args(argv)
     if args.dry_run and os.environ.get("TRITON_INTERPRET") != "1":
         # Triton picks interpreter or compiler when a @triton.jit function is created: start afresh with it set
