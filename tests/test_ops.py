@@ -26,6 +26,8 @@ from helpers import check_gemm, check_reference, eager_acc, operands, ops_in, ra
 M, N, K = 7, 13, 5
 
 ELEMENTWISE = sorted(n for n, op in REGISTRY.ops.items() if not op.has(REDUCTION))
+#: ops user code can reach; the others (fma) are introduced by passes and tested through them (test_fma_*)
+SPELLED = [n for n in ELEMENTWISE if REGISTRY[n].torch_fns or REGISTRY[n].methods or REGISTRY[n].has(CAST)]
 
 #: Python operator functions for dunder method names: ``operator.add(2.5, acc)`` reaches ``acc.__radd__``
 OPERATORS = {"__add__": operator.add, "__sub__": operator.sub, "__mul__": operator.mul,
@@ -161,13 +163,11 @@ def _run_cases(op, run):
     return ran, refused
 
 
-@pytest.mark.parametrize("name", ELEMENTWISE)
+@pytest.mark.parametrize("name", SPELLED)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_op_edge_values_match_eager(name, dtype):
     """Each elementwise op, all spellings, on an accumulator and aux inputs full of edge values."""
     op = REGISTRY[name]
-    if not (op.torch_fns or op.methods or op.has(CAST)):
-        pytest.skip(f"{name} has no user spelling (introduced by passes; see test_fma_*)")
     acc = rand((M, N), dtype, seed=1, edge=True)
     inputs = op_inputs(dtype, edge=True)
     ran, refused = _run_cases(op, lambda fn: check_reference(fn, acc, **inputs))
@@ -177,12 +177,10 @@ def test_op_edge_values_match_eager(name, dtype):
         assert any(r.startswith(lbl) for r in ran), f"{name}: spelling {lbl} never ran"
 
 
-@pytest.mark.parametrize("name", ELEMENTWISE)
+@pytest.mark.parametrize("name", SPELLED)
 def test_op_through_gemm_matches_eager(name):
     """Each op once more through ``evt.gemm`` on random data: the traced IR names the op (or its decomposition)."""
     op = REGISTRY[name]
-    if not (op.torch_fns or op.methods or op.has(CAST)):
-        pytest.skip(f"{name} has no user spelling")
     A, B = operands(M, N, K, seed=3)
     inputs = op_inputs(torch.float32, edge=False, seed=5)
     seen_op = []
@@ -198,6 +196,11 @@ def test_op_through_gemm_matches_eager(name):
         assert any(seen_op), f"{name} never appeared as a node in the traced IR"
     else:
         assert not any(seen_op), f"composite {name} should be decomposed into primitives, not kept as one node"
+
+
+def test_unspelled_ops_are_the_pass_introduced_ones():
+    """An op without a user spelling must be one a pass introduces (and tested through that pass)."""
+    assert set(ELEMENTWISE) - set(SPELLED) <= {"fma"}
 
 
 def test_registry_covers_issue_minimum():
@@ -333,6 +336,24 @@ def test_low_precision_inputs_promote_like_eager(dtype):
     assert got[0].dtype == dtype and got[2].dtype == torch.float32
 
 
+@pytest.mark.parametrize("dtype, ulp", [(torch.float16, 2 ** -10), (torch.bfloat16, 2 ** -7)])
+def test_composites_on_low_precision_round_once(dtype, ulp):
+    """Eager evaluates F.gelu(x16) & co. in float32 and rounds once; so must the decomposition (rounding after
+    every primitive would be several ulps off)."""
+    composites = sorted(n for n, op in REGISTRY.ops.items() if op.decompose is not None and op.has(FLOAT_ONLY))
+    assert composites
+    x = rand((64, 32), dtype, seed=91, scale=3.0)
+    for name in composites:
+        spelled = REGISTRY[name].torch_fns[0]
+        fn = lambda acc, C, _f=spelled: (_f(C), _f(C).float() * 2)  # noqa: E731
+        got = evt.trace(fn, acc=evt.spec(x.shape), C=x).reference(torch.zeros(x.shape), out_dtype=dtype, C=x)
+        want = spelled(x)
+        assert got[0].dtype == dtype
+        err = ((got[0].double() - want.double()).abs() / want.double().abs().clamp_min(1e-3)).max().item()
+        assert err <= 1.01 * ulp, f"{name} on {dtype}: {err / ulp:.1f} ulp from eager"
+        torch.testing.assert_close(got[1], (want.float() * 2).to(dtype), rtol=2.01 * ulp, atol=1e-3)
+
+
 def test_out_dtype():
     A, B = operands(M, N, K, seed=51)
     fn = lambda acc: (torch.relu(acc), acc.sum(0))  # noqa: E731
@@ -394,18 +415,17 @@ def test_register_op_is_traced_and_tested_like_a_builtin():
         return x / (1.0 + tl.abs(x))
 
     name = "softsign_test_op"
-    softsign = REGISTRY[name] if name in REGISTRY else None
-    call = evt.register_op(name, lambda x: x / (1 + torch.abs(x)), _softsign_tl) if softsign is None else None
-    if call is None:
-        pytest.skip("op already registered in this session")
+    call = evt.register_op(name, lambda x: x / (1 + torch.abs(x)), _softsign_tl)
+    try:
+        def fn(acc, C):
+            return call(acc) + call(C), call(acc).sum(1)
 
-    def fn(acc, C):
-        return call(acc) + call(C), call(acc).sum(1)
-
-    A, B = operands(M, N, K, seed=81)
-    check_gemm(fn, A, B, C=rand((M, N), seed=82))
-    check_reference(fn, rand((M, N), seed=83, edge=True), C=rand((M, N), seed=84, edge=True))
-    ep = evt.trace(fn, acc=evt.spec((M, N)), C=rand((M, N)))
-    assert name in ops_in(ep.graph)
-    with pytest.raises(evt.EpilogueError, match=name):
-        evt.register_op(name, lambda x: x, _softsign_tl)
+        A, B = operands(M, N, K, seed=81)
+        check_gemm(fn, A, B, C=rand((M, N), seed=82))
+        check_reference(fn, rand((M, N), seed=83, edge=True), C=rand((M, N), seed=84, edge=True))
+        ep = evt.trace(fn, acc=evt.spec((M, N)), C=rand((M, N)))
+        assert name in ops_in(ep.graph)
+        with pytest.raises(evt.EpilogueError, match=name):
+            evt.register_op(name, lambda x: x, _softsign_tl)
+    finally:  # leave the registry as other tests expect it
+        REGISTRY.ops.pop(name, None)
