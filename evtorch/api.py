@@ -12,7 +12,7 @@ from typing import Callable
 
 import torch
 
-from .epilogue import Epilogue
+from .epilogue import Epilogue, normalize_keep
 from .errors import EpilogueError, EpilogueTypeError, ShapeError
 from .frontend.proxy import TracedTensor
 from .frontend.signature import check_keywords, epilogue_params, input_spec
@@ -39,7 +39,7 @@ def get_epilogue(fn_or_ep, acc_shape, acc_dtype, inputs: dict, keep=None) -> Epi
         raise EpilogueTypeError(f"epilogue must be a function or an evt.Epilogue, got {type(fn).__name__}")
     names = check_keywords(fn, inputs)
     specs = tuple(input_spec(n, inputs[n]) for n in names if n in inputs)
-    keep = None if keep is None else tuple(sorted(set(keep)))
+    keep = normalize_keep(keep)
     if isinstance(fn_or_ep, Epilogue) and fn_or_ep.signature == (tuple(acc_shape), acc_dtype, tuple(
             s.signature for s in specs), keep):
         return fn_or_ep

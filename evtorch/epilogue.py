@@ -42,11 +42,18 @@ class Epilogue:
         self.acc_shape = tuple(acc_shape)
         self.acc_dtype = acc_dtype
         self.input_specs = list(inputs)
-        self.keep = None if keep is None else tuple(sorted(set(keep)))
+        self.keep = normalize_keep(keep)
         tracer = Tracer(self.acc_shape, acc_dtype, self.input_specs)
         result = fn(tracer.acc, **tracer.inputs)
         self.returns_tuple = isinstance(result, (tuple, list))
-        tracer.finish(result)
+        bound = tracer.finish(result)
+        if self.keep is not None:  # positions as in Python indexing; anything else names no output: an error
+            n = len(bound)
+            bad = [k for k in self.keep if not -n <= k < n]
+            if bad:
+                raise EpilogueError(f"outputs={self.keep}: {self.name} returns {n} output(s) (positions 0..{n - 1}); "
+                                    f"there is no output {', '.join(map(str, bad))}")
+            self.keep = tuple(sorted({k % n for k in self.keep}))
         self.axis_sizes = dict(tracer.axis_sizes)
         self.batched = tracer.batched
         self.traced: Graph = tracer.graph
@@ -121,6 +128,22 @@ class Epilogue:
         """The generated Triton source for A and B of ``dtype`` (see ``evtorch.codegen``)."""
         from .codegen.program import build_program
         return build_program(self, dtype, **options).source
+
+
+def normalize_keep(keep):
+    """``outputs=`` as a sorted tuple of positions (an int is one position); None keeps every output."""
+    if keep is None:
+        return None
+    if isinstance(keep, int) and not isinstance(keep, bool):
+        keep = (keep,)
+    try:
+        keep = tuple(keep)
+    except TypeError:
+        raise EpilogueTypeError(f"outputs= takes output positions (an int or a tuple of ints), got "
+                                f"{type(keep).__name__}") from None
+    if not all(isinstance(k, int) and not isinstance(k, bool) for k in keep):
+        raise EpilogueTypeError(f"outputs= takes output positions (ints), got {keep!r}")
+    return tuple(sorted(set(keep)))
 
 
 def trace(fn: Callable, *, keep=None, debug: bool | None = None, **examples) -> Epilogue:

@@ -300,3 +300,11 @@ def test_bad_views():
     raises(ShapeError, lambda acc: acc.unsqueeze(0).expand(2, M + 1, N), "cannot expand")
     raises(ShapeError, lambda acc: acc.reshape(-1, -1), "only one dim can be -1")
     raises(ShapeError, lambda acc: acc.expand(N), "fewer dims")
+
+
+def test_outputs_selection_errors():
+    fn = lambda acc: (acc, acc.sum(1))  # noqa: E731
+    raises(EpilogueError, fn, "outputs=(5,)", "returns 2 output(s)", "no output 5", outputs=(5,))
+    raises(EpilogueError, fn, "no output -3", outputs=(0, -3))
+    raises(EpilogueTypeError, fn, "outputs=", "float", outputs=1.0)
+    raises(EpilogueTypeError, fn, "outputs=", "'a'", outputs=("a",))

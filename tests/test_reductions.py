@@ -281,6 +281,8 @@ def test_outputs_pruning_returns_none_for_unwanted():
     for keep in ((0,), (1,), (2,), (0, 2), (1, 2)):
         got = check_gemm(fn, A, B, C=C, outputs=keep)
         assert [g is not None for g in got] == [i in keep for i in range(3)]
+    assert [g is not None for g in evt.gemm(A, B, fn, C=C, outputs=-1)] == [False, False, True]  # Python-style
+    assert [g is not None for g in evt.gemm(A, B, fn, C=C, outputs=[0, -2])] == [True, True, False]
     ep = get_epilogue(fn, (M, N), torch.float32, {"C": C}, keep=(1,))
     assert not any(n.target == "exp" for n in ep.graph.nodes if n.op == "compute")
     assert [o.target for o in ep.graph.outputs] == [1]

@@ -362,3 +362,24 @@ def test_index_gather_with_integer_target():
         got = check_gemm(fn, A, B, target=target)
         acc = eager_acc(A, B)
         torch.testing.assert_close(got, acc[torch.arange(M), target.long()], rtol=0, atol=0)
+
+
+def test_gemm_accepts_a_traced_epilogue():
+    """``evt.gemm`` takes an ``Epilogue`` (from ``evt.trace`` with example tensors or ``evt.spec``) as is, and
+    traces it again when the call's signature differs (other sizes, other input roles)."""
+    def fn(acc, C, alpha):
+        return torch.relu(alpha * acc + C), acc.sum(1)
+
+    ep = evt.trace(fn, acc=evt.spec((M, N)), C=rand((M, N)), alpha=1.0)
+    A, B = operands(M, N, K, seed=50)
+    C = rand((M, N), seed=51)
+    assert get_epilogue(ep, (M, N), torch.float32, dict(C=C, alpha=2.0)) is ep
+    got = evt.gemm(A, B, ep, C=C, alpha=2.0)
+    want = fn(eager_acc(A, B), C, 2.0)
+    torch.testing.assert_close(got, want)
+    A2, B2 = operands(2 * M, N + 3, K, seed=52)
+    C2 = rand((N + 3,), seed=53)  # other sizes and a row instead of an aux
+    got2 = evt.gemm(A2, B2, ep, C=C2, alpha=0.5)
+    torch.testing.assert_close(got2, fn(eager_acc(A2, B2), C2, 0.5))
+    ref = ep.reference(eager_acc(A, B), C=C, alpha=2.0)
+    torch.testing.assert_close(ref, want)
