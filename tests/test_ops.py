@@ -312,6 +312,21 @@ def test_scalar_inputs_in_python_arithmetic():
     check_gemm(fn, A64, B64, alpha=0.1, beta=-0.7, k=-2)  # float64: scalar arithmetic is not rounded to float32
 
 
+def test_tensor_valued_constants():
+    """``zeros_like`` / ``ones_like`` / ``full_like`` are tensors in eager: they work where torch wants tensors
+    (``torch.maximum``) and promote like tensors."""
+    def fn(acc, Ci, C):
+        return torch.maximum(Ci, torch.zeros_like(Ci)), torch.minimum(acc, torch.full_like(acc, 0.5)), \
+            torch.maximum(torch.zeros_like(acc), acc), torch.maximum(Ci, torch.full_like(acc, 0.5)), \
+            torch.ones_like(acc, dtype=torch.float16) + C, torch.where(acc > 0, torch.ones_like(Ci), Ci), \
+            (torch.zeros_like(acc, dtype=torch.int32) + 1) * acc
+
+    A, B = operands(M, N, K, seed=33)
+    check_gemm(fn, A, B, Ci=rand_int((M, N), -3, 3, seed=34), C=rand((M, N), torch.float16, seed=35))
+    check_reference(fn, rand((M, N), seed=36, edge=True), Ci=rand_int((M, N), -3, 3, seed=34),
+                    C=rand((M, N), torch.float16, seed=37, edge=True))
+
+
 def test_integer_and_bool_dtypes_follow_eager_promotion():
     """Integer and bool values keep eager's promotion: int + int stays int, int * acc is float, bool outputs."""
     def fn(acc, Ci, Cj, mask):

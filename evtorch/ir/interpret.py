@@ -73,7 +73,14 @@ class Interpreter:
             # here, which alone would not promote (``0.1 + C16`` would compute in float16)
             args = [a.to(n.dtype) if isinstance(a, torch.Tensor) and a.dtype.is_floating_point and a.dtype != n.dtype
                     else a for a in args]
-        out = op.torch_ref(*args, **n.attrs)
+        try:
+            out = op.torch_ref(*args, **n.attrs)
+        except TypeError:
+            # a torch function that takes no Python number (torch.maximum, torch.exp) given a constant that stands
+            # for a tensor (``torch.zeros_like(x)``): eager called it on a tensor of the constant's IR dtype
+            args = [a if isinstance(a, torch.Tensor) or not isinstance(a, (bool, int, float)) else
+                    torch.tensor(a, dtype=x.dtype, device=self.acc.device) for a, x in zip(args, n.args)]
+            out = op.torch_ref(*args, **n.attrs)
         if not isinstance(out, (torch.Tensor, bool, int, float)):
             out = torch.tensor(out, dtype=n.dtype, device=self.acc.device)
         # arithmetic on Python-number scalars stays a Python number, exactly as in eager: rounding it to a
