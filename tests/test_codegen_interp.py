@@ -129,3 +129,32 @@ def test_user_defined_op_through_interpreter():
     assert cube(torch.tensor(2.0)).item() == 9.0
     with pytest.raises(evt.EpilogueError, match="already exists"):
         evt.register_op(name, lambda x: x, _cube_plus_one)
+
+
+# ------------------------------------------------------------------------------------------ random DAGs
+from hypothesis import HealthCheck, given, note, settings  # noqa: E402
+
+from test_random_dags import dag_cases  # noqa: E402  (tests/ is on sys.path under pytest's rootdir)
+
+
+def _triton_runner(A, B, fn, **kw):
+    return evt.gemm(A, B, fn, backend="triton", **kw)
+
+
+@pytest.mark.interpreter
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(case=dag_cases(dtypes=(torch.float32, torch.float16, torch.float64)))
+def test_random_dags_through_generated_kernels(case):
+    """The random epilogue DAGs of test_random_dags, run as generated Triton kernels (poisoned outputs)."""
+    os.environ["EVTORCH_POISON"] = "1"
+    note(repr(case))
+    case.check(runner=_triton_runner)
+
+
+@pytest.mark.interpreter
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(case=dag_cases(dtypes=(torch.float32,)))
+def test_random_dags_deterministic_reductions(case):
+    os.environ["EVTORCH_POISON"] = "1"
+    note(repr(case))
+    case.check(runner=lambda A, B, fn, **kw: evt.gemm(A, B, fn, backend="triton", deterministic=True, **kw))
