@@ -144,7 +144,8 @@ def _close(got64, want64, rtol, atol):
 
 
 def assert_matches(got: torch.Tensor, want: torch.Tensor, *, hi: torch.Tensor | None = None,
-                   dtype: torch.dtype | None = None, rtol=None, atol=None, what: str = "output"):
+                   dtype: torch.dtype | None = None, rtol=None, atol=None, what: str = "output",
+                   sign_of_zero: bool = False):
     """``got`` equals eager ``want`` elementwise by the rules in the module docstring."""
     assert isinstance(got, torch.Tensor), f"{what}: expected a tensor, got {type(got).__name__}"
     assert tuple(got.shape) == tuple(want.shape), f"{what}: shape {tuple(got.shape)} != eager {tuple(want.shape)}"
@@ -165,6 +166,10 @@ def assert_matches(got: torch.Tensor, want: torch.Tensor, *, hi: torch.Tensor | 
         ok = ok | _close(g, h, rtol, atol)
     # a NaN result passes only where eager is NaN too (never through the high-precision reference)
     ok = ok & ~(g.isnan() & ~w.isnan())
+    # zeros carry their sign (1 / x tells them apart): where both are exactly zero, the signs must agree (opt-in:
+    # which zero torch.maximum(0.0, -0.0) or amax returns depends on its kernel path, i.e. on memory layout)
+    if sign_of_zero:
+        ok = ok & ~((g == 0) & (w == 0) & (torch.signbit(g) != torch.signbit(w)))
     if not bool(ok.all()):
         bad = (~ok).nonzero()[:8].tolist()
         detail = ", ".join(f"{tuple(i)}: got {g[tuple(i)].item()!r} eager {w[tuple(i)].item()!r}"
@@ -184,7 +189,8 @@ def expected_dtype(ep: evt.Epilogue, position: int, want: torch.Tensor, out_dtyp
     return ep.acc_dtype
 
 
-def compare_outputs(ep, got, want, hi, *, out_dtype, outputs=None, rtol=None, atol=None, lowest=None):
+def compare_outputs(ep, got, want, hi, *, out_dtype, outputs=None, rtol=None, atol=None, lowest=None,
+                    sign_of_zero=False):
     got = as_tuple(got)
     assert len(got) == len(want), f"{len(got)} outputs, eager returned {len(want)}"
     for i, (g, w) in enumerate(zip(got, want)):
@@ -205,7 +211,7 @@ def compare_outputs(ep, got, want, hi, *, out_dtype, outputs=None, rtol=None, at
             # the contract casts eager's result to the output dtype (a float32 3e38 is inf in float16)
             w = w.to(dtype)
             h = None if h is None else h.to(dtype)
-        assert_matches(g, w, hi=h, dtype=dtype, rtol=r, atol=a, what=f"output {i}")
+        assert_matches(g, w, hi=h, dtype=dtype, rtol=r, atol=a, what=f"output {i}", sign_of_zero=sign_of_zero)
 
 
 def gemm_runner(A, B, fn, **kw):
@@ -231,14 +237,15 @@ def check_gemm(fn: Callable, A: torch.Tensor, B: torch.Tensor, *, runner: Callab
     return got
 
 
-def check_reference(fn: Callable, acc: torch.Tensor, *, rtol=None, atol=None, **inputs):
+def check_reference(fn: Callable, acc: torch.Tensor, *, rtol=None, atol=None, sign_of_zero=False, **inputs):
     """Trace ``fn`` for this accumulator and inputs, run ``Epilogue.reference`` and compare with ``fn`` itself on
     the same (possibly inf/NaN-laden) accumulator. Returns the Epilogue."""
     ep = evt.trace(fn, acc=acc, **inputs)
     got = ep.reference(acc, **inputs)
     want, lowest = eager_with_precision(fn, acc, **inputs)
     hi = eager_hi(fn, acc, **inputs)
-    compare_outputs(ep, got, want, hi, out_dtype=acc.dtype, rtol=rtol, atol=atol, lowest=lowest)
+    compare_outputs(ep, got, want, hi, out_dtype=acc.dtype, rtol=rtol, atol=atol, lowest=lowest,
+                    sign_of_zero=sign_of_zero)
     return ep
 
 

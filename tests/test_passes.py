@@ -116,7 +116,7 @@ def test_simplify_preserves_values_on_edge_values():
             1 / acc.amax(1, keepdim=True).amax(1), 1 / torch.logsumexp(acc[:, None], 1)
 
     check_reference(fn, rand((M, N), seed=1, edge=True), C=rand((M, N), torch.float16, seed=2, edge=True),
-                    Ci=torch.arange(M * N, dtype=torch.int32).reshape(M, N))
+                    Ci=torch.arange(M * N, dtype=torch.int32).reshape(M, N), sign_of_zero=True)
 
 
 def test_constant_folding_of_constant_expressions():

@@ -226,8 +226,16 @@ define("hardswish", _hard, decompose=lambda x, inplace=False: x * torch.clamp(x 
        torch_fns=(F.hardswish,), traits=frozenset({FLOAT_ONLY}))
 define("hardsigmoid", _hard, decompose=lambda x, inplace=False: torch.clamp(x / 6.0 + 0.5, 0.0, 1.0),
        torch_fns=(F.hardsigmoid,), traits=frozenset({FLOAT_ONLY}))
+def _expm1(x):
+    """exp(x) - 1 without its cancellation near 0, from primitives (Kahan): (u - 1) * x / log(u) with u = exp(x)
+    corrects the rounding of u; u == 1 means |x| is below rounding (exp(x) - 1 is x, keeping -0.0 as -0.0)."""
+    u = torch.exp(x)
+    d = u - 1.0
+    return torch.where(u == 1.0, x, torch.where(d == -1.0, -1.0, torch.where(u == math.inf, u, d * x / torch.log(u))))
+
+
 define("elu", _elu,
-       decompose=lambda x, alpha=1.0, inplace=False: torch.where(x > 0, x, alpha * (torch.exp(x) - 1.0)),
+       decompose=lambda x, alpha=1.0, inplace=False: torch.where(x > 0, x, alpha * _expm1(x)),
        torch_fns=(F.elu,), traits=frozenset({FLOAT_ONLY}))
 
 
