@@ -95,7 +95,7 @@ def test_reduced_axes_in_ir(name):
 def test_reductions_of_views_and_merged_dims():
     def fn(acc):
         return acc.mT.sum(0), acc.reshape(L * M, N).amax(0), acc.reshape(L, M * N).mean(1), \
-            torch.logsumexp(acc.permute(2, 0, 1), 0), acc.unsqueeze(0).sum(0), acc.sum(0, keepdim=True).T
+            torch.logsumexp(acc.permute(2, 0, 1), 0), acc.unsqueeze(0).sum(0), acc.sum(0, keepdim=True).mT
 
     A, B = operands(M, N, K, L=L, seed=11)
     check_gemm(fn, A, B)
