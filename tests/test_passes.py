@@ -162,11 +162,10 @@ def test_fma_fusion_is_not_applied_where_it_would_change_results_or_work():
 
     ep = traced(fn, C=evt.spec((M, N)), H=evt.spec((M, N), torch.float16))
     g = ep.graph
-    assert not ops_in(g, "fma") or all(n.dtype in (torch.float32, torch.float64)
-                                       for n in g.nodes if n.op == "compute" and n.target == "fma")
     # the product is also an output: kept; alpha != 1: not an fma; f16 arithmetic: not an fma;
     # acc * 2 has two users (the +C and the last *): not fused away
-    assert len(ops_in(g, "fma")) == 0, str(g)
+    assert ops_in(g, "fma") == [], str(g)
+    assert len(ops_in(g, "mul")) == 4 and len(ops_in(g, "add")) == 4, str(g)  # p+1, +alpha, H*H+H, *2+C
     A, B = operands(M, N, K, seed=7)
     check_gemm(fn, A, B, C=rand((M, N), seed=8), H=rand((M, N), torch.float16, seed=9))
 
@@ -374,8 +373,10 @@ def test_structural_hash_ignores_names_and_locations():
         return torch.relu(t)
 
     h1 = evt.trace(f1, acc=evt.spec((M, N)), C=evt.spec((M, N))).graph.structural_hash()
-    h2 = evt.trace(f2, acc=evt.spec((M, N)), D=evt.spec((M, N))).graph.structural_hash()
-    assert h1 != h2 or True  # input names are part of the kernel signature: equality is not required
+    g2 = evt.trace(f2, acc=evt.spec((M, N)), D=evt.spec((M, N))).graph
+    for n in g2.nodes:  # same computation, other node names and source lines
+        n.name = "x_" + n.name
+    assert evt.trace(f1, acc=evt.spec((M, N)), C=evt.spec((M, N))).graph.structural_hash() == h1
     h3 = evt.trace(f1, acc=evt.spec((2 * M, 3 * N)), C=evt.spec((2 * M, 3 * N))).graph.structural_hash()
     assert h1 == h3
     h4 = evt.trace(lambda acc, C: torch.sigmoid(acc + C), acc=evt.spec((M, N)), C=evt.spec((M, N)))

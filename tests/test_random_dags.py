@@ -17,7 +17,6 @@ accept.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -384,4 +383,4 @@ def test_generator_covers_the_registry():
     reachable = set(UNARY) | set(BINARY) | set(COMPARES) | set(BOOLEAN) | set(REDUCTIONS) | {"where", "clamp", "pow"}
     spelled = {n for n, op in REGISTRY.ops.items() if (op.torch_fns or op.methods) and not op.user_defined}
     assert spelled <= reachable, spelled - reachable
-    assert math.isfinite(len(OPS))
+    assert all(OPS[n] is not None for n in reachable - {"pow"})
