@@ -263,16 +263,40 @@ def test_reshape_splitting_inside_an_axis_is_refused_clearly():
 
 
 def test_input_reshape_before_meeting_acc():
-    """Adding or removing size-1 dims of an input is a view (allowed); other reshapes of an input before it
-    meets acc are refused with a message naming the input and saying what to do."""
+    """Reshapes that split or merge an input's dims are views of the input (per-axis strides), also before the
+    input meets acc: the split parts / merged dims bind where eager broadcasting puts them."""
     AL, BL = operands(M, N, K, L=L, seed=33)
-    check_gemm(lambda acc, v: acc + v.reshape(1, 1, N), AL, BL, v=rand((N,), seed=34))
-    check_gemm(lambda acc, v: acc + v.reshape(L, 1, 1), AL, BL, v=rand((L,), seed=34))
-    with pytest.raises(evt.ShapeError, match=r"input 'C' is reshaped from \(18, 5\) to \(3, 6, 5\)"):
-        evt.gemm(AL, BL, lambda acc, C: acc + C.reshape(L, M, N), C=rand((L * M, N)))
-    # the supported spelling: bring acc to the input's shape instead
-    check_gemm(lambda acc, C: acc.reshape(L * M, N) + C, AL, BL, C=rand((L * M, N), seed=35))
-    check_gemm(lambda acc, C: (acc.reshape(L * M, N) * C).sum(0), AL, BL, C=rand((L * M, 1), seed=36))
+    A, B = operands(M, N, K, seed=33)
+    cases = [
+        (lambda acc, v: acc + v.reshape(1, 1, N), dict(v=rand((N,), seed=34))),
+        (lambda acc, v: acc + v.reshape(L, 1, 1), dict(v=rand((L,), seed=34))),
+        (lambda acc, C: acc + C.reshape(L, M, N), dict(C=rand((L * M, N), seed=35))),       # split L*M
+        (lambda acc, C: acc * C.view(L, M, N), dict(C=rand((L, M * N), seed=35))),          # split M*N
+        (lambda acc, C: acc + C.reshape(L, M, N), dict(C=rand((N, L * M), seed=35).t())),   # strided source
+        (lambda acc, C: acc + C.reshape(M, L, N).permute(1, 0, 2), dict(C=rand((M * L, N), seed=36))),
+        (lambda acc, C: acc.reshape(L * M, N) + C.reshape(L * M, N), dict(C=rand((L, M, N), seed=37))),  # merge
+        (lambda acc, C: acc.flatten() * C.flatten(), dict(C=rand((L, M, N), seed=37))),
+        (lambda acc, C, D: acc + (C + D).reshape(L, M, N), dict(C=rand((L * M, N), seed=38), D=rand((L * M, N)))),
+        (lambda acc, v: (acc * v.reshape(L, M, 1)).sum(1), dict(v=rand((L * M,), seed=39))),
+        (lambda acc, C: acc + C.reshape(L, M, N).reshape(L, 2, 3, N).reshape(L, M, N), dict(C=rand((L * M, N)))),
+        (lambda acc, C: (acc, C.reshape(L, M, N) * 2), dict(C=rand((L * M, N), seed=40))),
+    ]
+    for fn, kw in cases:
+        check_gemm(fn, AL, BL, **kw)
+    check_gemm(lambda acc, C: acc + C.view(N, M).T, A, B, C=rand((N * M,), seed=41))
+    ep = get_epilogue(cases[5][0], (L, M, N), torch.float32, cases[5][1])
+    assert ep.graph.find("input", "C")[0].attrs["binding"] == (("M", "L"), ("N",))
+    # the supported spelling from the other side still works: bring acc to the input's shape
+    check_gemm(lambda acc, C: acc.reshape(L * M, N) + C, AL, BL, C=rand((L * M, N), seed=42))
+
+
+def test_input_reshape_that_needs_index_arithmetic_is_refused():
+    """(M, L) flattened against acc's (L, M) flattened: element f is C[f // L, f % L] but acc[f // M, f % M];
+    no per-axis strides express that."""
+    AL, BL = operands(M, N, K, L=L, seed=43)
+    with pytest.raises(evt.ShapeError, match=r"merged input dims C\.dim0\*C\.dim1 do not line up with the acc "
+                                             r"axes L\*M"):
+        evt.gemm(AL, BL, lambda acc, C: acc.reshape(L * M, N) + C.reshape(M * L, N), C=rand((M, L, N)))
 
 
 def test_acc_combined_with_its_own_transpose_is_an_error():

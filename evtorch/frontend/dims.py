@@ -54,7 +54,9 @@ def norm_dim(d: int, rank: int, what: str) -> int:
 
 def reshape(dims: tuple[Dim, ...], shape: tuple[int, ...], axis_sizes: dict, what: str) -> tuple[Dim, ...]:
     """New dims for ``reshape(shape)``: whole dims/axes may be merged or split apart again; splitting the
-    inside of an axis (or of an input dim) would need index arithmetic per element and is refused."""
+    inside of an axis would need index arithmetic per element and is refused. Dims of inputs that have not met
+    acc yet may also be split (into parts, ``part_key``) or merged (``merged_key``): a load walks any such
+    view of a strided tensor with per-axis strides."""
     total = math.prod(d.size for d in dims)
     shape = list(shape)
     if shape.count(-1) > 1:
@@ -67,30 +69,39 @@ def reshape(dims: tuple[Dim, ...], shape: tuple[int, ...], axis_sizes: dict, wha
                          f"(shape {tuple(d.size for d in dims)})")
     if any(d.expanded for d in dims):
         raise ShapeError(f"{what}: reshaping an expanded value would need a copy; reshape before expand")
-    atoms = []  # (size, axis or None, input or None)
+    atoms = []  # (size, axis or None, input keys or None)
     for d in dims:
         if d.axes:
             atoms += [(axis_sizes[a], a, None) for a in d.axes]
         elif d.inputs:
-            if len(d.inputs) > 1:
-                raise ShapeError(f"{what}: cannot reshape a dim shared by several inputs before it meets acc")
-            atoms.append((d.size, None, next(iter(d.inputs))))
+            atoms.append((d.size, None, d.inputs))
     out, i = [], 0
     for s in shape:
         group, prod = [], 1
         while i < len(atoms) and (prod < s or (atoms[i][0] == 1 and prod == s and s == 1 and not group)):
+            size, axis, keys = atoms[i]
+            if prod * size > s and keys is not None and s % prod == 0 and size % (s // prod) == 0:
+                # split an input dim: its outer part completes this group, the inner part comes next
+                outer = s // prod
+                split = [split_key(k, size, outer, what) for k in keys]
+                atoms[i:i + 1] = [(outer, None, frozenset(o for o, _ in split)),
+                                  (size // outer, None, frozenset(n for _, n in split))]
+                continue
             group.append(atoms[i])
-            prod *= atoms[i][0]
+            prod *= size
             i += 1
         if prod != s:
             raise ShapeError(f"{what}: reshape {tuple(d.size for d in dims)} -> {tuple(shape)} splits an axis "
-                             "or input dim in the middle; only reshapes that merge whole dims or split merged "
-                             "dims back apart map to strides")
-        ins = [g[2] for g in group if g[2] is not None]
+                             "in the middle; only reshapes that merge whole dims or split merged dims back apart "
+                             "map to strides")
+        ins = [g for g in group if g[2] is not None]
         if ins and len(group) > 1:
-            raise ShapeError(f"{what}: merging the dims of an input before it meets acc is not supported; "
-                             "reshape the tensor before passing it in")
-        out.append(Dim(s, tuple(g[1] for g in group if g[1] is not None), frozenset(ins)))
+            if len(ins) != len(group):
+                raise ShapeError(f"{what}: merges dims of an input with dims of acc")
+            keys = frozenset({merged_key([(g[2], g[0]) for g in group])})
+        else:
+            keys = frozenset(ins[0][2]) if ins else frozenset()
+        out.append(Dim(s, tuple(g[1] for g in group if g[1] is not None), keys))
     while i < len(atoms):  # trailing size-1 axes (e.g. L == 1) stay attached to the last dim
         if atoms[i][0] != 1:
             raise ShapeError(f"{what}: reshape lost a dim")
@@ -101,6 +112,75 @@ def reshape(dims: tuple[Dim, ...], shape: tuple[int, ...], axis_sizes: dict, wha
     return tuple(out)
 
 
+# ---------------------------------------------------------------------------------------------- input keys
+# A pending dim's ``inputs`` are keys naming what of an input it walks:
+#   (name, j)                    all of dim j of input ``name``;
+#   (name, j, inner, size)       a part of dim j: index (i_j // inner) % size, from a reshape that split dim j;
+#   ("+", ((keys, size), ...))   a merge (outer first) of several such dims, from a reshape that merged them.
+# Binding gives each key the acc axes it walks; a load's per-dim binding concatenates its parts' axes.
+
+def split_key(key, size: int, outer: int, what: str):
+    """(outer part, inner part) of ``key`` (of ``size`` elements) split as (outer, size // outer)."""
+    inner = size // outer
+    if key[0] == "+":
+        raise ShapeError(f"{what}: splitting dims of an input that an earlier reshape merged is not supported "
+                         "before the input meets acc; reshape the tensor before passing it in")
+    if len(key) == 2:
+        name, j = key
+        return (name, j, inner, outer), (name, j, 1, inner)
+    name, j, base, _ = key
+    return (name, j, base * inner, outer), (name, j, base, inner)
+
+
+def merged_key(parts) -> tuple:
+    """The key of a dim merging ``parts`` ((keys, size) outer first); adjacent parts of one input dim recombine."""
+    if all(len(k) == 1 for k, _ in parts):
+        ks = [next(iter(k)) for k, _ in parts]
+        if all(len(k) == 4 for k in ks) and len({k[:2] for k in ks}) == 1 and all(
+                a[2] == b[2] * b[3] for a, b in zip(ks, ks[1:])):
+            return (ks[0][0], ks[0][1], ks[-1][2], math.prod(k[3] for k in ks))
+    return ("+", tuple((frozenset(k), s) for k, s in parts))
+
+
+def key_text(key) -> str:
+    """'C.dim0' style spelling of an input key for messages."""
+    if key[0] == "+":
+        return "*".join("/".join(sorted(key_text(k) for k in keys)) for keys, _ in key[1])
+    if len(key) == 2:
+        return f"{key[0]}.dim{key[1]}"
+    return f"{key[0]}.dim{key[1]}[part of {key[3]}]"
+
+
+def key_input(key) -> str:
+    """The input name a key refers to (the first one, for a merge)."""
+    while key[0] == "+":
+        key = next(iter(key[1][0][0]))
+    return key[0]
+
+
+def expand_binding(binding: dict, axis_sizes: dict, what: str) -> dict:
+    """``binding`` with merged keys replaced by their parts' keys, each given its share of the merged axes."""
+    out = {}
+    todo = list(binding.items())
+    while todo:
+        key, axes = todo.pop()
+        if key[0] != "+":
+            out[key] = axes
+            continue
+        axes, k = list(axes), 0
+        for n, (keys, size) in enumerate(key[1]):
+            group, prod = [], 1
+            while k < len(axes) and (prod < size or (n == len(key[1]) - 1)):
+                group.append(axes[k])
+                prod *= axis_sizes[axes[k]]
+                k += 1
+            if prod != size:
+                raise ShapeError(f"{what}: the merged input dims {key_text(key)} do not line up with the acc axes "
+                                 f"{'*'.join(axes)} they meet")
+            todo += [(sub, tuple(group)) for sub in keys]
+    return out
+
+
 def describe(dims: tuple[Dim, ...]) -> str:
     """'(M, N)' style spelling of a traced value's dims for error messages."""
     parts = []
@@ -108,7 +188,7 @@ def describe(dims: tuple[Dim, ...]) -> str:
         if d.axes:
             parts.append("*".join(d.axes))
         elif d.inputs:
-            parts.append("/".join(f"{n}.dim{j}" for n, j in sorted(d.inputs)))
+            parts.append("/".join(sorted(key_text(k) for k in d.inputs)))
         else:
             parts.append(str(d.size))
     return "(" + ", ".join(parts) + ")"

@@ -244,8 +244,9 @@ class Tracer:
                     continue
                 for key in d.inputs:
                     if binding.get(key, pos_axes[i]) != pos_axes[i]:
-                        raise self._err(ShapeError, f"{spelled}: input {key[0]!r} dim {key[1]} would walk both "
-                                                    f"{'*'.join(binding[key])} and {'*'.join(pos_axes[i])}")
+                        raise self._err(ShapeError, f"{spelled}: input {D.key_input(key)!r} ({D.key_text(key)}) "
+                                                    f"would walk both {'*'.join(binding[key])} and "
+                                                    f"{'*'.join(pos_axes[i])}")
                     binding[key] = pos_axes[i]
         any_axes = any(a is not None for a in pos_axes) or any(p.node is not None and p.node.axes for p in proxies)
         if not can_bind:
@@ -345,10 +346,20 @@ class Tracer:
     def _materialize_pending(self, p: _Pending, binding: dict) -> Node:
         if p.kind == "input":
             spec_shape = tuple(self.inputs[p.name].shape)
+            # each dim walks the axes its parts are bound to, outer part first (a dim not split: one part)
+            parts: dict[int, list] = {}
+            for key, axes in D.expand_binding(binding, self.axis_sizes, f"input {p.name!r}").items():
+                if key[0] == p.name:
+                    j = key[1]
+                    inner, size = (1, spec_shape[j]) if len(key) == 2 else key[2:]
+                    parts.setdefault(j, []).append((inner, size, axes))
             per_dim = []
             for j, s in enumerate(spec_shape):
-                axes = binding.get((p.name, j), ())
-                if s != 1 and not axes:
+                ps = sorted(set(parts.get(j, [])), key=lambda t: -t[0])
+                covered = all(a[0] == b[0] * b[1] for a, b in zip(ps, ps[1:])) and \
+                    math.prod(t[1] for t in ps) == s and (not ps or ps[-1][0] == 1)
+                axes = tuple(a for t in ps for a in t[2])
+                if s != 1 and (not axes or not covered):
                     raise self._err(ShapeError, f"input {p.name!r} dim {j} (size {s}) does not line up with any "
                                                 f"axis of acc {tuple(self.acc.shape)}")
                 per_dim.append(axes)
@@ -395,6 +406,8 @@ class Tracer:
 
     def _own_axes(self, key):
         """The axes input dim ``key`` walks when its input is right-aligned against acc (None if it does not fit)."""
+        if len(key) != 2:  # parts and merges of input dims: only where they meet acc's dims
+            return None
         name, j = key
         shape = tuple(self.inputs[name].shape)
         pos = len(self.acc.dims) - len(shape) + j
@@ -486,11 +499,10 @@ class Tracer:
                 known = math.prod(s for s in shape if s != -1)
                 total = math.prod(x.size for x in dims)
                 shape = tuple((total // known if known else 0) if s == -1 else s for s in shape)
-            if v.node is None and tuple(s for s in shape if s != 1) != tuple(x.size for x in dims if x.size != 1):
-                raise self._err(ShapeError, f"{what}: input {v.label!r} is reshaped from {tuple(v.shape)} to {shape} "
-                                            "before it meets acc; only adding or removing size-1 dims is supported "
-                                            "there (reshape the tensor before passing it in)")
-            new = D.reshape(dims, shape, self.axis_sizes, f"{what} on {D.describe(dims)}")
+            try:
+                new = D.reshape(dims, shape, self.axis_sizes, f"{what} on {D.describe(dims)}")
+            except ShapeError as e:
+                raise self._err(ShapeError, str(e)) from None
         elif method in ("expand", "broadcast_to", "expand_as"):
             if method == "expand_as":
                 sizes = tuple(args[0].shape)
