@@ -52,13 +52,16 @@ def gen(seed: int) -> torch.Generator:
 
 
 def rand(shape, dtype=torch.float32, *, seed: int = 0, edge: bool = False, special: bool = True,
-         scale: float = 1.0, positive: bool = False, fraction: float = 0.3) -> torch.Tensor:
+         scale: float = 1.0, positive: bool = False, fraction: float = 0.3, huge: bool = True) -> torch.Tensor:
     """Normal random data; with ``edge`` a ``fraction`` of the elements (and always one of each edge value when
-    there is room) replaced by edge values (``special``: including inf and NaN). ``positive`` takes ``abs``."""
+    there is room) replaced by edge values (``special``: including inf and NaN; ``huge``: including +-3e38, next
+    to float32's largest, where the order of a kernel's internal operations decides whether it overflows).
+    ``positive`` takes ``abs``."""
     g = gen(seed)
     x = torch.randn(tuple(shape), generator=g, dtype=torch.float64) * scale
     if edge and x.numel():
-        values = torch.tensor(EDGE_VALUES if special else FINITE_EDGE_VALUES, dtype=torch.float64)
+        values = [v for v in (EDGE_VALUES if special else FINITE_EDGE_VALUES) if huge or abs(v) != 3e38]
+        values = torch.tensor(values, dtype=torch.float64)
         flat = x.view(-1)
         n = max(int(flat.numel() * fraction), min(len(values), flat.numel()))
         pos = torch.randperm(flat.numel(), generator=g)[:n]

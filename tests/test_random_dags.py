@@ -203,7 +203,9 @@ def dag_cases(draw, *, batched=None, dtypes=(torch.float32, torch.float16, torch
             t = rand_int(roles["aux"] if draw(st.booleans()) else (M, 1), -3, 4, seed=seed + i)
         else:
             in_dtype = draw(st.sampled_from([acc_dtype, acc_dtype, torch.float16]))
-            t = rand(roles[role], in_dtype, seed=seed + i, edge=edge, special=draw(st.booleans()))
+            # no +-3e38 in chains of random ops: eager's kernels overflow inside (F.gelu(3e38) is inf in
+            # float32 because torch computes x * (1 + erf) first), which says nothing about evtorch
+            t = rand(roles[role], in_dtype, seed=seed + i, edge=edge, special=draw(st.booleans()), huge=False)
         b.inputs[name] = t
         if role == "colv":  # a vector input used as a column: v[:, None]
             v = _Val(name, _meta(t), False, False)
