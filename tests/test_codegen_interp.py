@@ -142,10 +142,13 @@ def _triton_runner(A, B, fn, **kw):
 
 
 @pytest.mark.interpreter
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-@given(case=dag_cases(dtypes=(torch.float32, torch.float16, torch.float64)))
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(case=dag_cases(dtypes=(torch.float32, torch.float16, torch.float64), exclude_ops=frozenset({"cast"})))
 def test_random_dags_through_generated_kernels(case):
-    """The random epilogue DAGs of test_random_dags, run as generated Triton kernels (poisoned outputs)."""
+    """The random epilogue DAGs of test_random_dags, run as generated Triton kernels (poisoned outputs).
+
+    Casts are left out here only because the interpreter converts fp32 -> bf16 by truncation; the op cases
+    cover casts (bf16 ones on the GPU)."""
     os.environ["EVTORCH_POISON"] = "1"
     note(repr(case))
     case.check(runner=_triton_runner)
@@ -153,7 +156,7 @@ def test_random_dags_through_generated_kernels(case):
 
 @pytest.mark.interpreter
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-@given(case=dag_cases(dtypes=(torch.float32,)))
+@given(case=dag_cases(dtypes=(torch.float32,), exclude_ops=frozenset({"cast"})))
 def test_random_dags_deterministic_reductions(case):
     os.environ["EVTORCH_POISON"] = "1"
     note(repr(case))

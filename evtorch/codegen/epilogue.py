@@ -183,18 +183,31 @@ class EpilogueEmitter:
         rid = r.rid
         x = f"x{rid}"
         tl_f = TL_DTYPE[r.dtype]
-        if "M" in r.node.args[0].axes and "N" in r.node.args[0].axes:  # already tile-shaped: no broadcast add
-            w(f"{x} = tl.where(mask, {src}.to({tl_f}), {literal(IDENTITY[r.op])})")
-        else:
-            w(f"{x} = tl.where(mask, {src}.to({tl_f}) + tl.zeros_like(acc).to({tl_f}), {literal(IDENTITY[r.op])})")
+        # The reduction walks the axes its value's dims span (reduced or kept), not the whole tile: along a tile
+        # axis outside that set the value is constant, and only tiles at index 0 of that axis may contribute.
         over, kept = set(r.over), r.kept
-        axis = None
-        if "M" in over and "N" in over:
-            axis = "all"
-        elif "N" in over:
+        span = over | set(kept) | set(r.node.args[0].axes)
+        present = tuple(a for a in ("M", "N") if a in span)
+        shape = {("M", "N"): None, ("M",): "(acc.shape[0], 1)", ("N",): "(1, acc.shape[1])", (): "(1, 1)"}[present]
+        value = f"{src}.to({tl_f})" if shape is None and set(r.node.args[0].axes) >= {"M", "N"} else \
+            f"{src}.to({tl_f}) + " + ("tl.zeros_like(acc)" if shape is None else f"tl.zeros({shape}, {tl_f})")
+        conds = [_mask(present)] if _mask(present) else []
+        guards = [f"(pid_{a.lower()} == 0)" for a in ("M", "N") if a not in span]
+        if self.batched and "L" not in span:
+            guards.append("(pid_l == 0)")
+        self._guard = " & ".join(guards) or None  # the combine step (atomic or partial store) runs under it
+        if conds:
+            w(f"{x} = tl.where({' & '.join(conds)}, {value}, {literal(IDENTITY[r.op])})")
+        else:
+            w(f"{x} = {value}")
+        if "M" in kept and "N" in kept:
+            axis = None
+        elif "M" in kept:
             axis = 1
-        elif "M" in over:
+        elif "N" in kept:
             axis = 0
+        else:
+            axis = "all"
         kmask = _mask_1d(kept)
 
         def reduce(expr, fn):
@@ -261,7 +274,13 @@ class EpilogueEmitter:
         ptr, strides = self._buffer(r, "val")
         address = self._kept_address(ptr, r.kept, strides)
         mask = f", mask={kmask}" if kmask else ""
-        self.lines.append(f'{fn}({address}, {value}{mask}, sem="relaxed")')
+        self._guarded(f'{fn}({address}, {value}{mask}, sem="relaxed")')
+
+    def _guarded(self, line: str) -> None:
+        if self._guard:
+            self.lines.append(f"if {self._guard}:")
+            line = "    " + line
+        self.lines.append(line)
 
     def _store_partial(self, r: ReductionPlan, part: str, value: str, kmask: str | None) -> None:
         ptr, strides = self._buffer(r, part)
@@ -277,7 +296,7 @@ class EpilogueEmitter:
             guard = f"(({zero}pid_n * acc.shape[1]) < N)" if zero else inside
             kmask = f"{kmask} & {guard}" if kmask else guard
         mask = f", mask={kmask}" if kmask else ""
-        self.lines.append(f"tl.store({address}, {value}{mask})")
+        self._guarded(f"tl.store({address}, {value}{mask})")
 
 
 def _zero_like(axes) -> str:

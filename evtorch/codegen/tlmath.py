@@ -55,12 +55,12 @@ def relu(x):
 @triton.jit
 def maximum(a, b):
     # torch.maximum propagates NaN from either side
-    return tl.where((a != a) | (a > b), a, b)
+    return tl.where(a != a, a, tl.where(a > b, a, b))
 
 
 @triton.jit
 def minimum(a, b):
-    return tl.where((a != a) | (a < b), a, b)
+    return tl.where(a != a, a, tl.where(a < b, a, b))
 
 
 @triton.jit

@@ -155,7 +155,7 @@ class VectorEmitter:
     def _address(self, ptr: str, axes, strides: dict) -> str:
         terms = [ptr]
         if "L" in axes:
-            terms.append(f"l.to(tl.int64) * {strides['L']}")
+            terms.append(f"tl.cast(l, tl.int64) * {strides['L']}")
         terms += [f"c_{a} * {strides[a]}" for a in self.vaxes if a in axes]
         return " + ".join(terms)
 
@@ -276,7 +276,8 @@ class VectorEmitter:
         n = r.node
         src = self._value(n.args[0], env, phase)
         tl_f = TL_DTYPE[n.dtype]
-        over_v = any(a in n.attrs["over"] for a in self.vaxes)
+        # a block reduces to one value unless it stores per element of a kept vector axis
+        over_v = not any(a in n.axes for a in self.vaxes)
         x = f"a{r.rid}"
         ident = IDENTITY[n.target]
         self.w(f"{x} = tl.where(vmask, {src}.to({tl_f}) + tl.zeros([VBLOCK], {tl_f}), {literal(ident)})")
