@@ -6,7 +6,7 @@ fails), and compares with a float64 torch reference by relative Frobenius error.
 
 import os
 
-os.environ["TRITON_INTERPRET"] = "1"  # before triton/evtorch are imported (tests/conftest.py also sets it)
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton/evtorch are imported (tests/conftest.py also sets it)
 
 import json
 import subprocess

@@ -6,7 +6,7 @@ holds garbage and fails the comparison.
 """
 import os
 
-os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported (tests/conftest.py also sets it)
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported (tests/conftest.py also sets it)
 
 import pytest
 import torch
