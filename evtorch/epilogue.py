@@ -63,6 +63,9 @@ class Epilogue:
         for o in self.outputs:  # refuse views that need a copy now, at trace time, with the user's sizes
             output_view(o.dims, self.axis_sizes, what=f"output {o.position} of {self.name}")
         self._kernels = {}
+        #: per output position, a dtype that overrides the rule below (internal: the autograd forward keeps
+        #: the accumulator it saves in fp32 where the backward compares recomputed values exactly)
+        self.output_dtype_overrides: dict[int, torch.dtype] = {}
 
     # ------------------------------------------------------------------ signature
     @property
@@ -80,6 +83,8 @@ class Epilogue:
     def output_dtype(self, o: OutputInfo, out_dtype: torch.dtype) -> torch.dtype:
         """Full-size (tile) floating outputs take ``out_dtype``; reduction/vector outputs are float32
         (float64 for float64 GEMMs); bool and integer outputs keep their dtype."""
+        if o.position in self.output_dtype_overrides:
+            return self.output_dtype_overrides[o.position]
         if not o.dtype.is_floating_point:
             return o.dtype
         if o.kind == "tile":

@@ -125,7 +125,9 @@ def test_gpu_gradients(name, dtype):
             v.requires_grad_()
     out = evt.gemm(A, B, fn, **inputs)
     out = out if isinstance(out, tuple) else (out,)
-    ref_inputs = {k: (v.detach().float().requires_grad_() if isinstance(v, torch.Tensor) and v.dtype.is_floating_point
+    # the contract's reference: fn(A.float() @ B.float(), **inputs) with the inputs in their own dtype (an
+    # fp32 upcast of bf16 inputs would move amax's arg-max, and with it where the gradient goes)
+    ref_inputs = {k: (v.detach().clone().requires_grad_() if isinstance(v, torch.Tensor) and v.dtype.is_floating_point
                       else v) for k, v in inputs.items()}
     Af, Bf = A.detach().float().requires_grad_(), B.detach().float().requires_grad_()
     ref = fn(Af @ Bf, **ref_inputs)
@@ -138,5 +140,5 @@ def test_gpu_gradients(name, dtype):
     tol = 1e-4 if dtype == torch.float32 else 3e-2
     for g, r in zip(got, want):
         if r is not None:
-            err = ((g.float() - r).abs().max() / r.abs().max().clamp_min(1e-30)).item()
+            err = ((g.float() - r.float()).abs().max() / r.float().abs().max().clamp_min(1e-30)).item()
             assert err <= tol, f"relative error {err}"

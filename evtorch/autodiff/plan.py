@@ -165,7 +165,7 @@ class GradPlan:
         layout = [(o.walked, self.output_dtype(o)) for o in self.outputs]
         layout += [(n.axes, self.vector_dtype()) for n in self.saved_vectors]
         if self.mode == "saved":
-            layout.append((self.order, self.out_dtype))
+            layout.append((self.order, self.acc_save_dtype))
         return layout
 
     # ------------------------------------------------------------------ the forward
@@ -191,7 +191,10 @@ class GradPlan:
     def forward_epilogue(self) -> Epilogue:
         specs = [InputSpec(k.param, "tensor", self.key_shape(k), k.dtype) for k in self.keys]
         specs += [InputSpec(p, "number", dtype=s.dtype) for p, s in self.scalars]
-        return Epilogue(self.forward_fn, self.ep.acc_shape, self.ep.acc_dtype, specs)
+        ep = Epilogue(self.forward_fn, self.ep.acc_shape, self.ep.acc_dtype, specs)
+        if self.mode == "saved":
+            ep.output_dtype_overrides[len(ep.outputs) - 1] = self.acc_save_dtype
+        return ep
 
     def _leaf(self, space_: Space, kw: dict, acc_value, saved: dict | None = None):
         scalar_param = {s.name: p for p, s in self.scalars}
@@ -255,7 +258,7 @@ class GradPlan:
         specs += [InputSpec(f"v{i}", "tensor", tuple(self.canonical_shape(n.axes)), self.vector_dtype())
                   for i, n in enumerate(saved_vectors)]
         if mode == "saved":
-            specs.append(InputSpec("acc_s", "tensor", tuple(self.ep.acc_shape), self.out_dtype))
+            specs.append(InputSpec("acc_s", "tensor", tuple(self.ep.acc_shape), self.acc_save_dtype))
         return specs
 
     def _build_backward(self, seeds, mode, saved_vectors) -> BackwardProgram:
@@ -329,6 +332,9 @@ class GradPlan:
         minmax = any(n.op == "reduce" and n.target in ("amax", "amin") for n in self.graph.nodes)
         self.mode = "none" if not acc_used else ("recompute" if self.policy == "recompute" and not minmax
                                                  else "saved")
+        # likewise a saved accumulator rounded to a 16-bit output dtype would not reproduce the values the
+        # forward's amax/amin compared, so it is kept in the accumulator's own dtype then
+        self.acc_save_dtype = self.vector_dtype() if minmax else self.out_dtype
 
     @property
     def saved_for_backward(self) -> list[Saved]:
@@ -336,7 +342,7 @@ class GradPlan:
         out = []
         if self.mode == "saved":
             out.append(Saved("acc", "the accumulator A @ B, saved by the forward (recomputing it costs a GEMM)",
-                             self.order, self.out_dtype))
+                             self.order, self.acc_save_dtype))
         if self.mode == "recompute":
             out.append(Saved("A, B", "to recompute the accumulator A @ B in the backward", (), None))
         for n in self.saved_vectors:
