@@ -28,17 +28,18 @@ from .reductions import IDENTITY, ReductionPlan, key_params
 SIGNATURE = ("acc", "offs_m", "offs_n", "pid_m", "pid_n", "pid_l", "M", "N", "L")
 
 
-def _ptr(base: str, axes, strides: dict) -> str:
-    """Pointer expression over ``axes`` (canonical), shaped like the values of that shape class."""
-    terms = [base]
+def _ptr(base: str, axes, strides: dict, extra: str | None = None, flat: bool = False) -> str:
+    """Pointer expression over ``axes`` (canonical), shaped like the values of that shape class ([BM, 1] for M
+    alone), or with ``flat`` like a reduction result that kept one tile axis ([BM] / [BN])."""
+    terms = [base] + ([extra] if extra else [])
     if "L" in axes:
         terms.append(f"pid_l.to(tl.int64) * {strides['L']}")
     if "M" in axes and "N" in axes:
         terms += [f"offs_m64[:, None] * {strides['M']}", f"offs_n64[None, :] * {strides['N']}"]
     elif "M" in axes:
-        terms.append(f"offs_m64[:, None] * {strides['M']}")
+        terms.append(f"offs_m64 * {strides['M']}" if flat else f"offs_m64[:, None] * {strides['M']}")
     elif "N" in axes:
-        terms.append(f"offs_n64[None, :] * {strides['N']}")
+        terms.append(f"offs_n64 * {strides['N']}" if flat else f"offs_n64[None, :] * {strides['N']}")
     return " + ".join(terms)
 
 
@@ -247,18 +248,6 @@ class EpilogueEmitter:
         else:
             self._store_partial(r, "val", f"p{rid}", kmask)
 
-    def _kept_address(self, base: str, kept, strides: dict, extra: str | None = None) -> str:
-        terms = [base] + ([extra] if extra else [])
-        if "L" in kept:
-            terms.append(f"pid_l.to(tl.int64) * {strides['L']}")
-        if "M" in kept and "N" in kept:
-            terms += [f"offs_m64[:, None] * {strides['M']}", f"offs_n64[None, :] * {strides['N']}"]
-        elif "M" in kept:
-            terms.append(f"offs_m64 * {strides['M']}")
-        elif "N" in kept:
-            terms.append(f"offs_n64 * {strides['N']}")
-        return " + ".join(terms)
-
     def _buffer(self, r: ReductionPlan, part: str):
         if r.direct_output is not None:
             pos = r.direct_output
@@ -272,7 +261,7 @@ class EpilogueEmitter:
 
     def _atomic(self, r: ReductionPlan, fn: str, value: str, kmask: str | None) -> None:
         ptr, strides = self._buffer(r, "val")
-        address = self._kept_address(ptr, r.kept, strides)
+        address = _ptr(ptr, r.kept, strides, flat=True)
         mask = f", mask={kmask}" if kmask else ""
         self._guarded(f'{fn}({address}, {value}{mask}, sem="relaxed")')
 
@@ -285,7 +274,7 @@ class EpilogueEmitter:
     def _store_partial(self, r: ReductionPlan, part: str, value: str, kmask: str | None) -> None:
         ptr, strides = self._buffer(r, part)
         t = _tile_linear_index(r.over)
-        address = self._kept_address(ptr, r.kept, strides, extra=f"({t}).to(tl.int64) * {strides['T']}")
+        address = _ptr(ptr, r.kept, strides, extra=f"({t}).to(tl.int64) * {strides['T']}", flat=True)
         if "N" in r.over:
             # The workspace has cdiv(N, tile width) slots along N. With epilogue sub-tiling a ragged last tile can
             # hand over a sub-tile that lies wholly past N (pid_n = cdiv(N, width) or more): it holds only the
