@@ -37,6 +37,9 @@ import time
 import traceback
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable as a script or as benchmarks.<name>
+from benchmarks.harness import Harness  # noqa: E402
+
 T0 = time.time()
 
 # Inductor settings for the torch.compile baseline: bound the max-autotune search (the GEMM backends it
@@ -97,81 +100,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # ---------------------------------------------------------------------------------------------------- helpers
-class Bench:
+class Bench(Harness):
     """Everything one run needs: args, device, timers, results and the log."""
 
     def __init__(self, args):
-        import torch
-
-        self.args = args
-        self.torch = torch
-        self.cuda = not args.dry_run
+        quick = args.quick
+        super().__init__(args, "bench", {"env": {}, "settings": {}, "ceilings": {}, "shapes": [], "rows": [],
+                                         "identity": [], "notes": []},
+                         cuda=not args.dry_run, t0=T0,
+                         warmup_ms=args.warmup_ms if args.warmup_ms is not None else (10.0 if quick else 25.0),
+                         rep_ms=args.rep_ms if args.rep_ms is not None else (50.0 if quick else 150.0))
         self.dev = "cuda" if self.cuda else "cpu"
-        self.out = Path(args.out)
-        self.out.mkdir(parents=True, exist_ok=True)
-        self.logf = open(self.out / "bench_log.txt", "w")
-        self.warmup = args.warmup_ms if args.warmup_ms is not None else (10.0 if args.quick else 25.0)
-        self.rep = args.rep_ms if args.rep_ms is not None else (50.0 if args.quick else 150.0)
-        self.results = {"env": {}, "settings": {}, "ceilings": {}, "shapes": [], "rows": [], "identity": [],
-                        "notes": []}
 
-    # ---- output
-    def log(self, *parts):
-        text = " ".join(str(p) for p in parts)
-        print(text, flush=True)
-        self.logf.write(text + "\n")
-        self.logf.flush()
-
-    def save(self):
-        path = self.out / "bench.json"
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.results, indent=1, default=str))
-        tmp.replace(path)
-
-    def time_left(self) -> float:
-        return self.args.deadline_s - (time.time() - T0)
-
-    # ---- timing
     def sync(self):
         if self.cuda:
             self.torch.cuda.synchronize()
-
-    def timer(self, fn) -> float:
-        """Median milliseconds of ``fn``: do_bench with L2 flushed on CUDA, wall clock on CPU."""
-        if self.cuda:
-            from triton.testing import do_bench
-
-            return float(do_bench(fn, warmup=self.warmup, rep=self.rep, return_mode="median"))
-        fn()
-        times = []
-        for _ in range(3):
-            t = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t) * 1e3)
-        return statistics.median(times)
-
-    def graph_timer(self, fn):
-        """Median ms of ``fn`` captured in a CUDA graph (device time without host overhead); None if capture fails."""
-        if not self.cuda:
-            return None
-        torch = self.torch
-        try:
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                for _ in range(2):
-                    fn()
-            torch.cuda.current_stream().wait_stream(s)
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                fn()
-            ms = self.timer(g.replay)
-            del g
-            return ms
-        except Exception as exc:  # noqa: BLE001 - a diagnostic, not a result
-            self.log("  graph capture failed:", f"{type(exc).__name__}: {str(exc)[:200]}")
-            torch.cuda.synchronize()
-            return None
 
     def host_us(self, fn, n: int = 20) -> float:
         """Host microseconds per call while the GPU is busy (calls return before their kernels finish)."""

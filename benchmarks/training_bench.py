@@ -32,6 +32,9 @@ import time
 import traceback
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable as a script or as benchmarks.<name>
+from benchmarks.harness import Harness  # noqa: E402
+
 T0 = time.time()
 SHAPES = [(8192, 4096, 1024), (8192, 8192, 4096)]       # (M, N, K), the speed issue's shapes
 QUICK_SHAPES = [(8192, 4096, 1024)]
@@ -93,66 +96,13 @@ def make_workload(name, M, N, K, device, dtype, policy="save", batch=None):
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-class Run:
+class Run(Harness):
     def __init__(self, args):
         import torch
-        self.args, self.torch = args, torch
-        self.cuda = torch.cuda.is_available() and not args.dry_run
+        super().__init__(args, "training_bench", {"env": {}, "checks": [], "rows": [], "errors": []},
+                         cuda=torch.cuda.is_available() and not args.dry_run, warmup_ms=args.warmup_ms,
+                         rep_ms=args.rep_ms, t0=T0, cpu_reps=2)
         self.device = "cuda" if self.cuda else "cpu"
-        self.out = Path(args.out)
-        self.out.mkdir(parents=True, exist_ok=True)
-        self.results = {"env": {}, "checks": [], "rows": [], "errors": []}
-        self.logf = open(self.out / "training_bench_log.txt", "w")
-
-    def log(self, *parts):
-        text = " ".join(str(p) for p in parts)
-        print(text, flush=True)
-        self.logf.write(text + "\n")
-        self.logf.flush()
-
-    def save(self):
-        path = self.out / "training_bench.json"
-        path.with_suffix(".tmp").write_text(json.dumps(self.results, indent=1, default=str))
-        path.with_suffix(".tmp").replace(path)
-
-    def time_left(self):
-        return self.args.deadline_s - (time.time() - T0)
-
-    def timer(self, fn) -> float:
-        if self.cuda:
-            from triton.testing import do_bench
-            return float(do_bench(fn, warmup=self.args.warmup_ms, rep=self.args.rep_ms, return_mode="median"))
-        fn()
-        times = []
-        for _ in range(2):
-            t = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t) * 1e3)
-        return statistics.median(times)
-
-    def graph_timer(self, fn) -> float | None:
-        """Median ms of ``fn`` captured whole (forward, autograd backward) in one CUDA graph and replayed: device
-        time without host overhead. None where capture fails."""
-        if not self.cuda:
-            return None
-        torch = self.torch
-        try:
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                for _ in range(2):
-                    fn()
-            torch.cuda.current_stream().wait_stream(s)
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                fn()
-            ms = self.timer(g.replay)
-            del g
-            return ms
-        except Exception as exc:  # noqa: BLE001 - a diagnostic
-            self.log(f"  graph capture failed: {type(exc).__name__}: {str(exc)[:200]}")
-            torch.cuda.synchronize()
-            return None
 
     def peak_mb(self, fn) -> float | None:
         """Peak memory allocated during one call, above what was allocated before it (MiB)."""

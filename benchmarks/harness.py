@@ -1,0 +1,75 @@
+"""What every benchmark run shares: a results JSON written atomically, a log mirrored to stdout, a deadline,
+and the two timers (``do_bench`` median with L2 flushed on CUDA, wall clock on CPU; and CUDA-graph replay,
+which measures device time without host overhead)."""
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from pathlib import Path
+
+
+class Harness:
+    def __init__(self, args, stem: str, results: dict, *, cuda: bool, warmup_ms: float, rep_ms: float,
+                 t0: float, cpu_reps: int = 3):
+        import torch
+
+        self.args, self.torch, self.cuda = args, torch, cuda
+        self.stem, self.results, self.t0 = stem, results, t0
+        self.warmup, self.rep, self.cpu_reps = warmup_ms, rep_ms, cpu_reps
+        self.out = Path(args.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.logf = open(self.out / f"{stem}_log.txt", "w")
+
+    def log(self, *parts):
+        text = " ".join(str(p) for p in parts)
+        print(text, flush=True)
+        self.logf.write(text + "\n")
+        self.logf.flush()
+
+    def save(self):
+        path = self.out / f"{self.stem}.json"
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.results, indent=1, default=str))
+        tmp.replace(path)
+
+    def time_left(self) -> float:
+        return self.args.deadline_s - (time.time() - self.t0)
+
+    def timer(self, fn) -> float:
+        """Median milliseconds of ``fn``: do_bench with L2 flushed on CUDA, wall clock on CPU."""
+        if self.cuda:
+            from triton.testing import do_bench
+
+            return float(do_bench(fn, warmup=self.warmup, rep=self.rep, return_mode="median"))
+        fn()
+        times = []
+        for _ in range(self.cpu_reps):
+            t = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t) * 1e3)
+        return statistics.median(times)
+
+    def graph_timer(self, fn) -> float | None:
+        """Median ms of ``fn`` captured whole in one CUDA graph and replayed (device time without host
+        overhead); None where capture fails or without CUDA."""
+        if not self.cuda:
+            return None
+        torch = self.torch
+        try:
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                for _ in range(2):
+                    fn()
+            torch.cuda.current_stream().wait_stream(s)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                fn()
+            ms = self.timer(g.replay)
+            del g
+            return ms
+        except Exception as exc:  # noqa: BLE001 - a diagnostic, not a result
+            self.log(f"  graph capture failed: {type(exc).__name__}: {str(exc)[:200]}")
+            torch.cuda.synchronize()
+            return None
