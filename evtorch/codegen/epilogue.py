@@ -220,6 +220,8 @@ class EpilogueEmitter:
 
         if r.op == "logsumexp":
             w(f"m{rid} = {reduce(x, 'max')}")
+            # tl.max may skip NaN; torch.logsumexp propagates it, so a NaN anywhere makes the partial max NaN
+            w(f"m{rid} = tl.where({reduce(f'tl.where({x} != {x}, 1, 0)', 'max')} > 0, float('nan'), m{rid})")
             w(f"ms{rid} = tl.where(m{rid} == float('-inf'), 0.0, m{rid})")
             ms = f"ms{rid}" if axis is None else (f"ms{rid}[:, None]" if axis == 1 else
                                                   f"ms{rid}[None, :]" if axis == 0 else f"ms{rid}")

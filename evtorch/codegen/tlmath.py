@@ -72,7 +72,8 @@ def clamp(x, lo, hi):
 
 @triton.jit
 def sign(x):
-    return tl.where(x > 0, 1.0, tl.where(x < 0, -1.0, x * 0.0))
+    # torch.sign: NaN and -0.0 give 0.0
+    return tl.where(x > 0, 1.0, tl.where(x < 0, -1.0, 0.0))
 
 
 @triton.jit
