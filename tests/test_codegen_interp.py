@@ -137,27 +137,42 @@ from hypothesis import HealthCheck, given, note, settings  # noqa: E402
 from test_random_dags import dag_cases  # noqa: E402  (tests/ is on sys.path under pytest's rootdir)
 
 
-def _triton_runner(A, B, fn, **kw):
-    return evt.gemm(A, B, fn, backend="triton", **kw)
+def _check_generated(case, **options):
+    """The generated epilogue against eager on the *same* accumulator: the identity epilogue through the same
+    template and config gives the kernel's own A @ B (its summation order differs from torch.matmul's, which
+    a random DAG like ``1 / acc`` can amplify without bound); GEMM accuracy itself is tested elsewhere."""
+    from helpers import compare_outputs, eager_hi, eager_with_precision
+
+    acc_dtype = torch.float64 if case.A.dtype == torch.float64 else torch.float32
+    acc = evt.gemm(case.A, case.B, backend="triton", out_dtype=acc_dtype, **options)
+    got = evt.gemm(case.A, case.B, case.fn, backend="triton", **options, **case.inputs)
+    want, lowest = eager_with_precision(case.fn, acc, **case.inputs)
+    hi = eager_hi(case.fn, acc, **case.inputs)
+    ep = evt.api.get_epilogue(case.fn, tuple(acc.shape), acc_dtype, case.inputs)
+    compare_outputs(ep, got, want, hi, out_dtype=case.A.dtype, lowest=lowest)
 
 
 @pytest.mark.interpreter
-@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(max_examples=50, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(case=dag_cases(dtypes=(torch.float32, torch.float16, torch.float64), exclude_ops=frozenset({"cast"})))
 def test_random_dags_through_generated_kernels(case):
     """The random epilogue DAGs of test_random_dags, run as generated Triton kernels (poisoned outputs).
 
     Casts are left out here only because the interpreter converts fp32 -> bf16 by truncation; the op cases
-    cover casts (bf16 ones on the GPU)."""
+    cover casts (bf16 ones on the GPU). Derandomized, so CI sees the same examples every run: a random DAG can
+    chain a discontinuous op (ceil, a comparison) after a transcendental one and turn a last-bit difference
+    from eager into a different value; run with ``--hypothesis-seed=N`` and derandomize off to explore."""
     os.environ["EVTORCH_POISON"] = "1"
     note(repr(case))
-    case.check(runner=_triton_runner)
+    _check_generated(case)
 
 
 @pytest.mark.interpreter
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(max_examples=25, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(case=dag_cases(dtypes=(torch.float32,), exclude_ops=frozenset({"cast"})))
 def test_random_dags_deterministic_reductions(case):
     os.environ["EVTORCH_POISON"] = "1"
     note(repr(case))
-    case.check(runner=lambda A, B, fn, **kw: evt.gemm(A, B, fn, backend="triton", deterministic=True, **kw))
+    _check_generated(case, deterministic=True)

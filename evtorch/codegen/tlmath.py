@@ -18,12 +18,15 @@ def sigmoid(x):
 
 @triton.jit
 def tanh(x):
-    # tanh(|x|) = (1 - e) / (1 + e), e = exp(-2|x|); below 0.01 the subtraction cancels, use the series instead
+    # |x| < 0.1: odd Taylor series (cancellation-free); below 0.55: (1 - e) / (1 + e) with e = exp(-2|x|);
+    # above: 1 - 2e / (1 + e), which keeps the last bits near saturation where 1 + e would round to 1
     ax = tl.abs(x)
     e = tl.exp(-2.0 * ax)
-    big = (1.0 - e) / (1.0 + e)
-    small = ax - ax * ax * ax * (1.0 / 3.0)
-    t = tl.where(ax < 0.01, small, big)
+    x2 = ax * ax
+    small = ax * (1.0 + x2 * (-1.0 / 3.0 + x2 * (2.0 / 15.0 + x2 * (-17.0 / 315.0))))
+    mid = (1.0 - e) / (1.0 + e)
+    big = 1.0 - 2.0 * e / (1.0 + e)
+    t = tl.where(ax < 0.1, small, tl.where(ax < 0.55, mid, big))
     return tl.where(x < 0, -t, t)
 
 
