@@ -1,17 +1,20 @@
 """evt.scan on a GPU: correctness (fp32, bf16) and speed against the memory floor and PyTorch.
 
-    python benchmarks/scan_bench.py [--out DIR] [--quick]
+    python benchmarks/scan_bench.py [--out DIR] [--quick] [--budget S] [--no-tanh-sweep]
 
 One run does everything (it was written for a single device call):
 1. correctness of every scan mode on CUDA against float64 references (torch.cumsum/cummax/logcumsumexp or an
    eager loop), fresh random data, outputs allocated over freed NaN-filled memory (an unwritten element shows);
 2. the device's copy bandwidth (bytes read + written / time of a large device-to-device copy);
-3. timings (triton.testing.do_bench, median) of torch.cumsum and evt.scan cumulative sums on (65536, 1024) and
-   (4096, 8192) fp32, the linear recurrence ``a * h + x``, and ``tanh(a * h + x)`` against an eager PyTorch
-   loop; each scan also under a CUDA graph (kernel time without Python launch overhead) and over a small
-   sweep of launch configs. The floor of each is its bytes (inputs read once, output written once) over the
+3. timings (triton.testing.do_bench, median) of torch.cumsum and evt.scan at its defaults: cumulative sums on
+   (65536, 1024) and (4096, 8192) fp32 and bf16, the linear recurrence ``a * h + x``, and ``tanh(a * h + x)``
+   against an eager PyTorch loop, the scans also under a CUDA graph (kernel time without Python launch
+   overhead);
+4. sweeps of launch configs under a CUDA graph (``*_SWEEP`` below: the defaults before and the candidates),
+   each config first checked against float64 on the data it is timed on (a config that fails is timed but
+   never reported as best). The floor of each is its bytes (inputs read once, output written once) over the
    measured copy bandwidth.
-Everything goes to DIR/scan_bench.json; a summary table is printed last.
+Everything goes to DIR/scan_bench.json (rewritten after each sweep); a summary table is printed last.
 """
 from __future__ import annotations
 
@@ -32,6 +35,8 @@ from evtorch.scan import ScanConfig  # noqa: E402
 RESULTS: dict = {"correctness": [], "timings": [], "errors": []}
 T_START = time.time()
 TIME_BUDGET_S = 290  # sweeps stop here so that the results are written well inside a 6-minute device call
+TANH_SWEEPS = True
+OUT_DIR = "."
 DEV = "cuda"
 DRY = False  # --dry: tiny sizes on CPU through Triton's interpreter, to check this script without a GPU
 
@@ -42,19 +47,44 @@ LAE = lambda h, x: torch.logaddexp(h, x)  # noqa: E731
 TANH = lambda h, a, x: torch.tanh(a * h + x)  # noqa: E731
 
 
-_LB, _TP = "lookback", "threepass"
-ASSOC_SWEEP = [ScanConfig(16, 512, 4, strategy=_LB, window=1), ScanConfig(16, 512, 4, strategy=_LB, window=16),
-               ScanConfig(8, 512, 4, strategy=_LB, window=16), ScanConfig(8, 1024, 8, strategy=_LB, window=8),
-               ScanConfig(16, 256, 2, strategy=_LB, window=8), ScanConfig(16, 512, 4, strategy=_TP, seg=256),
-               ScanConfig(16, 512, 4, strategy=_TP, seg=1024), ScanConfig(8, 1024, 8, strategy=_TP, seg=256)]
-LINEAR_SWEEP = [ScanConfig(8, 512, 4, strategy=_LB, window=16), ScanConfig(16, 512, 4, strategy=_LB, window=8),
-                ScanConfig(8, 1024, 8, strategy=_LB, window=8), ScanConfig(8, 512, 4, strategy=_LB, window=1),
-                ScanConfig(8, 512, 4, strategy=_TP, seg=256), ScanConfig(16, 512, 4, strategy=_TP, seg=512)]
+_LB, _TP, _PK = "lookback", "threepass", "packed"
+
+
+def C(bt, bn, nw, strategy, window=None, sub=None, seg=None):
+    return ScanConfig(bt, bn, nw, strategy=strategy, window=window, seg=seg, sub=sub)
+
+
+# the defaults of docs/scan.md's run 1 (still the defaults: run 2 found nothing faster), timed in every run
+OLD_CUMSUM_LONG, OLD_CUMSUM_SHORT = C(16, 512, 4, _LB, 16, 1), C(16, 512, 4, _LB, 1, 1)
+OLD_CUMSUM_BF16_LONG = C(16, 512, 4, _LB, 8, 1)
+OLD_LINEAR_LONG, OLD_LINEAR_SHORT = C(8, 512, 4, _TP, seg=256), C(16, 512, 4, _LB, 8, 1)
+OLD_LAE = C(8, 512, 4, _LB, 8, 1)
+# sweeps: (chunk steps, lanes, warps, strategy, look-back window, sub-blocks); each compiled offline for sm_90
+# without spills first (benchmarks/scan_compile_check.py)
+CUMSUM_LONG_SWEEP = [OLD_CUMSUM_LONG, C(64, 128, 4, _LB, 8, 4), C(16, 512, 4, _PK, 8, 1), C(32, 256, 4, _PK, 8, 2),
+                     C(64, 128, 4, _PK, 4, 4), C(64, 128, 4, _PK, 8, 4), C(64, 128, 8, _PK, 8, 8),
+                     C(128, 64, 4, _PK, 8, 8), C(32, 128, 4, _PK, 8, 4), C(64, 256, 8, _PK, 8, 4)]
+CUMSUM_SHORT_SWEEP = [OLD_CUMSUM_SHORT, C(16, 512, 4, _PK, 8, 1), C(32, 256, 4, _PK, 8, 2), C(64, 128, 4, _PK, 8, 4),
+                      C(64, 128, 8, _PK, 8, 8), C(128, 64, 4, _PK, 8, 8)]
+CUMSUM_BF16_LONG_SWEEP = [OLD_CUMSUM_BF16_LONG, C(64, 128, 4, _PK, 8, 8), C(128, 128, 8, _PK, 8, 16),
+                          C(64, 256, 8, _PK, 8, 8), C(128, 64, 4, _PK, 8, 16)]
+CUMSUM_BF16_SHORT_SWEEP = [OLD_CUMSUM_SHORT, C(64, 128, 4, _PK, 8, 8), C(128, 128, 8, _PK, 8, 16),
+                           C(32, 256, 4, _PK, 8, 4)]
+LINEAR_LONG_SWEEP = [OLD_LINEAR_LONG, OLD_LINEAR_SHORT, C(64, 128, 8, _LB, 8, 8), C(32, 128, 4, _LB, 8, 4),
+                     C(64, 64, 4, _LB, 8, 8)]
+LINEAR_SHORT_SWEEP = [OLD_LINEAR_SHORT, C(64, 128, 8, _LB, 8, 8), C(32, 128, 4, _LB, 8, 4), C(64, 64, 4, _LB, 8, 8)]
+LINEAR_BF16_SWEEP = [OLD_LINEAR_LONG, C(64, 128, 8, _LB, 8, 16)]
+LAE_SWEEP = [OLD_LAE, C(64, 128, 4, _PK, 8, 4), C(32, 128, 4, _PK, 8, 4)]
 TANH_SWEEP = [ScanConfig(block_n=b, num_warps=max(1, b // 32), depth=d)
               for b, d in ((32, 2), (32, 8), (64, 4), (128, 4), (32, 16))]
-STRATEGY_CHECKS = [ScanConfig(strategy=_LB, window=1), ScanConfig(strategy=_LB, window=16),
-                   ScanConfig(8, 1024, 8, strategy=_LB, window=8), ScanConfig(strategy=_TP, seg=256),
-                   ScanConfig(8, 1024, 8, strategy=_TP, seg=1024)]
+# correctness() runs these on the long shape, a ragged bf16 shape and the linear recurrence (packed configs
+# fall back to the flag look-back there)
+STRATEGY_CHECKS = [ScanConfig(strategy=_LB, window=1), ScanConfig(strategy=_TP, seg=256),
+                   C(32, 128, 4, _PK, 8, 4), C(128, 64, 4, _PK, 8, 8)]
+# for benchmarks/scan_compile_check.py
+ASSOC_SWEEP = CUMSUM_LONG_SWEEP + CUMSUM_SHORT_SWEEP + LAE_SWEEP
+LINEAR_SWEEP = LINEAR_LONG_SWEEP + LINEAR_BF16_SWEEP
+BF16_SWEEP = CUMSUM_BF16_LONG_SWEEP + CUMSUM_BF16_SHORT_SWEEP
 
 
 def size(T, n):
@@ -205,14 +235,14 @@ def copy_bandwidth() -> float:
     return bw
 
 
-def bench(fn, graph: bool):
+def bench(fn, graph: bool, rep: int = 100):
     import triton
     if DRY:
         t = time.perf_counter()
         fn()
         return (time.perf_counter() - t) * 1e3
     if graph:
-        return triton.testing.do_bench_cudagraph(fn, rep=100, return_mode="median")
+        return triton.testing.do_bench_cudagraph(fn, rep=rep, return_mode="median")
     return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
@@ -225,23 +255,39 @@ def record(case, shape, dtype, variant, ms, floor_ms, extra=None):
     log(f"  {case:18s} {str(tuple(shape)):15s} {dtype:5s} {variant:34s} {ms * 1e3:10.1f} us  {xf}")
 
 
-def sweep(case, fn_of_cfg, shape, dtype, floor_ms, configs):
+def sweep(case, fn_of_cfg, shape, dtype, floor_ms, configs, ref=None, tol=1e-4, reps=1, rep_ms=100):
+    """Check each config's output against ``ref()`` (float64; fresh NaN-poisoned outputs; ``reps`` runs: a
+    race shows as a moving error), then time it under a CUDA graph. Returns (best ms, config) over the
+    configs that passed."""
     best = (math.inf, None)
     for cfg in configs:
         if time.time() - T_START > TIME_BUDGET_S:
             log(f"  (time budget reached: skipping the rest of the {case} sweep)")
             break
+        tag = (f"{cfg.strategy or ''}{'/w' + str(cfg.window) if cfg.window else ''}"
+               f"{'/seg' + str(cfg.seg) if cfg.seg else ''}{'/sub' + str(cfg.sub) if cfg.sub else ''}")
+        name = f"graph {cfg.block_t},{cfg.block_n},{cfg.num_warps},d{cfg.depth} {tag}"
         try:
-            ms = bench(lambda: fn_of_cfg(cfg), graph=True)
+            ok = True
+            if ref is not None:
+                r = ref()
+                for i in range(reps):
+                    out = fn_of_cfg(cfg)
+                    poison(out.shape, out.dtype)
+                    out = fn_of_cfg(cfg)
+                    n0 = len(RESULTS["correctness"])
+                    check(f"{case} {dtype} {tuple(shape)} {name} .{i}", out, r, tol)
+                    ok = ok and RESULTS["correctness"][n0]["ok"]
+                    del out
+            ms = bench(lambda: fn_of_cfg(cfg), graph=True, rep=rep_ms)
         except Exception as e:  # a config that fails to compile or launch is reported, not fatal
             RESULTS["errors"].append(f"{case} {cfg}: {type(e).__name__}: {str(e)[:300]}")
             log(f"  {case} {cfg}: FAILED {type(e).__name__}: {str(e)[:200]}")
             continue
-        tag = (f"{cfg.strategy or ''}{'/w' + str(cfg.window) if cfg.window else ''}"
-               f"{'/seg' + str(cfg.seg) if cfg.seg else ''}")
-        record(case, shape, dtype, f"graph {cfg.block_t},{cfg.block_n},{cfg.num_warps},d{cfg.depth} {tag}", ms,
-               floor_ms)
-        best = min(best, (ms, cfg), key=lambda p: p[0])
+        record(case, shape, dtype, name + ("" if ok else " WRONG"), ms, floor_ms,
+               {"config": str(cfg), "checked": ref is not None, "ok": ok})
+        if ok:
+            best = min(best, (ms, cfg), key=lambda p: p[0])
     return best
 
 
@@ -280,7 +326,6 @@ def timings(bw: float, quick: bool):
         record("cumsum", (T, n), "bf16", "evt.scan graph", bench(lambda: evt.scan(ADD, Xb), True),
                floor(2 * X.numel() * 2))
         del Xb
-        record("linear a*h+x", (T, n), "f32", "evt.scan", bench(lambda: evt.scan(LIN, A, X, init=X[:1]), False), fl3)
         record("linear a*h+x", (T, n), "f32", "evt.scan graph",
                bench(lambda: evt.scan(LIN, A, X, init=X[:1]), True), fl3)
 
@@ -311,20 +356,51 @@ def timings(bw: float, quick: bool):
     if quick:
         return
 
-    log("== config sweeps (CUDA graph) ==")
-    assoc_cfgs, lin_cfgs = ASSOC_SWEEP, LINEAR_SWEEP
+    log("== config sweeps (CUDA graph; each config checked against float64 first) ==")
     best = RESULTS.setdefault("best", {})
-    for (T, n), (X, A) in data.items():
-        fl, fl3 = floor(2 * X.numel() * 4), floor(3 * X.numel() * 4)
-        b = sweep("cumsum", lambda c: evt.scan(ADD, X, config=c), (T, n), "f32", fl, assoc_cfgs)
-        best[f"cumsum {T}x{n}"] = [b[0], b[0] / fl, str(b[1])]
-        b = sweep("linear a*h+x", lambda c: evt.scan(LIN, A, X, init=X[:1], config=c), (T, n), "f32", fl3, lin_cfgs)
-        best[f"linear {T}x{n}"] = [b[0], b[0] / fl3, str(b[1])]
-    for (T, n), (X, A) in tanh_data.items():
-        cfgs = TANH_SWEEP
-        b = sweep("tanh(a*h+x)", lambda c: evt.scan(TANH, A, X, init=X[:1], config=c), (T, n), "f32",
-                  floor(3 * X.numel() * 4), cfgs)
-        best[f"tanh {T}x{n}"] = [b[0], RESULTS["eager_ms"][f"{T}x{n}"] / b[0], str(b[1])]
+    refs = {}
+
+    def cached(key, make):
+        def get():
+            if key not in refs:
+                refs[key] = make()
+            return refs[key]
+        return get
+
+    def run(key, case, fn_of_cfg, shape, dtype, floor_ms, cfgs, ref, tol=1e-4, reps=1, rep_ms=50):
+        b = sweep(case, fn_of_cfg, shape, dtype, floor_ms, cfgs, ref, tol, reps, rep_ms)
+        best[key] = [b[0], b[0] / floor_ms, str(b[1])]
+        refs.clear()
+        dump(OUT_DIR)
+
+    (Tl, nl), (Ts, ns) = size(65536, 1024), size(4096, 8192)
+    (XL, AL), (XS, AS) = data[(Tl, nl)], data[(Ts, ns)]
+    fl = lambda X, item=4, k=2: floor(k * X.numel() * item)  # noqa: E731
+    run(f"cumsum f32 {Tl}x{nl}", "cumsum", lambda c: evt.scan(ADD, XL, config=c), (Tl, nl), "f32", fl(XL),
+        CUMSUM_LONG_SWEEP, cached(0, lambda: XL.double().cumsum(0)), reps=2, rep_ms=100)
+    run(f"cumsum f32 {Ts}x{ns}", "cumsum", lambda c: evt.scan(ADD, XS, config=c), (Ts, ns), "f32", fl(XS),
+        CUMSUM_SHORT_SWEEP, cached(0, lambda: XS.double().cumsum(0)), rep_ms=100)
+    XLb, XSb = XL.bfloat16(), XS.bfloat16()
+    run(f"cumsum bf16 {Tl}x{nl}", "cumsum", lambda c: evt.scan(ADD, XLb, config=c), (Tl, nl), "bf16",
+        fl(XL, 2), CUMSUM_BF16_LONG_SWEEP, cached(0, lambda: XLb.double().cumsum(0)), 2e-2)
+    run(f"cumsum bf16 {Ts}x{ns}", "cumsum", lambda c: evt.scan(ADD, XSb, config=c), (Ts, ns), "bf16",
+        fl(XS, 2), CUMSUM_BF16_SHORT_SWEEP, cached(0, lambda: XSb.double().cumsum(0)), 2e-2)
+    run(f"linear f32 {Tl}x{nl}", "linear a*h+x", lambda c: evt.scan(LIN, AL, XL, init=XL[:1], config=c),
+        (Tl, nl), "f32", fl(XL, 4, 3), LINEAR_LONG_SWEEP, cached(0, lambda: loop_ref(LIN, XL[:1], AL, XL)))
+    run(f"linear f32 {Ts}x{ns}", "linear a*h+x", lambda c: evt.scan(LIN, AS, XS, init=XS[:1], config=c),
+        (Ts, ns), "f32", fl(XS, 4, 3), LINEAR_SHORT_SWEEP, cached(0, lambda: loop_ref(LIN, XS[:1], AS, XS)))
+    ALb = AL.bfloat16()
+    run(f"linear bf16 {Tl}x{nl}", "linear a*h+x", lambda c: evt.scan(LIN, ALb, XLb, init=XLb[:1], config=c),
+        (Tl, nl), "bf16", fl(XL, 2, 3), LINEAR_BF16_SWEEP, cached(0, lambda: loop_ref(LIN, XLb[:1], ALb, XLb)),
+        2e-2)
+    del XLb, XSb, ALb
+    run(f"logcumsumexp f32 {Tl}x{nl}", "logcumsumexp", lambda c: evt.scan(LAE, XL, config=c), (Tl, nl), "f32",
+        fl(XL), LAE_SWEEP, cached(0, lambda: XL.double().logcumsumexp(0)))
+    if TANH_SWEEPS:
+        for (T, n), (X, A) in tanh_data.items():
+            b = sweep("tanh(a*h+x)", lambda c: evt.scan(TANH, A, X, init=X[:1], config=c), (T, n), "f32",
+                      floor(3 * X.numel() * 4), TANH_SWEEP)
+            best[f"tanh {T}x{n}"] = [b[0], RESULTS["eager_ms"][f"{T}x{n}"] / b[0], str(b[1])]
 
 
 def dump(out: str):
@@ -334,15 +410,16 @@ def dump(out: str):
 
 
 def main(argv=None):
-    global DEV, DRY, TIME_BUDGET_S
+    global DEV, DRY, TIME_BUDGET_S, TANH_SWEEPS, OUT_DIR
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--quick", action="store_true", help="smaller correctness sizes, no config sweeps")
     ap.add_argument("--dry", action="store_true", help="tiny sizes on CPU (Triton interpreter): checks the script")
     ap.add_argument("--budget", type=float, default=290.0, help="seconds after which sweeps stop")
     ap.add_argument("--skip-correctness", action="store_true")
+    ap.add_argument("--no-tanh-sweep", action="store_true", help="time tanh(a*h+x) at its defaults only")
     args = ap.parse_args(argv)
-    TIME_BUDGET_S = args.budget
+    TIME_BUDGET_S, TANH_SWEEPS, OUT_DIR = args.budget, not args.no_tanh_sweep, args.out
     if args.dry:
         DEV, DRY = "cpu", True
         os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported below

@@ -53,8 +53,8 @@ def compile_group(body, g, cfg: ScanConfig, arch: int, show: bool, k_is_one: boo
     kern, fns = kernel_for(body, g, cfg)
     for i, fn in enumerate(fns):
         extra = {}
-        if kern.mode == "assoc" and kern.strategy == "lookback":
-            extra = {"LB": cfg.window}
+        if kern.mode == "assoc" and kern.strategy in ("lookback", "packed"):
+            extra = {"LB": cfg.window, "NSUB": cfg.sub}
         elif kern.mode == "assoc":
             extra = {"SEG": cfg.seg}
             if i == 1:  # scan_carry: segments x lanes
@@ -73,6 +73,8 @@ def _compile_one(body, kern, fn, cfg, arch, show, k_is_one, extra):
             sig[f"p{a[1]}_out"] = PTR[body.post_specs[a[1]].dtype]
         elif a[0] == "sync":
             sig["sync"] = "*i32"
+        elif a[0] == "part" and kern.strategy == "packed":
+            sig["part"] = "*i64"  # (flag, value) words
         else:
             sig[a[0]] = PTR[body.compute_dtype]
     sig["T"], sig["K"] = "i32", ("constexpr" if k_is_one else "i32")
@@ -139,7 +141,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     import scan_bench as B  # the configs the benchmark sweeps and checks
     sweeps = {"cumsum f32": B.ASSOC_SWEEP + B.STRATEGY_CHECKS, "linear f32": B.LINEAR_SWEEP + B.STRATEGY_CHECKS,
-              "tanh f32": B.TANH_SWEEP, "cumsum bf16": B.STRATEGY_CHECKS}
+              "tanh f32": B.TANH_SWEEP, "cumsum bf16": B.BF16_SWEEP + B.STRATEGY_CHECKS,
+              "linear bf16": B.LINEAR_BF16_SWEEP, "logaddexp f32": B.LAE_SWEEP, "cummax f32": B.CUMSUM_LONG_SWEEP}
     failures = 0
     for name, fn, states, inputs, k, post in CASES:
         if args.only and args.only not in name:

@@ -73,6 +73,9 @@ def test_associative(backend, name, T, n):
 
 @pytest.mark.parametrize("cfg", [ScanConfig(strategy="lookback", window=1, block_t=8, block_n=4),
                                  ScanConfig(strategy="lookback", window=4, block_t=4, block_n=8),
+                                 ScanConfig(strategy="lookback", window=2, block_t=16, block_n=4, sub=4),
+                                 ScanConfig(strategy="packed", window=1, block_t=8, block_n=4),
+                                 ScanConfig(strategy="packed", window=4, block_t=8, block_n=8, sub=2),
                                  ScanConfig(strategy="threepass", block_t=4, block_n=4, seg=8),
                                  ScanConfig(strategy="threepass", block_t=8, block_n=16, seg=8)])
 @pytest.mark.parametrize("name", ["sum", "max", "affine"])

@@ -3,12 +3,18 @@
 A tile is [BLOCK_T steps, BLOCK_N lanes]; one thread owns a few adjacent lanes for all BLOCK_T steps, so the
 scan inside a tile runs in registers. The element scanned is ``b`` (sum, prod, max, min, logaddexp) or the
 pair ``(a, b)`` of ``h -> a * h + b`` (linear), combined earlier-first by ``combine``. The init row enters as
-the first element (``(0, h)`` for linear). Across tiles, two strategies:
+the first element (``(0, h)`` for linear). The look-back kernels hold a chunk as [SUB_T, NSUB, BLOCK_N]:
+NSUB sub-blocks of SUB_T consecutive steps, scanned in registers, then across sub-blocks by a scan of
+(exclusive, inclusive) pairs of their totals (``combine_ex``), so a chunk may span warps along time without
+the whole tile going through shared memory (NSUB = 1 is the plain tile). Across tiles, three strategies:
 
 ``lookback`` (one launch): programs take tickets so chunks start in time order; each publishes its chunk
     aggregate (flag 1), then reads the flags of the previous LB chunks at once and folds aggregates back to
     the nearest published inclusive prefix (flag 2) -- decoupled look-back with a window -- then publishes
     its own inclusive prefix and stores ``carry (+) local scan``. Reads and writes each element once.
+``packed`` (one launch, one-component float32 scans): the same look-back with flag and value in one 64-bit
+    word per (chunk, lane), so publishing is one store and a look-back step one load, without fences; but
+    every poll re-reads LB x BLOCK_N words. Measured slower than ``lookback`` on an H200 (docs/scan.md).
 ``threepass``: ``scan_reduce`` (aggregate of each SEG-step segment) -> ``scan_carry`` (scan of the segment
     aggregates) -> ``scan_apply`` (re-read, scan, add the carry, store), the last in reverse segment order so
     the segments ``scan_reduce`` read last are still in L2. No inter-program waiting.
@@ -43,6 +49,20 @@ def combine_source(kind: str) -> str:
         w("def combine(x0, x1):")
         with w.indent():
             w(f"return {_binary(op).format('x0', 'x1')}")
+    w()
+    w("@triton.jit")
+    if kind == "linear":
+        w("def combine_ex(xa0, xb0, qa0, qb0, xa1, xb1, qa1, qb1):")
+        with w.indent():
+            w("# (exclusive, inclusive) prefixes of consecutive segments, earlier first")
+            w("xa, xb = combine(qa0, qb0, xa1, xb1)")
+            w("qa, qb = combine(qa0, qb0, qa1, qb1)")
+            w("return xa, xb, qa, qb")
+    else:
+        w("def combine_ex(x0, q0, x1, q1):")
+        with w.indent():
+            w("# (exclusive, inclusive) prefixes of consecutive segments, earlier first")
+            w("return combine(q0, x1), combine(q0, q1)")
     return w.text()
 
 
@@ -63,6 +83,19 @@ class AssocEmitter:
                     key = (leaf.target, leaf.attrs["lag"], leaf.attrs["map"], leaf.attrs["shape"])
                     self.inputs.setdefault(key, leaf)
         self.names = {}
+        self.sub = False  # tiles [SUB_T, NSUB, BLOCK_N] (NSUB sub-blocks of SUB_T steps), not [BLOCK_T, BLOCK_N]
+
+    @property
+    def tile(self) -> str:
+        return "[SUB_T, NSUB, BLOCK_N]" if self.sub else TILE
+
+    @property
+    def rix(self) -> str:  # index of a row (time) vector into the tile
+        return "[:, :, None]" if self.sub else "[:, None]"
+
+    @property
+    def lix(self) -> str:  # index of a lane vector into the tile
+        return "[None, None, :]" if self.sub else "[None, :]"
 
     # ------------------------------------------------------------------ pieces
     def tup(self, prefix, suffix=""):
@@ -78,20 +111,24 @@ class AssocEmitter:
         for q, off in enumerate(offs):
             w(f"o{q} = {off}")
 
-    def load_tile(self, w, rows: str):
-        """Rows ``rows`` of every input leaf, then the coefficient tiles with identities where masked."""
-        w(f"rows = {rows}")
-        w("mask = (rows < T)[:, None] & lmask[None, :]")
+    def load_tile(self, w, base: str, steps: str = "BLOCK_T"):
+        """Rows ``base ..`` of every input leaf, then the coefficient tiles with identities where masked. With
+        sub-blocks, step i of sub-block u is row ``base + u * SUB_T + i`` (tile index [i, u, lane])."""
+        if self.sub:
+            w(f"rows = {base} + (tl.arange(0, NSUB)[None, :] * SUB_T + tl.arange(0, SUB_T)[:, None])")
+        else:
+            w(f"rows = {base} + tl.arange(0, {steps})")
+        w(f"mask = (rows < T){self.rix} & lmask{self.lix}")
         w("rows64 = rows.to(tl.int64)")
         for q, (key, leaf) in enumerate(self.inputs.items()):
             i, lag = int(leaf.target[1:]), leaf.attrs["lag"]
             rs = E.row_size(self.body.inputs[i].shape)
-            w(f"l{q} = tl.load(x{i} + (rows64 - {lag})[:, None] * {rs} + o{q}[None, :], mask=mask, other=0)")
+            w(f"l{q} = tl.load(x{i} + (rows64 - {lag}){self.rix} * {rs} + o{q}{self.lix}, mask=mask, other=0)")
             self.names[key] = q
         values = E.emit_graph(w, self.g.assoc.graph, self.leaf, self.cd, "c")
         for c, name in enumerate(self.comps):
             out = next(o for o in self.g.assoc.graph.outputs if o.target == c)
-            val = E.as_held(values[id(out.args[0])], self.cd, self.cd, TILE)
+            val = E.as_held(values[id(out.args[0])], self.cd, self.cd, self.tile)
             w(f"{name} = tl.where(mask, {val}, {self.ident[name]})")
 
     def leaf(self, leaf):
@@ -110,10 +147,27 @@ class AssocEmitter:
         else:
             w(f"{dst}b = tl.associative_scan({src}b, 0, combine)")
 
-    def last_row(self, w, src: str, dst: str, block: str = "BLOCK_T"):
-        """The last step of tiles ``src*`` (masked steps are identities, so this is the tile's total)."""
+    def last_row(self, w, src: str, dst: str, block: str = "BLOCK_T", rank: int = 2):
+        """The last step (axis 0) of tiles ``src*`` (masked steps are identities, so this is the tile's total)."""
+        ix = "[:, None, None]" if rank == 3 else "[:, None]"
         for c in self.comps:
-            w(f"{dst}{c} = tl.sum(tl.where((tl.arange(0, {block}) == {block} - 1)[:, None], {src}{c}, 0.0), 0)")
+            w(f"{dst}{c} = tl.sum(tl.where((tl.arange(0, {block}) == {block} - 1){ix}, {src}{c}, 0.0), 0)")
+
+    def sub_scan(self, w):
+        """After ``s*`` = scans inside the sub-blocks: ``x*`` = exclusive prefixes of the sub-blocks [NSUB,
+        BLOCK_N] (scan of (exclusive, inclusive) pairs of the sub-block totals) and ``g*`` = the chunk's total."""
+        self.last_row(w, "s", "u", block="SUB_T", rank=3)
+        for c in self.comps:
+            w(f"x{c} = tl.full([NSUB, BLOCK_N], {self.ident[c]}, {self.tlc})")
+        w(f"{self.tup('x')}, {self.tup('q')} = tl.associative_scan(({self.tup('x')}, {self.tup('u')}), 0, "
+          "combine_ex)")
+        self.last_row(w, "q", "g", block="NSUB")
+
+    def finish_sub(self, w):
+        """``y*`` = the full scan of the tile from the program's carry ``e*`` and the sub-block prefixes."""
+        self.combine(w, "r", "e", "x", first_row=True)
+        f = ", ".join(f"r{c}[None, :, :]" for c in self.comps)
+        w(f"{self.tup('y')} = combine({f}, {self.tup('s')})")
 
     def init_element(self, w, dst: str):
         """The init row (step K-1) as a scan element."""
@@ -135,14 +189,14 @@ class AssocEmitter:
         body, g, n = self.body, self.g, self.n
         w("y = yb")
         if body.post is None:
-            w(f"tl.store(s{self.j}_out + rows64[:, None] * {n} + lanes[None, :], "
+            w(f"tl.store(s{self.j}_out + rows64{self.rix} * {n} + lanes{self.lix}, "
               f"y.to(s{self.j}_out.dtype.element_ty), mask=mask)")
         if g.post is not None:
             pvals = E.emit_graph(w, g.post, self.leaf, self.cd, "v")
             for out in g.post.outputs:
                 p = out.target
-                val = E.as_held(pvals[id(out.args[0])], body.post_specs[p].dtype, self.cd, TILE)
-                w(f"tl.store(p{p}_out + rows64[:, None] * {n} + lanes[None, :], "
+                val = E.as_held(pvals[id(out.args[0])], body.post_specs[p].dtype, self.cd, self.tile)
+                w(f"tl.store(p{p}_out + rows64{self.rix} * {n} + lanes{self.lix}, "
                   f"({val}).to(p{p}_out.dtype.element_ty), mask=mask)")
 
     def part(self, base: str, chunk: str, c: int, which: str = "0", two: bool = True) -> str:
@@ -158,7 +212,8 @@ class AssocEmitter:
 def render_lookback(em: AssocEmitter, sig: str) -> str:
     w = E.Writer()
     w("@triton.jit")
-    w(f"def scan_assoc({sig}, T, K, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, LB: tl.constexpr):")
+    w(f"def scan_assoc({sig}, T, K, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, LB: tl.constexpr, "
+      "NSUB: tl.constexpr):")
     with w.indent():
         em.doc(w, "one-pass scan with decoupled look-back over LB chunks at a time")
         w(f"ntiles = ({em.n} + BLOCK_N - 1) // BLOCK_N")
@@ -168,9 +223,11 @@ def render_lookback(em: AssocEmitter, sig: str) -> str:
         w("lanes = tile * BLOCK_N + tl.arange(0, BLOCK_N)")
         w(f"lmask = lanes < {em.n}")
         em.lane_setup(w)
-        em.load_tile(w, "K + chunk * BLOCK_T + tl.arange(0, BLOCK_T)")
+        w("SUB_T: tl.constexpr = BLOCK_T // NSUB  # steps per sub-block (one warp's rows where the layout allows)")
+        em.sub = True
+        em.load_tile(w, "K + chunk * BLOCK_T")
         em.scan(w, "", "s")
-        em.last_row(w, "s", "g")
+        em.sub_scan(w)
         w("flags = sync + 1")
         w("if chunk == 0:")
         with w.indent():
@@ -208,7 +265,82 @@ def render_lookback(em: AssocEmitter, sig: str) -> str:
             w(f"tl.store({em.part('part', 'chunk', c, '1')} + lanes, i{name}, mask=lmask)")
         w("tl.debug_barrier()")
         w("tl.atomic_xchg(flags + chunk * ntiles + tile, 2, sem='release')  # inclusive prefix published")
-        em.combine(w, "y", "e", "s", first_row=True)
+        em.finish_sub(w)
+        em.store(w)
+    return w.text()
+
+
+# ---------------------------------------------------------------------------------------------- packed
+def packed_ok(body, g: Group) -> bool:
+    """The packed look-back needs a one-component element held in float32 (value and flag share 64 bits)."""
+    import torch
+    return g.assoc.ncomp == 1 and body.compute_dtype == torch.float32
+
+
+def render_packed(em: AssocEmitter, sig: str) -> str:
+    """Decoupled look-back with one 64-bit word per (chunk, lane): flag (high half: 0 nothing, 1 aggregate,
+    2 inclusive prefix) and the float32 value (low half), written by one store and read by one load, so a
+    reader that sees a flag also sees its value: no barrier or fence on either side, and a look-back step is
+    a single (volatile) load of the window. ``part`` is int64, zeroed by the caller. Lanes finish
+    independently; the window position is common to the program (the latest chunk that some lane still
+    waits for). Opt-in: measured 1.2-4x slower than ``lookback`` on an H200 (docs/scan.md, run 2)."""
+    assert em.nc == 1
+    w = E.Writer()
+    w("@triton.jit")
+    w("def pack(flag, v):")
+    with w.indent():
+        w("return (flag.to(tl.int64) << 32) | (v.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF)")
+    w()
+    w("@triton.jit")
+    w(f"def scan_assoc({sig}, T, K, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, LB: tl.constexpr, "
+      "NSUB: tl.constexpr):")
+    with w.indent():
+        em.doc(w, "one-pass scan, decoupled look-back over LB chunks at a time, flag and value in one word")
+        w(f"ntiles = ({em.n} + BLOCK_N - 1) // BLOCK_N")
+        w("ticket = tl.atomic_add(sync, 1)  # chunks start in time order: look-back only waits on started ones")
+        w("chunk = ticket // ntiles")
+        w("tile = ticket - chunk * ntiles")
+        w("lanes = tile * BLOCK_N + tl.arange(0, BLOCK_N)")
+        w(f"lmask = lanes < {em.n}")
+        em.lane_setup(w)
+        w("SUB_T: tl.constexpr = BLOCK_T // NSUB  # steps per sub-block (one warp's rows where the layout allows)")
+        em.sub = True
+        em.load_tile(w, "K + chunk * BLOCK_T")
+        em.scan(w, "", "s")
+        em.sub_scan(w)
+        w(f"word = part + tl.cast(chunk, tl.int64) * {em.n} + lanes")
+        w("if chunk == 0:")
+        with w.indent():
+            em.init_element(w, "e")
+        w("else:")
+        with w.indent():
+            w("tl.store(word, pack(tl.full([BLOCK_N], 1, tl.int32), gb), mask=lmask)  # aggregate published")
+            em.identity_vec(w, "e")
+            w("win = tl.arange(0, LB)  # window position p reads chunk j - (LB - 1) + p: ascending in time")
+            w("live = lmask")
+            w("j = chunk - 1")
+            w("while j >= 0:")
+            with w.indent():
+                w("idx = j - (LB - 1) + win")
+                w("ok = (idx >= 0)[:, None] & live[None, :]")
+                w(f"wd = tl.load(part + idx.to(tl.int64)[:, None] * {em.n} + lanes[None, :], mask=ok, other=0, "
+                  "volatile=True)")
+                w("f = (wd >> 32).to(tl.int32)")
+                w("p2 = tl.max(tl.where(f == 2, win[:, None], -1), 0)  # per lane: nearest inclusive prefix")
+                w("p0 = tl.max(tl.max(tl.where((f == 0) & ok, win[:, None], -1), 1), 0)  # nearest unpublished, "
+                  "any live lane")
+                w("lo = tl.maximum(p2, p0 + 1)  # per lane: fold positions lo .. LB-1")
+                w("take = (win[:, None] >= lo[None, :]) & ok")
+                w(f"vb = tl.where(take, wd.to(tl.int32).to(tl.float32, bitcast=True), {em.ident['b']})")
+                em.scan(w, "v", "w")
+                em.last_row(w, "w", "t", block="LB")
+                em.combine(w, "e", "t", "e")
+                w("live = live & (p2 <= p0)  # lanes that found their inclusive prefix are done")
+                w("j = tl.where(tl.max(live.to(tl.int32), 0) > 0, j - (LB - 1) + p0, -1)")
+            w("tl.debug_barrier()")
+        em.combine(w, "i", "e", "g")
+        w("tl.store(word, pack(tl.full([BLOCK_N], 2, tl.int32), ib), mask=lmask)  # inclusive prefix published")
+        em.finish_sub(w)
         em.store(w)
     return w.text()
 
@@ -231,7 +363,7 @@ def render_threepass(em: AssocEmitter, sig: str) -> str:
         em.identity_vec(w, "e")
         w("for r0 in range(0, SEG, BLOCK_T):")
         with w.indent():
-            em.load_tile(w, "K + chunk * SEG + r0 + tl.arange(0, BLOCK_T)")
+            em.load_tile(w, "K + chunk * SEG + r0")
             em.scan(w, "", "s")
             em.last_row(w, "s", "g")
             em.combine(w, "e", "e", "g")
@@ -281,7 +413,7 @@ def render_threepass(em: AssocEmitter, sig: str) -> str:
                 w(f"e{name} = tl.load({em.part('part', 'chunk - 1', c, two=False)} + lanes, mask=lmask, other=0)")
         w("for r0 in range(0, SEG, BLOCK_T):")
         with w.indent():
-            em.load_tile(w, "K + chunk * SEG + r0 + tl.arange(0, BLOCK_T)")
+            em.load_tile(w, "K + chunk * SEG + r0")
             em.scan(w, "", "s")
             em.combine(w, "y", "e", "s", first_row=True)
             em.last_row(w, "y", "e")
@@ -298,9 +430,13 @@ def render_assoc(body, g: Group, strategy: str = "lookback"):
     if strategy == "lookback":
         src += render_lookback(em, sig)
         names = ("scan_assoc",)
+    elif strategy == "packed":
+        src += render_packed(em, sig)
+        names = ("scan_assoc",)
     elif strategy == "threepass":
         src += render_threepass(em, sig)
         names = ("scan_reduce", "scan_carry", "scan_apply")
     else:
-        raise ValueError(f"unknown associative scan strategy {strategy!r}; expected 'lookback' or 'threepass'")
+        raise ValueError(f"unknown associative scan strategy {strategy!r}; "
+                         "expected 'lookback', 'packed' or 'threepass'")
     return Kernel(names[0], "assoc", E.HEADER + "\n\n" + src, args, ncomp=em.nc, names=names, strategy=strategy)

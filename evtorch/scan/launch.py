@@ -14,6 +14,7 @@ import torch
 from ..runtime import knobs
 from ..runtime.source_cache import load_module
 from . import kernels as K
+from .assoc import packed_ok
 from .plan import leaves, state_of
 from .reference import held_dtype, run_post, run_reference
 
@@ -23,8 +24,14 @@ class ScanConfig:
     """Launch parameters; None picks the heuristic.
 
     ``block_n``: lanes per program (all modes); ``block_t``: steps per tile (assoc); ``depth``: steps of input
-    prefetch (lanes); ``strategy``: "lookback" or "threepass" (assoc); ``window``: chunks inspected per
-    look-back step; ``seg``: steps per segment (threepass, a multiple of block_t)."""
+    prefetch (lanes); ``strategy``: "lookback", "packed" or "threepass" (assoc; "packed" is the look-back
+    with flag and value in one 64-bit word per lane, for one-component float32 scans, else "lookback");
+    ``window``: chunks inspected per look-back step; ``seg``: steps per segment (threepass, a multiple of
+    block_t); ``sub``: sub-blocks per chunk (look-back strategies; a power of two dividing block_t): the
+    chunk is scanned as ``sub`` blocks of block_t / sub consecutive steps in registers, then across the
+    sub-blocks, so a chunk may span warps along time with only the sub-block totals crossing warps. The
+    defaults are the best measured on an H200 (docs/scan.md); "packed" and sub > 1 measured slower there.
+    """
 
     block_t: int | None = None
     block_n: int | None = None
@@ -33,6 +40,7 @@ class ScanConfig:
     strategy: str | None = None
     window: int | None = None
     seg: int | None = None
+    sub: int | None = None
 
 
 def _np2(x: int) -> int:
@@ -61,28 +69,29 @@ def kernel_for(body, g, config: ScanConfig):
 
 
 def _assoc_config(body, g, steps: int, interp: bool) -> ScanConfig:
-    """Heuristic tiles for the parallel scan. GPU choices follow the H200 sweep in docs/scan.md: 16 steps x
-    512 lanes per program (one thread owns 4 adjacent lanes for all 16 steps, so the in-tile scan is
-    register-only); the decoupled look-back sustains roughly 20 chunks per microsecond per lane tile, so
-    long scans (>= 1024 chunks) look back over a window of chunks, and the two-component linear recurrence
-    switches to the three-pass scan, which does not wait on other programs."""
+    """Heuristic tiles for the parallel scan. GPU choices are the best configs of the H200 sweeps in
+    docs/scan.md (2026-11-21, both runs): 16 steps x 512 lanes per program (one thread owns 4 adjacent lanes
+    for all 16 steps, so the in-tile scan is register-only) with the flag look-back, a window of chunks for
+    long scans; the two-component linear recurrence switches to the three-pass scan on long or narrow
+    inputs. Measured slower and so never chosen here: chunks of 32-128 steps over 64-256 lanes (sub-blocks),
+    the packed look-back, 8 warps per program."""
     n = math.prod(g.shape)
     if interp:
         bt = min(_np2(steps), 32)
-        return ScanConfig(bt, min(_np2(n), 32), 1, strategy="lookback", window=4, seg=2 * bt)
+        return ScanConfig(bt, min(_np2(n), 32), 1, strategy="lookback", window=4, seg=2 * bt, sub=1)
     bn = min(_np2(n), 512)
     nw = max(1, min(4, bn // 128))
     narrow = min([body.inputs[int(leaf.target[1:])].dtype.itemsize for leaf in leaves(g.assoc.graph)
                   if state_of(leaf) is None] + [body.states[g.states[0]].dtype.itemsize]) < 4
     long = steps >= 1024 * 16
-    if g.assoc.ncomp == 2:  # a * h + b: measured (65536, 1024): threepass 1.84x floor, lookback 1.96x
+    if g.assoc.ncomp == 2:  # a * h + b, measured (65536, 1024): threepass 1.88x floor, lookback 1.97x
         if long or narrow:
-            return ScanConfig(8, bn, nw, strategy="threepass", window=1, seg=256)
-        return ScanConfig(16, bn, nw, strategy="lookback", window=8, seg=256)
+            return ScanConfig(8, bn, nw, strategy="threepass", window=1, seg=256, sub=1)
+        return ScanConfig(16, bn, nw, strategy="lookback", window=8, seg=256, sub=1)
     if g.assoc.kind == "logaddexp":
-        return ScanConfig(8, bn, nw, strategy="lookback", window=8, seg=256)
-    window = (8 if narrow else 16) if long else 1  # measured: w16 1.67x vs w1 2.09x long; w1 1.45x short
-    return ScanConfig(16, bn, nw, strategy="lookback", window=window, seg=256)
+        return ScanConfig(8, bn, nw, strategy="lookback", window=8, seg=256, sub=1)
+    window = (8 if narrow else 16) if long else 1  # measured: w16 1.66x vs w1 2.09x long; w1 1.46x short
+    return ScanConfig(16, bn, nw, strategy="lookback", window=window, seg=256, sub=1)
 
 
 def heuristic(body, g, T: int, device, config: ScanConfig) -> ScanConfig:
@@ -94,8 +103,14 @@ def heuristic(body, g, T: int, device, config: ScanConfig) -> ScanConfig:
         bt = min(bt, max(2, _np2(steps))) if not config.block_t else bt
         seg = config.seg or h.seg
         seg = max(bt, seg // bt * bt)
+        strategy = config.strategy or h.strategy
+        if strategy == "packed" and not packed_ok(body, g):  # two components or float64: flags and values apart
+            strategy = "lookback"
+        sub = min(config.sub or h.sub, bt)
+        if sub & (sub - 1) or bt % sub:
+            raise ValueError(f"ScanConfig.sub={sub} must be a power of two dividing block_t={bt}")
         return ScanConfig(bt, config.block_n or h.block_n, config.num_warps or h.num_warps, config.depth,
-                          config.strategy or h.strategy, config.window or h.window, seg)
+                          strategy, config.window or h.window, seg, sub)
     if g.mode == "lanes":
         n = math.prod(g.shape)
         if interp:
@@ -129,6 +144,10 @@ def run_group(body, g, inits, inputs, outs, posts, T: int, config: ScanConfig):
             nchunks = math.ceil((T - k) / cfg.block_t)
             extra["sync"] = torch.zeros(1 + ntiles * nchunks, dtype=torch.int32, device=device)
             extra["part"] = torch.empty(nchunks * 2 * kern.ncomp * n, dtype=body.compute_dtype, device=device)
+        elif kern.strategy == "packed":  # one zeroed (flag, value) word per chunk and lane
+            nchunks = math.ceil((T - k) / cfg.block_t)
+            extra["sync"] = torch.zeros(1, dtype=torch.int32, device=device)
+            extra["part"] = torch.zeros(nchunks * n, dtype=torch.int64, device=device)
         else:
             nseg = math.ceil((T - k) / cfg.seg)
             extra["sync"] = torch.empty(1, dtype=torch.int32, device=device)
@@ -136,9 +155,9 @@ def run_group(body, g, inits, inputs, outs, posts, T: int, config: ScanConfig):
     elif kern.mode == "coupled":
         extra["ws"] = torch.empty(kern.ws_rows * kern.ws_width, dtype=body.compute_dtype, device=device)
     args = [tensors[a[0]][a[1]] if a[0] in tensors else extra[a[0]] for a in kern.args]
-    if kern.mode == "assoc" and kern.strategy == "lookback":
+    if kern.mode == "assoc" and kern.strategy in ("lookback", "packed"):
         fns[0][(ntiles * nchunks,)](*args, T, k, BLOCK_T=cfg.block_t, BLOCK_N=cfg.block_n, LB=cfg.window,
-                                    num_warps=cfg.num_warps)
+                                    NSUB=cfg.sub, num_warps=cfg.num_warps)
     elif kern.mode == "assoc":
         reduce_, carry, apply_ = fns
         reduce_[(ntiles * nseg,)](*args, T, k, BLOCK_T=cfg.block_t, BLOCK_N=cfg.block_n, SEG=cfg.seg,
