@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 
@@ -22,7 +23,7 @@ from ..codegen.vector_stage import VBLOCK
 from ..ir.layouts import input_axis_strides, make_output
 from . import knobs
 from .autotune import make_tune_key, pick_config, time_ms
-from .gemm_launch import launch_gemm, resolve_config, tma_eligible
+from .gemm_launch import install_tma_allocator, prepare_launch, resolve_config, tma_eligible
 
 
 # How many candidate configs one tuning run may time (None: autotune's default). Benchmarks that tune many
@@ -133,16 +134,28 @@ def triton_cdiv(a: int, b: int) -> int:
 
 
 # ---------------------------------------------------------------------------------------------------- fast path
-# A fused GEMM is often called many times with the same signature (shapes, strides, dtypes) and new tensors.
-# Everything that signature fixes is worked out once and remembered: the program of an epilogue object, the
-# (resolved) config, output and buffer shapes with their fills, and every stride and count argument. A call then
-# only allocates, picks up its tensors and scalars, and launches. The memos are bounded (cleared when full).
+# A fused GEMM is often called many times with the same signature (shapes, strides, dtypes, devices) and new
+# tensors. Everything that signature fixes is worked out on its first call and kept in a ``_Launch``: the
+# program, the (resolved) config, the GEMM launch (``gemm_launch.prepare_launch``: kernels bound to their grids,
+# sizes, strides, constexprs), output and buffer shapes with their fills, every stride and count argument, the
+# vector-stage launch. A later call builds the signature key, looks it up, allocates, fills in its tensors and
+# scalars, and launches. The memos are bounded (cleared when full).
 _MEMO_LIMIT = 2048
 _prog_memo: dict = {}
 _config_memo: dict = {}
-_layout_memo: dict = {}
+_launches: dict = {}
 
-_IN, _SCALAR, _OUT, _BUF, _CONST = range(5)
+_IN, _SCALAR, _BOOL, _NEW = range(4)
+
+# The knobs a launch depends on, read raw on every call (tests change them at any time) from the mapping behind
+# os.environ: ``os.environ.get`` costs ~0.8 us a name, encoding the name each time.
+_KNOB_NAMES = ("EVTORCH_POISON", "EVTORCH_AUTOTUNE", "EVTORCH_CACHE_DIR")
+try:
+    _environ_get = os.environ._data.get
+    _POISON, _AUTOTUNE, _CACHE_DIR = (os.environ.encodekey(n) for n in _KNOB_NAMES)
+except AttributeError:  # not CPython's os.environ
+    _environ_get = os.environ.get
+    _POISON, _AUTOTUNE, _CACHE_DIR = _KNOB_NAMES
 
 
 def _remember(memo: dict, key, value):
@@ -153,10 +166,15 @@ def _remember(memo: dict, key, value):
 
 
 def clear_caches() -> None:
-    """Forget remembered programs, configs and layouts (tests; after changing tuning knobs mid-process)."""
+    """Forget remembered programs, configs and launches (tests; after changing tuning knobs mid-process)."""
+    global _generation
     _prog_memo.clear()
     _config_memo.clear()
-    _layout_memo.clear()
+    _launches.clear()
+    _generation += 1
+
+
+_generation = 0  # LaunchSites forget their launches when it changes
 
 
 def _program(ep, deterministic: bool):
@@ -167,90 +185,169 @@ def _program(ep, deterministic: bool):
     return _remember(_prog_memo, key, (ep, build_program(ep, deterministic=deterministic)))[1]
 
 
-class _Layout:
-    """What one call signature fixes, taken from a fully built ``_Call``; ``instantiate`` makes a call's tensors
-    and argument lists from it without redoing the layout work."""
+def launch_key(ep, A, B, inputs: dict, out_dtype, deterministic, allow_tf32, config) -> tuple:
+    """Everything a call's launch depends on: the epilogue object, options, the operands' shapes, strides,
+    dtypes, devices and 16-byte alignment (TMA), the inputs' shapes, strides, dtypes and devices (numbers: their
+    type; values are arguments), and the knobs read while preparing (poisoning; on CUDA without a config, the
+    tuning knobs)."""
+    key = [ep, out_dtype, deterministic, allow_tf32, config, A.shape, A.stride(), A.dtype, A.device,
+           A.data_ptr() % 16 == 0, B.shape, B.stride(), B.dtype, B.device, B.data_ptr() % 16 == 0,
+           _environ_get(_POISON)]
+    if config is None and A.is_cuda:
+        key += (_environ_get(_AUTOTUNE), _environ_get(_CACHE_DIR), MAX_TUNE_CANDIDATES)
+    for k, v in inputs.items():
+        key.append((k, v.shape, v.stride(), v.dtype, v.device) if isinstance(v, torch.Tensor) else (k, type(v)))
+    return tuple(key)
 
-    __slots__ = ("ep", "device", "outputs", "buffers", "args", "vec_args", "vec_grid", "sizes")
 
-    def __init__(self, ep, prog, call: _Call):
+class _Launch:
+    """What one call signature fixes, taken from a fully built ``_Call``; ``run`` makes a call's tensors and
+    argument lists from it and launches.
+
+    ``run`` is generated Python for the signature (``source``): allocations, the kernel call with its arguments
+    spelled out (constants bound, inputs looked up by name), the vector-stage call, the output views. Loops over
+    argument descriptions cost more host time than the launch itself at small sizes."""
+
+    __slots__ = ("ep", "config", "device", "gemm", "news", "views", "args", "slots", "vec_fn", "vec_args",
+                 "vec_slots", "pack", "returns_tuple", "source", "run_fast")
+
+    def __init__(self, ep, prog, call: _Call, A, B, config: GemmConfig, allow_tf32: bool):
         self.ep = ep
+        self.config = config
         self.device = call.device
-        self.sizes = (call.sizes["L"], call.sizes["M"], call.sizes["N"])
-        self.outputs = [(pos, tuple(base.shape), base.dtype, call.fills[pos], tuple(view.shape), view.stride())
-                        for pos, (base, _, view) in call.outputs.items()]
-        self.buffers = [(key, tuple(t.shape), t.dtype, call.inits[key]) for key, (t, _) in call.buffers.items()]
-        self.args = [self._spec(call, p) for p in prog.epilogue.params.params]
-        self.vec_args = self.vec_grid = None
+        self.gemm = prepare_launch(prog.module, KERNEL_BASE, A, B, config, allow_tf32)
+        # tensors allocated per call: outputs' bases, then reduction buffers; (shape, dtype, fill)
+        self.news = []
+        index = {}
+        self.views = []  # per output: (position, index of its base, None or (view sizes, strides))
+        for pos, (base, _, view) in call.outputs.items():
+            index[("out", pos)] = len(self.news)
+            self.news.append((tuple(base.shape), base.dtype, call.fills[pos]))
+            same = tuple(view.shape) == tuple(base.shape) and view.stride() == base.stride() and \
+                view.storage_offset() == base.storage_offset()
+            self.views.append((pos, index[("out", pos)], None if same else (tuple(view.shape), view.stride())))
+        for key, (t, _) in call.buffers.items():
+            index[("buf", key)] = len(self.news)
+            self.news.append((tuple(t.shape), t.dtype, call.inits[key]))
+        self.args, self.slots = self._specs(call, prog.epilogue.params.params, index)
+        self.vec_fn = self.vec_args = self.vec_slots = None
         if prog.vector is not None:
-            self.vec_args = [self._spec(call, p) for p in prog.vector.params.params]
-            self.vec_grid = _vector_grid(call)
+            grid = _vector_grid(call)
+            if grid is not None:
+                L, M, N = call.sizes["L"], call.sizes["M"], call.sizes["N"]
+                kernel = getattr(prog.module, prog.vector.fn_name)[grid]
+                self.vec_fn = lambda *args: kernel(L, M, N, *args, VBLOCK=VBLOCK, num_warps=4)
+                self.vec_args, self.vec_slots = self._specs(call, prog.vector.params.params, index)
+        where = {pos: i for i, (pos, _, _) in enumerate(self.views)}
+        self.pack = [where.get(o.position) for o in ep.outputs]
+        self.returns_tuple = ep.returns_tuple
+        self.run_fast = self._generate()
 
     @staticmethod
-    def _spec(call: _Call, p):
-        kind = p.kind
-        if kind == "in_ptr":
-            return (_IN, p.key)
-        if kind == "scalar":
-            return (_SCALAR, p.key)
-        if kind == "out_ptr":
-            return (_OUT, p.key)
-        if kind == "buf_ptr":
-            return (_BUF, p.key)
-        return (_CONST, call.resolve(p))  # strides and counts depend only on the signature
+    def _specs(call: _Call, params, index) -> tuple[list, list]:
+        """(argument list with the signature's constants, [(slot, kind, key)] filled per call)."""
+        args, slots = [], []
+        for i, p in enumerate(params):
+            kind = p.kind
+            if kind == "in_ptr":
+                slots.append((i, _IN, p.key))
+            elif kind == "scalar":
+                slots.append((i, _BOOL if isinstance(call.inputs[p.key], bool) else _SCALAR, p.key))
+            elif kind == "out_ptr":
+                slots.append((i, _NEW, index[("out", p.key)]))
+            elif kind == "buf_ptr":
+                slots.append((i, _NEW, index[("buf", p.key)]))
+            args.append(None if slots and slots[-1][0] == i else call.resolve(p))  # strides, counts: constants
+        return args, slots
 
-    def instantiate(self, inputs: dict):
-        """(outputs {pos: (base, view)}, GEMM kernel args, vector-stage args or None) for one call."""
-        dev = self.device
-        outs = {}
-        for pos, shape, dtype, fill, vs, vst in self.outputs:
-            base = torch.empty(shape, dtype=dtype, device=dev) if fill is None else \
-                torch.full(shape, fill, dtype=dtype, device=dev)
-            outs[pos] = (base, base.as_strided(vs, vst))
-        bufs = {}
-        for key, shape, dtype, init in self.buffers:
-            bufs[key] = torch.empty(shape, dtype=dtype, device=dev) if init is None else \
-                torch.full(shape, init, dtype=dtype, device=dev)
+    def _generate(self):
+        """``run(A, B, inputs)`` for this signature, as generated code (see the class doc)."""
+        ns = {"_empty": torch.empty, "_full": torch.full, "_dev": self.device, "_int": int}
+        lines = ["def run(A, B, inputs):"]
+        for i, (shape, dtype, fill) in enumerate(self.news):
+            ns[f"_s{i}"], ns[f"_d{i}"], ns[f"_f{i}"] = shape, dtype, fill
+            lines.append(f"    n{i} = _empty(_s{i}, dtype=_d{i}, device=_dev)" if fill is None else
+                         f"    n{i} = _full(_s{i}, _f{i}, dtype=_d{i}, device=_dev)")
 
-        def value(spec):
-            kind, key = spec
-            if kind == _CONST:
-                return key
-            if kind == _IN:
-                return inputs[key]
-            if kind == _SCALAR:
-                v = inputs[key]
-                return int(v) if isinstance(v, bool) else v
-            if kind == _OUT:
-                return outs[key][0]
-            return bufs[key]
+        def arguments(args, slots, prefix):
+            filled = {i: (kind, key) for i, kind, key in slots}
+            out = []
+            for i, value in enumerate(args):
+                if i not in filled:
+                    if type(value) is int:
+                        out.append(repr(value))
+                    else:
+                        ns[f"{prefix}{i}"] = value
+                        out.append(f"{prefix}{i}")
+                    continue
+                kind, key = filled[i]
+                out.append(f"n{key}" if kind == _NEW else f"inputs[{key!r}]" if kind == _SCALAR or kind == _IN
+                           else f"_int(inputs[{key!r}])")
+            return out
 
-        args = [value(s) for s in self.args]
-        vec_args = None if self.vec_args is None else [value(s) for s in self.vec_args]
-        return outs, args, vec_args
+        gemm = self.gemm
+        args = arguments(self.args, self.slots, "_c")
+        if gemm.mode in ("portable", "persistent_tma"):
+            # PreparedLaunch's kernel call, spelled out
+            if gemm.device_index is not None:
+                # Triton launches on the current device: off A's, run again under a device guard
+                ns["_cuda"], ns["_guarded"] = torch.cuda, self._guarded
+                lines.insert(1, f"    if _cuda.current_device() != {gemm.device_index}: return _guarded(A, B, inputs)")
+                if gemm.mode == "persistent_tma":
+                    ns["_tma_allocator"] = install_tma_allocator
+                    lines.append("    _tma_allocator()")
+            ns["_kernel"], ns["_common"] = gemm.fn, gemm.common
+            lines.append(f"    _kernel(A, B, {', '.join(map(repr, gemm.tail))}, {', '.join(args)}, **_common)")
+        else:
+            ns["_gemm"] = gemm
+            lines.append(f"    _gemm(A, B, ({', '.join(args)},))" if args else "    _gemm(A, B, ())")
+        if self.vec_fn is not None:
+            ns["_vec"] = self.vec_fn
+            lines.append(f"    _vec({', '.join(arguments(self.vec_args, self.vec_slots, '_v'))})")
+        views = []
+        for n, (_, i, v) in enumerate(self.views):
+            if v is None:
+                views.append(f"n{i}")
+            else:
+                ns[f"_vs{n}"], ns[f"_vt{n}"] = v
+                views.append(f"n{i}.as_strided(_vs{n}, _vt{n})")
+        res = [views[i] if i is not None else "None" for i in self.pack]
+        lines.append(f"    return ({', '.join(res)},)" if self.returns_tuple else f"    return {res[0]}")
+        self.source = "\n".join(lines) + "\n"
+        exec(compile(self.source, f"<evtorch launch {self.ep.name}>", "exec"), ns)
+        return ns["run"]
 
+    def _guarded(self, A, B, inputs):
+        with torch.cuda.device(self.gemm.device_index):
+            return self.run_fast(A, B, inputs)
 
-def _layout(ep, prog, A, B, inputs, out_dtype, config: GemmConfig) -> tuple[_Layout, _Call | None]:
-    """The layout of this call signature, and the ``_Call`` just built for it on a miss (reuse its tensors)."""
-    sig = tuple((k, v.shape, v.stride(), v.dtype) if isinstance(v, torch.Tensor) else (k, type(v))
-                for k, v in inputs.items())
-    key = (id(ep), prog.key, out_dtype, A.dtype, A.device, A.shape, B.shape, config.BLOCK_M,
-           config.epilogue_block_n, knobs.poison_enabled(), sig)
-    hit = _layout_memo.get(key)
-    if hit is not None and hit.ep is ep:
-        return hit, None
-    call = _Call(ep, prog, A, B, inputs, out_dtype, (config.BLOCK_M, config.epilogue_block_n))
-    return _remember(_layout_memo, key, _Layout(ep, prog, call)), call
+    def run(self, A, B, inputs: dict, call: _Call | None = None):
+        """Allocate, launch, and return the results in the epilogue's return convention."""
+        if call is None:
+            return self.run_fast(A, B, inputs)
+        new = [base for base, _, _ in call.outputs.values()] + [t for t, _ in call.buffers.values()]
+        args = self.args.copy()  # first call of this signature: its tensors are already allocated
+        for i, kind, key in self.slots:
+            args[i] = new[key] if kind == _NEW else inputs[key] if kind != _BOOL else int(inputs[key])
+        self.gemm(A, B, args)
+        if self.vec_fn is not None:
+            vec_args = self.vec_args.copy()
+            for i, kind, key in self.vec_slots:
+                vec_args[i] = new[key] if kind == _NEW else inputs[key] if kind != _BOOL else int(inputs[key])
+            self.vec_fn(*vec_args)
+        views = [new[i] if v is None else new[i].as_strided(*v) for _, i, v in self.views]
+        res = tuple(None if i is None else views[i] for i in self.pack)
+        return res if self.returns_tuple else res[0]
 
 
 class _Result:
-    __slots__ = ("ep", "outs")
+    __slots__ = ("launch", "value")
 
-    def __init__(self, ep, outs):
-        self.ep, self.outs = ep, outs
+    def __init__(self, launch, value):
+        self.launch, self.value = launch, value
 
     def results(self):
-        return self.ep.pack({pos: view for pos, (_, view) in self.outs.items()})
+        return self.value
 
 
 def _choose_config(ep, prog, A, B, inputs, out_dtype, deterministic, allow_tf32) -> GemmConfig:
@@ -280,23 +377,70 @@ def _choose_config(ep, prog, A, B, inputs, out_dtype, deterministic, allow_tf32)
 
 
 def _execute(ep, prog, A, B, inputs, out_dtype, allow_tf32, config: GemmConfig, resolved: bool = False):
+    """Run ``ep`` with ``config`` (its launch built on the first call of this signature and config)."""
     if not resolved:
         config = resolve_config(A, B, config)  # a TMA config on non-TMA-able operands runs as portable
-    layout, call = _layout(ep, prog, A, B, inputs, out_dtype, config)
-    if call is not None:  # first call of this signature: its tensors are already allocated
-        outs = {pos: (base, view) for pos, (base, _, view) in call.outputs.items()}
-        args = [call.resolve(p) for p in prog.epilogue.params.params]
-        vec_args = None if prog.vector is None else [call.resolve(p) for p in prog.vector.params.params]
-    else:
-        outs, args, vec_args = layout.instantiate(inputs)
-    launch_gemm(prog.module, KERNEL_BASE, A, B, args, config, allow_tf32)
-    if vec_args is not None and layout.vec_grid is not None:
-        L, M, N = layout.sizes
-        getattr(prog.module, prog.vector.fn_name)[layout.vec_grid](L, M, N, *vec_args, VBLOCK=VBLOCK, num_warps=4)
-    return _Result(ep, outs)
+    key = launch_key(ep, A, B, inputs, out_dtype, prog.key[2], allow_tf32, config)
+    launch = _launches.get(key)
+    if launch is not None and launch.config == config:
+        return _Result(launch, launch.run(A, B, inputs))
+    call = _Call(ep, prog, A, B, inputs, out_dtype, (config.BLOCK_M, config.epilogue_block_n))
+    launch = _remember(_launches, key, _Launch(ep, prog, call, A, B, config, allow_tf32))
+    return _Result(launch, launch.run(A, B, inputs, call))
+
+
+_EXECUTE = _execute
 
 
 def run_gemm(ep, A, B, inputs: dict, *, out_dtype, deterministic=False, allow_tf32=False, config=None):
+    key = launch_key(ep, A, B, inputs, out_dtype, deterministic, allow_tf32, config)
+    launch = _launches.get(key)
+    if launch is not None and _execute is _EXECUTE:  # (benchmarks/run.py wraps _execute to see configs)
+        return launch.run_fast(A, B, inputs)
+    return _first_call(key, ep, A, B, inputs, out_dtype, deterministic, allow_tf32, config)
+
+
+def run_cached(key: tuple, A, B, inputs: dict):
+    """The results of a call whose ``launch_key`` is ``key`` if that signature has run before, else None."""
+    launch = _launches.get(key)
+    if launch is None or _execute is not _EXECUTE:
+        return None
+    return launch.run_fast(A, B, inputs)
+
+
+class LaunchSite:
+    """One place in a caller that runs an epilogue on operands and inputs whose shapes, strides, dtypes and
+    devices the caller's own cache key already fixes (``evt.linear``'s forward for one call signature). It
+    remembers the launch per what is left to vary (A's and B's 16-byte alignment, the knobs), so a call costs a
+    small key instead of ``launch_key``. ``run`` returns None when the signature has not run yet (the caller then
+    takes its checked path, which prepares the launch)."""
+
+    __slots__ = ("memo", "generation")
+
+    def __init__(self):
+        self.memo: dict = {}
+        self.generation = _generation
+
+    def run(self, ep, A, B, inputs: dict, out_dtype, deterministic, allow_tf32, config):
+        if self.generation != _generation:
+            self.memo.clear()
+            self.generation = _generation
+        token = (A.data_ptr() % 16 == 0, B.data_ptr() % 16 == 0, _environ_get(_POISON), _environ_get(_AUTOTUNE),
+                 _environ_get(_CACHE_DIR), MAX_TUNE_CANDIDATES)
+        launch = self.memo.get(token)
+        if launch is None:
+            launch = _launches.get(launch_key(ep, A, B, inputs, out_dtype, deterministic, allow_tf32, config))
+            if launch is None:
+                return None
+            if len(self.memo) >= 16:
+                self.memo.clear()
+            self.memo[token] = launch
+        if _execute is not _EXECUTE:
+            return None
+        return launch.run_fast(A, B, inputs)
+
+
+def _first_call(key, ep, A, B, inputs, out_dtype, deterministic, allow_tf32, config):
     L = A.shape[0] if A.dim() == 3 else 1
     if A.shape[-2] == 0 or B.shape[-1] == 0 or L == 0:
         # nothing to tile: the reference executor gives correctly shaped empty / identity results
@@ -307,4 +451,6 @@ def run_gemm(ep, A, B, inputs: dict, *, out_dtype, deterministic=False, allow_tf
         config = _choose_config(ep, prog, A, B, inputs, out_dtype, deterministic, allow_tf32)
     else:
         config = resolve_config(A, B, config)
-    return _execute(ep, prog, A, B, inputs, out_dtype, allow_tf32, config, resolved=True).results()
+    res = _execute(ep, prog, A, B, inputs, out_dtype, allow_tf32, config, resolved=True)
+    _remember(_launches, key, res.launch)
+    return res.results()

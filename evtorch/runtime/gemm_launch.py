@@ -167,12 +167,15 @@ def _tma_allocator(size: int, alignment: int, stream: Any) -> torch.Tensor:
     return torch.empty(size, device="cuda", dtype=torch.int8)
 
 
-def _install_tma_allocator() -> None:
+def install_tma_allocator() -> None:
     # Triton keeps the allocator in a ContextVar, so a value set in another thread or context is not seen
     # here; setting it on every persistent launch is cheap and always correct.
     import triton
 
     triton.set_allocator(_tma_allocator)
+
+
+_install_tma_allocator = install_tma_allocator
 
 
 def _kernel(module: ModuleType, base: str, template: str):
@@ -207,14 +210,83 @@ def launch_gemm(
     ``allow_tf32`` only affects fp32 operands. ``workspace_fn(shape, dtype, device)`` allocates the split-K
     partials buffer (default: ``torch.empty``); pass one to reuse buffers. Empty outputs (M, N or L = 0)
     launch nothing; K = 0 runs the epilogue on a zero accumulator.
+
+    ``prepare_launch`` does the same work once for a call signature; this is ``prepare_launch(...)(A, B,
+    epilogue_args)`` with the checks in their usual order.
     """
-    p = gemm_problem(A, B)
-    config = resolve_config(A, B, config)
+    gemm_problem(A, B)
+    resolve_config(A, B, config)
     if isinstance(epilogue_args, (str, bytes)) or not hasattr(epilogue_args, "__iter__"):
         raise TypeError(f"epilogue_args must be a list, got {type(epilogue_args).__name__}")
-    epilogue_args = list(epilogue_args)
+    prepare_launch(module, kernel_name, A, B, config, allow_tf32, workspace_fn)(A, B, list(epilogue_args))
+
+
+class PreparedLaunch:
+    """The launch of one GEMM signature (operand shapes, strides, dtype, device; config; kernels), worked out
+    once by ``prepare_launch``: kernel objects bound to their grids, sizes and strides, constexpr arguments.
+    ``launch(A, B, epilogue_args)`` launches for operands of that signature (new tensors, same layout); it does
+    not re-check them: callers key their caches on everything ``prepare_launch`` read."""
+
+    __slots__ = ("mode", "fn", "tail", "common", "device_index", "reduce_fn", "reduce_kwargs", "work_shape",
+                 "work_dtype", "workspace_fn", "config")
+
+    def __call__(self, A: torch.Tensor, B: torch.Tensor, epilogue_args: Sequence[Any]) -> None:
+        if self.mode is None:
+            return
+        index = self.device_index
+        if index is not None and torch.cuda.current_device() != index:
+            # Triton launches on the current device; make it A's so multi-GPU callers need not switch.
+            with torch.cuda.device(index):
+                self._launch(A, B, epilogue_args)
+        else:
+            self._launch(A, B, epilogue_args)
+
+    def _launch(self, A, B, epilogue_args) -> None:
+        mode = self.mode
+        if mode == "portable":
+            self.fn(A, B, *self.tail, *epilogue_args, **self.common)
+        elif mode == "persistent_tma":
+            if self.device_index is not None:
+                install_tma_allocator()
+            self.fn(A, B, *self.tail, *epilogue_args, **self.common)
+        else:  # splitk
+            shape, acc_torch = self.work_shape, self.work_dtype
+            work = (self.workspace_fn or default_workspace)(shape, acc_torch, A.device)
+            if tuple(work.shape) != shape or work.dtype != acc_torch or not work.is_contiguous():
+                raise ValueError(
+                    f"workspace_fn returned {tuple(work.shape)} {work.dtype} contiguous={work.is_contiguous()}; "
+                    f"need contiguous {shape} {acc_torch}"
+                )
+            self.fn(A, B, *self.tail, work, **self.common)
+            tail = self.tail
+            self.reduce_fn(work, tail[0], tail[1], tail[3], *epilogue_args, **self.reduce_kwargs)
+
+
+def prepare_launch(
+    module: ModuleType,
+    kernel_name: str,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    config: GemmConfig,
+    allow_tf32: bool,
+    workspace_fn: Callable[[tuple[int, ...], torch.dtype, torch.device], torch.Tensor] | None = None,
+) -> PreparedLaunch:
+    """Validate A and B and work out the launch of ``config`` for them (see ``launch_gemm``): the returned
+    ``PreparedLaunch`` launches for any operands with A's and B's shapes, strides, dtype, device and 16-byte
+    alignment (the TMA choice depends on it)."""
+    p = gemm_problem(A, B)
+    config = resolve_config(A, B, config)
+    out = PreparedLaunch()
+    out.config = config
+    out.mode = None
+    out.fn = out.reduce_fn = out.reduce_kwargs = out.work_shape = out.work_dtype = None
+    out.workspace_fn = workspace_fn
+    out.device_index = (A.device.index if A.device.index is not None else torch.cuda.current_device()) \
+        if A.device.type == "cuda" else None
+    out.tail = (p.M, p.N, p.K, p.L, *p.a_strides, *p.b_strides)
+    out.common = {}
     if p.M == 0 or p.N == 0 or p.L == 0:
-        return
+        return out
     if p.L > MAX_GRID_YZ:
         raise ValueError(f"batch size L={p.L} exceeds the grid limit {MAX_GRID_YZ}; fold batches into M")
     tiles = cdiv(p.M, config.BLOCK_M) * cdiv(p.N, config.BLOCK_N)
@@ -230,45 +302,25 @@ def launch_gemm(
         num_warps=config.num_warps,
         num_stages=config.num_stages,
     )
-    operands = (A, B, p.M, p.N, p.K, p.L, *p.a_strides, *p.b_strides)
-    if A.device.type == "cuda":
-        # Triton launches on the current device; make it A's so multi-GPU callers need not switch.
-        with torch.cuda.device(A.device):
-            _dispatch(module, kernel_name, config, p, A, B, operands, epilogue_args, common, tiles, workspace_fn)
-    else:
-        _dispatch(module, kernel_name, config, p, A, B, operands, epilogue_args, common, tiles, workspace_fn)
-
-
-def _dispatch(module, kernel_name, config, p, A, B, operands, epilogue_args, common, tiles, workspace_fn) -> None:
-    """Launch the kernel(s) of ``config.template`` (split out so the device guard wraps all of them)."""
     if config.template == "portable":
-        _kernel(module, kernel_name, "portable")[(tiles, p.L)](*operands, *epilogue_args, **common)
+        out.fn = _kernel(module, kernel_name, "portable")[(tiles, p.L)]
     elif config.template == "splitk":
         split = config.SPLIT_K
         if split > MAX_GRID_YZ:
             raise ValueError(f"config.SPLIT_K={split} exceeds the grid limit {MAX_GRID_YZ}")
-        acc_torch = torch.float64 if p.dtype == torch.float64 else torch.float32
-        shape = (split, p.L, p.M, p.N)
-        work = (workspace_fn or default_workspace)(shape, acc_torch, A.device)
-        if tuple(work.shape) != shape or work.dtype != acc_torch or not work.is_contiguous():
-            raise ValueError(
-                f"workspace_fn returned {tuple(work.shape)} {work.dtype} contiguous={work.is_contiguous()}; "
-                f"need contiguous {shape} {acc_torch}"
-            )
-        _kernel(module, kernel_name, "splitk")[(tiles, split, p.L)](*operands, work, SPLIT_K=split, **common)
-        _kernel(module, kernel_name, "splitk_reduce")[(tiles, p.L)](
-            work, p.M, p.N, p.L, *epilogue_args,
-            BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, GROUP_M=config.GROUP_M, SPLIT_K=split,
-            ACC_DTYPE=common["ACC_DTYPE"], num_warps=config.num_warps, num_stages=1,
-        )
+        out.work_dtype = torch.float64 if p.dtype == torch.float64 else torch.float32
+        out.work_shape = (split, p.L, p.M, p.N)
+        out.fn = _kernel(module, kernel_name, "splitk")[(tiles, split, p.L)]
+        out.reduce_fn = _kernel(module, kernel_name, "splitk_reduce")[(tiles, p.L)]
+        out.reduce_kwargs = dict(BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, GROUP_M=config.GROUP_M,
+                                 SPLIT_K=split, ACC_DTYPE=common["ACC_DTYPE"], num_warps=config.num_warps,
+                                 num_stages=1)
+        common["SPLIT_K"] = split
     elif config.template == "persistent_tma":
         _, a_col, b_col = tma_layout(A, B)
         num_sms = device_info(A.device).num_sms
-        if A.device.type == "cuda":
-            _install_tma_allocator()
-        grid = (min(num_sms, tiles * p.L),)
-        _kernel(module, kernel_name, "persistent_tma")[grid](
-            *operands, *epilogue_args, **common,
+        out.fn = _kernel(module, kernel_name, "persistent_tma")[(min(num_sms, tiles * p.L),)]
+        common.update(
             NUM_SMS=num_sms,
             A_COL_MAJOR=a_col, B_COL_MAJOR=b_col,
             A_BATCHED=p.a_batched, B_BATCHED=p.b_batched,
@@ -278,3 +330,6 @@ def _dispatch(module, kernel_name, config, p, A, B, operands, epilogue_args, com
         )
     else:  # GemmConfig validates templates; this guards future additions
         raise ValueError(f"config.template {config.template!r} has no launcher")
+    out.common = common
+    out.mode = config.template
+    return out
