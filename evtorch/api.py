@@ -99,6 +99,42 @@ def gemm(A: torch.Tensor, B: torch.Tensor, epilogue: Callable | Epilogue | None 
     if _integration.wanted(A, B, inputs):
         return _integration.gemm(A, B, epilogue, out_dtype=out_dtype, backend=backend, deterministic=deterministic,
                                  allow_tf32=allow_tf32, outputs=outputs, config=config, **inputs)
+    try:
+        key = _call_key(A, B, epilogue, out_dtype, backend, deterministic, allow_tf32, outputs, config, inputs)
+        hit = _calls.get(key)
+    except (AttributeError, TypeError):  # not tensors, unhashable arguments: the checks below say what is wrong
+        key = hit = None
+    if hit is None:
+        hit = _prepare(A, B, epilogue, out_dtype, backend, outputs, inputs)
+        if key is not None:
+            if len(_calls) >= _CALLS_LIMIT:
+                _calls.clear()
+            _calls[key] = hit
+    ep, out_dtype, backend = hit
+    if backend == "reference":
+        acc = torch.matmul(A.to(ep.acc_dtype), B.to(ep.acc_dtype))
+        return ep.reference(acc, out_dtype=out_dtype, **inputs)
+    return _run_gemm(ep, A, B, inputs, out_dtype=out_dtype, deterministic=deterministic, allow_tf32=allow_tf32,
+                     config=config)
+
+
+# Each call signature is checked and its epilogue looked up (signature inspection, tracing on first use) once: a
+# later call with the same epilogue object, options, operand shapes / dtypes / devices and input kinds skips both
+# (strides do not matter here; the runtime keys its launches on them).
+_calls: dict = {}
+_CALLS_LIMIT = 1024
+
+
+def _call_key(A, B, epilogue, out_dtype, backend, deterministic, allow_tf32, outputs, config, inputs) -> tuple:
+    key = [epilogue, out_dtype, backend, deterministic, allow_tf32, tuple(outputs) if isinstance(outputs, list)
+           else outputs, config, A.shape, A.dtype, A.device, B.shape, B.dtype, B.device]
+    for name, v in inputs.items():
+        key.append((name, v.shape, v.dtype, v.device) if isinstance(v, torch.Tensor) else (name, type(v)))
+    return tuple(key)
+
+
+def _prepare(A, B, epilogue, out_dtype, backend, outputs, inputs) -> tuple:
+    """Every check of a call and its traced epilogue: (epilogue, out_dtype, backend)."""
     epilogue = _identity if epilogue is None else epilogue
     L, M, N, K, batched = check_operands(A, B)
     if out_dtype is not None and out_dtype not in GEMM_DTYPES:
@@ -113,18 +149,20 @@ def gemm(A: torch.Tensor, B: torch.Tensor, epilogue: Callable | Epilogue | None 
     acc_dtype = torch.float64 if A.dtype == torch.float64 else torch.float32
     acc_shape = (L, M, N) if batched else (M, N)
     ep = get_epilogue(epilogue, acc_shape, acc_dtype, inputs, keep=outputs)
-    out_dtype = out_dtype or A.dtype
-    if backend == "reference":
-        acc = torch.matmul(A.to(acc_dtype), B.to(acc_dtype))
-        return ep.reference(acc, out_dtype=out_dtype, **inputs)
-    from .runtime import knobs
-    if not A.is_cuda and not knobs.interpreter_active():
-        raise EpilogueError(f"backend='triton' on {A.device} tensors needs Triton's CPU interpreter: set "
-                            "TRITON_INTERPRET=1 in the environment before triton is imported, or use "
-                            "backend='reference' (the CPU default)")
+    if backend == "triton":
+        from .runtime import knobs
+        if not A.is_cuda and not knobs.interpreter_active():
+            raise EpilogueError(f"backend='triton' on {A.device} tensors needs Triton's CPU interpreter: set "
+                                "TRITON_INTERPRET=1 in the environment before triton is imported, or use "
+                                "backend='reference' (the CPU default)")
+    return ep, out_dtype or A.dtype, backend
+
+
+def _run_gemm(*args, **kwargs):
+    global _run_gemm
     from .runtime.gemm import run_gemm
-    return run_gemm(ep, A, B, inputs, out_dtype=out_dtype, deterministic=deterministic, allow_tf32=allow_tf32,
-                    config=config)
+    _run_gemm = run_gemm
+    return run_gemm(*args, **kwargs)
 
 
 def row_index(x) -> TracedTensor:

@@ -68,3 +68,82 @@ def _prod(values) -> int:
 def sizes_of(A: torch.Tensor, B: torch.Tensor) -> dict:
     """Axis sizes of ``A @ B``."""
     return {"L": A.shape[0] if A.dim() == 3 else 1, "M": A.shape[-2], "N": B.shape[-1]}
+
+
+# ------------------------------------------------------------------------------------------------ eager steps
+# ``to_canonical`` / ``from_canonical`` as lists of view steps for one signature (shapes known), without the steps
+# that change nothing (a reshape to the same shape, an identity permute): each step is a view node in the autograd
+# graph, so eager calls of evt.gemm replay only the ones that matter. Same values and gradients.
+def canonical_steps(shape, binding, order, sizes) -> tuple:
+    """The steps of ``to_canonical`` for an input of ``shape`` bound as ``binding``: ((method, argument), ...)."""
+    if len(shape) == 0:
+        return ()
+    owners = [a for axes in binding for a in axes]
+    steps = []
+    cur = [sizes[a] for a in owners]
+    if cur != list(shape):
+        steps.append(("reshape", tuple(cur)))
+    perm = [owners.index(a) for a in order if a in owners]
+    if perm != list(range(len(cur))):
+        steps.append(("permute", tuple(perm)))
+        cur = [cur[i] for i in perm]
+    final = canonical_shape(owners, order, sizes)
+    if final != cur:
+        steps.append(("reshape", tuple(final)))
+    return tuple(steps)
+
+
+def output_steps(shape, dims, order, sizes, lead=None) -> tuple:
+    """The steps of ``from_canonical`` for a canonical value of ``shape``, then (``lead``, for evt.linear) the
+    reshape giving an output whose first dim walks the rows the leading dims ``lead``."""
+    walked = [a for axes, _ in dims for a in axes]
+    steps = []
+    cur = list(shape)
+    full = canonical_shape(walked, order, sizes)
+    if cur != full:
+        steps.append(("expand", tuple(full)))
+        cur = full
+    rest = [a for a in order if a not in walked]
+    perm = [order.index(a) for a in walked + rest]
+    if perm != list(range(len(cur))):
+        steps.append(("permute", tuple(perm)))
+        cur = [cur[i] for i in perm]
+    target = [_prod([sizes[a] for a in axes]) for axes, _ in dims]
+    if target != cur:
+        steps.append(("reshape", tuple(target)))
+    cur = target
+    if any(not axes and size for axes, size in dims):
+        cur = [size if (not axes and size) else c for (axes, size), c in zip(dims, cur)]
+        steps.append(("expand", tuple(cur)))
+    if lead is not None and dims and dims[0][0] == ("M",):
+        target = list(lead) + cur[1:]
+        if target != cur:
+            steps.append(("reshape", tuple(target)))
+    return tuple(steps)
+
+
+def apply_steps(t: torch.Tensor, steps) -> torch.Tensor:
+    for method, arg in steps:
+        t = getattr(t, method)(arg)
+    return t
+
+
+def inverse_steps(shape, steps) -> tuple:
+    """The steps taking a gradient of the result of ``steps`` (applied to a value of ``shape``) back to ``shape``:
+    reshapes in reverse, inverse permutations (the backward of each view)."""
+    shapes, cur = [], list(shape)
+    for method, arg in steps:
+        shapes.append(tuple(cur))
+        if method == "reshape":
+            cur = list(arg)
+        elif method == "permute":
+            cur = [cur[i] for i in arg]
+        else:
+            raise AssertionError(f"internal: no inverse for {method}")
+    out = []
+    for (method, arg), before in zip(reversed(steps), reversed(shapes)):
+        if method == "reshape":
+            out.append(("reshape", before))
+        else:
+            out.append(("permute", tuple(sorted(range(len(arg)), key=lambda i: arg[i]))))
+    return tuple(out)

@@ -15,7 +15,7 @@ import torch
 from ..autodiff.canonical import from_canonical, space, to_canonical
 from ..errors import EpilogueError
 from .dispatch import autocast_dtype
-from .ops import Entry, FusedGemm, col_major, gemm_op, register
+from .ops import Entry, col_major, gemm_op, register
 
 
 def _static(shape) -> tuple:
@@ -99,18 +99,36 @@ def prepare(A, B, epilogue=None, *, out_dtype=None, backend=None, deterministic=
     return (A, B, tensors, scalars, key), (outs, n_outputs, returns_tuple, sizes, order)
 
 
-def fused_gemm(A, B, epilogue=None, *, _lead_dims=None, **options):
+def fused_gemm(A, B, epilogue=None, *, out_dtype=None, backend=None, deterministic=False, allow_tf32=False,
+               outputs=None, config=None, policy="save", _lead_dims=None, **inputs):
     """``evt.gemm`` through ``torch.ops.evtorch.gemm`` (same arguments and results; see ``evtorch.api.gemm``).
 
     ``policy`` (extra option): "save" keeps the accumulator for the backward when it needs it; "recompute"
     recomputes ``A @ B`` in the backward instead (less memory, one more GEMM). ``_lead_dims`` (for
     ``evt.linear``): outputs whose first dim walks the rows get these leading dims instead of M."""
-    args, (outs, n_outputs, returns_tuple, sizes, order) = prepare(A, B, epilogue, **options)
-    if torch.compiler.is_compiling():
-        results = gemm_op(*args)
-    else:  # eager: the same implementation as an autograd.Function, without torch.library's call overhead
-        A, B, tensors, scalars, key = args
-        results = FusedGemm.apply(A, B, scalars, key, *tensors)
+    if not torch.compiler.is_compiling():
+        # eager: the same operator as an autograd.Function (ops.FusedGemm), without torch.library's call
+        # overhead, prepared once per call signature (see _eager)
+        try:
+            key = (epilogue, _lead_dims, torch.is_grad_enabled(), autocast_dtype(A.device.type),
+                   A.shape, A.stride(), A.dtype, A.device, A.requires_grad,
+                   B.shape, B.stride(), B.dtype, B.device, B.requires_grad,
+                   out_dtype, backend, deterministic, allow_tf32,
+                   tuple(outputs) if isinstance(outputs, list) else outputs, config, policy,
+                   *[(name, v.shape, v.stride(), v.dtype, v.device, v.requires_grad) if isinstance(v, torch.Tensor)
+                     else (name, type(v)) for name, v in inputs.items()])
+            call = _calls.get(key)
+        except (AttributeError, TypeError):  # not tensors, unhashable options: prepare says what is wrong
+            key = call = None
+        if call is None:
+            call = _eager_call(key, A, B, epilogue, _lead_dims, inputs, out_dtype=out_dtype, backend=backend,
+                               deterministic=deterministic, allow_tf32=allow_tf32, outputs=outputs, config=config,
+                               policy=policy)
+        return call(A, B, inputs)
+    args, (outs, n_outputs, returns_tuple, sizes, order) = prepare(
+        A, B, epilogue, out_dtype=out_dtype, backend=backend, deterministic=deterministic, allow_tf32=allow_tf32,
+        outputs=outputs, config=config, policy=policy, **inputs)
+    results = gemm_op(*args)
     packed = [None] * n_outputs
     for (position, dims), value in zip(outs, results):
         value = from_canonical(value, dims, order, sizes)
@@ -118,6 +136,27 @@ def fused_gemm(A, B, epilogue=None, *, _lead_dims=None, **options):
             value = value.reshape(tuple(_lead_dims) + tuple(value.shape[1:]))
         packed[position] = value
     return tuple(packed) if returns_tuple else packed[0]
+
+
+# Eager calls: each call signature gets an ``ops.EagerCall`` on its first call, made after all of ``prepare``'s
+# checks; later calls of the signature build the key above, look it up, and run. The key holds everything
+# ``prepare`` reads: the epilogue object, grad mode, autocast, each tensor's shape, strides, dtype, device and
+# requires_grad (strides: operand layouts, and whether canonical views are views), the options' values, and the
+# numbers' types (their values are runtime scalars).
+_calls: dict = {}
+_CALLS_LIMIT = 1024
+
+
+def _eager_call(key, A, B, epilogue, lead, inputs, raw=None, **options):
+    """The ``EagerCall`` of a new signature (``raw``: see ``EagerCall``), remembered under ``key``."""
+    from .ops import EagerCall
+    plan_key = prepare(A, B, epilogue, **options, **inputs)[0][4]  # every check; builds the plan
+    call = EagerCall(plan_key, A, B, inputs, lead, raw)
+    if key is not None:
+        if len(_calls) >= _CALLS_LIMIT:
+            _calls.clear()
+        _calls[key] = call
+    return call
 
 
 def op_arguments(A, B, epilogue=None, **options):

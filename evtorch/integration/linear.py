@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 from typing import Callable
 
 import torch
 
 from ..errors import EpilogueTypeError, ShapeError
 from ..frontend.signature import epilogue_params
+from .dispatch import autocast_dtype
 
 BIAS = "linear_bias"
 
@@ -65,7 +67,39 @@ def linear(x: torch.Tensor, weight: torch.Tensor, fn: Callable | None = None, bi
         policy: "save" (keep what the backward needs) or "recompute" (recompute ``x @ weight.T`` in the backward).
         Other options as in ``evt.gemm``.
     """
-    from .function import fused_gemm
+    from .function import _calls, _eager_call, fused_gemm
+    if bias is not None:
+        inputs[BIAS] = bias
+    if not torch.compiler.is_compiling():
+        # eager: prepared once per call signature (see function.fused_gemm); x and weight go into the fused
+        # operator as they are (the reshape and transpose happen inside it: no view nodes in the autograd graph)
+        try:
+            key = ("linear", fn, bias is not None, torch.is_grad_enabled(), autocast_dtype(x.device.type),
+                   x.shape, x.stride(), x.dtype, x.device, x.requires_grad,
+                   weight.shape, weight.stride(), weight.dtype, weight.device, weight.requires_grad,
+                   out_dtype, backend, deterministic, allow_tf32, policy,
+                   *[(name, v.shape, v.stride(), v.dtype, v.device, v.requires_grad) if isinstance(v, torch.Tensor)
+                     else (name, type(v)) for name, v in inputs.items()])
+            call = _calls.get(key)
+        except (AttributeError, TypeError):  # not tensors: the checks below say so
+            key = call = None
+        if call is None:
+            _check(x, weight)
+            lead = tuple(x.shape[:-1])
+            M = math.prod(lead)
+            a_steps = () if x.dim() == 2 else (("reshape", (M, x.shape[-1])),)
+            call = _eager_call(key, _apply(x, a_steps), weight.t(), ("linear", fn, bias is not None), lead,
+                               inputs, raw=((x, a_steps), (weight, (("permute", (1, 0)),))), out_dtype=out_dtype,
+                               backend=backend, deterministic=deterministic, allow_tf32=allow_tf32, policy=policy)
+        return call(x, weight, inputs)
+    _check(x, weight)
+    lead = tuple(x.shape[:-1])
+    A = x.reshape(-1, x.shape[-1])
+    return fused_gemm(A, weight.t(), ("linear", fn, bias is not None), out_dtype=out_dtype, backend=backend,
+                      deterministic=deterministic, allow_tf32=allow_tf32, policy=policy, _lead_dims=lead, **inputs)
+
+
+def _check(x, weight) -> None:
     if not isinstance(x, torch.Tensor) or not isinstance(weight, torch.Tensor):
         raise EpilogueTypeError("evt.linear: x and weight must be tensors")
     if weight.dim() != 2:
@@ -73,10 +107,9 @@ def linear(x: torch.Tensor, weight: torch.Tensor, fn: Callable | None = None, bi
     if x.dim() == 0 or x.shape[-1] != weight.shape[1]:
         raise ShapeError(f"evt.linear: x {tuple(x.shape)} does not match weight {tuple(weight.shape)}: the last dim "
                          f"of x must be in_features = {weight.shape[1]}")
-    lead = tuple(x.shape[:-1])
-    A = x.reshape(-1, x.shape[-1])
-    if bias is not None:
-        inputs[BIAS] = bias
-    res = fused_gemm(A, weight.t(), ("linear", fn, bias is not None), out_dtype=out_dtype, backend=backend,
-                     deterministic=deterministic, allow_tf32=allow_tf32, policy=policy, _lead_dims=lead, **inputs)
-    return res
+
+
+def _apply(t, steps):
+    for method, arg in steps:
+        t = getattr(t, method)(arg)
+    return t
