@@ -43,13 +43,14 @@ def _ptr(base: str, axes, strides: dict, extra: str | None = None, flat: bool = 
     return " + ".join(terms)
 
 
-def _mask(axes) -> str | None:
+def _mask(axes, flat: bool = False) -> str | None:
+    """The bounds mask of values over ``axes`` (shaped as in ``_ptr``; ``flat`` for kept-axis results)."""
     if "M" in axes and "N" in axes:
         return "mask"
     if "M" in axes:
-        return "mask_m[:, None]"
+        return "mask_m" if flat else "mask_m[:, None]"
     if "N" in axes:
-        return "mask_n[None, :]"
+        return "mask_n" if flat else "mask_n[None, :]"
     return None
 
 
@@ -209,7 +210,7 @@ class EpilogueEmitter:
             axis = 0
         else:
             axis = "all"
-        kmask = _mask_1d(kept)
+        kmask = _mask(kept, flat=True)
 
         def reduce(expr, fn):
             if axis is None:
@@ -299,16 +300,6 @@ def _zero_like(axes) -> str:
     if "N" in axes:
         return "offs_n[None, :] * 0 + "
     return ""
-
-
-def _mask_1d(kept) -> str | None:
-    if "M" in kept and "N" in kept:
-        return "mask"
-    if "M" in kept:
-        return "mask_m"
-    if "N" in kept:
-        return "mask_n"
-    return None
 
 
 def _tile_linear_index(over) -> str:

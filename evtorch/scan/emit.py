@@ -17,32 +17,14 @@ from ..ir.graph import Graph
 from ..ir.node import Node
 from ..ops import REGISTRY
 from ..ops.registry import BOOL_ONLY, CAST, COMPARE
+from ..codegen.expr import TL_DTYPE as TL, literal  # one spelling of dtypes and constants in generated code
 from . import lanes as LN
-
-TL = {
-    torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16", torch.float32: "tl.float32",
-    torch.float64: "tl.float64", torch.int8: "tl.int8", torch.uint8: "tl.uint8", torch.int16: "tl.int16",
-    torch.int32: "tl.int32", torch.int64: "tl.int64", torch.bool: "tl.int1",
-}
 
 HEADER = '''import triton
 import triton.language as tl
 
 from evtorch.codegen import tlmath
 '''
-
-
-def literal(value) -> str:
-    if isinstance(value, bool):
-        return "True" if value else "False"
-    if isinstance(value, int):
-        return repr(value)
-    value = float(value)
-    if math.isnan(value):
-        return 'float("nan")'
-    if math.isinf(value):
-        return 'float("inf")' if value > 0 else 'float("-inf")'
-    return repr(value)
 
 
 class Writer:
