@@ -52,6 +52,17 @@ def norm_dim(d: int, rank: int, what: str) -> int:
     return d % max(rank, 1)
 
 
+def transpose_order(args, kwargs, rank: int, what: str, norm=None) -> list[int]:
+    """The permutation ``transpose``/``swapaxes``/``swapdims`` (dim0, dim1) make of ``rank`` dims (``norm``:
+    the dim check, whose error class is the caller's)."""
+    norm = norm or norm_dim
+    d0, d1 = (list(args) + [kwargs.get("dim0"), kwargs.get("dim1")])[:2]
+    d0, d1 = norm(d0, rank, what), norm(d1, rank, what)
+    order = list(range(rank))
+    order[d0], order[d1] = order[d1], order[d0]
+    return order
+
+
 def reshape(dims: tuple[Dim, ...], shape: tuple[int, ...], axis_sizes: dict, what: str) -> tuple[Dim, ...]:
     """New dims for ``reshape(shape)``: whole dims/axes may be merged or split apart again; splitting the
     inside of an axis would need index arithmetic per element and is refused. Dims of inputs that have not met

@@ -459,11 +459,7 @@ class Tracer:
         if method in ("contiguous", "clone"):
             return v
         if method in ("transpose", "swapaxes", "swapdims"):
-            d0, d1 = (list(args) + [kwargs.get("dim0"), kwargs.get("dim1")])[:2]
-            d0, d1 = D.norm_dim(d0, rank, what), D.norm_dim(d1, rank, what)
-            order = list(range(rank))
-            order[d0], order[d1] = order[d1], order[d0]
-            new = D.permute(dims, order)
+            new = D.permute(dims, D.transpose_order(args, kwargs, rank, what))
         elif method == "t":
             new = D.permute(dims, list(reversed(range(rank))))
         elif method == "permute":

@@ -209,6 +209,23 @@ class AssocEmitter:
 
 
 # ---------------------------------------------------------------------------------------------- lookback
+def _lookback_chunk(em: AssocEmitter, w) -> None:
+    """What both look-back kernels do first: take a ticket (chunks start in time order), find their chunk and
+    lane tile, load it and scan it locally (partial ``s``)."""
+    w(f"ntiles = ({em.n} + BLOCK_N - 1) // BLOCK_N")
+    w("ticket = tl.atomic_add(sync, 1)  # chunks start in time order: look-back only waits on started ones")
+    w("chunk = ticket // ntiles")
+    w("tile = ticket - chunk * ntiles")
+    w("lanes = tile * BLOCK_N + tl.arange(0, BLOCK_N)")
+    w(f"lmask = lanes < {em.n}")
+    em.lane_setup(w)
+    w("SUB_T: tl.constexpr = BLOCK_T // NSUB  # steps per sub-block (one warp's rows where the layout allows)")
+    em.sub = True
+    em.load_tile(w, "K + chunk * BLOCK_T")
+    em.scan(w, "", "s")
+    em.sub_scan(w)
+
+
 def render_lookback(em: AssocEmitter, sig: str) -> str:
     w = E.Writer()
     w("@triton.jit")
@@ -216,18 +233,7 @@ def render_lookback(em: AssocEmitter, sig: str) -> str:
       "NSUB: tl.constexpr):")
     with w.indent():
         em.doc(w, "one-pass scan with decoupled look-back over LB chunks at a time")
-        w(f"ntiles = ({em.n} + BLOCK_N - 1) // BLOCK_N")
-        w("ticket = tl.atomic_add(sync, 1)  # chunks start in time order: look-back only waits on started ones")
-        w("chunk = ticket // ntiles")
-        w("tile = ticket - chunk * ntiles")
-        w("lanes = tile * BLOCK_N + tl.arange(0, BLOCK_N)")
-        w(f"lmask = lanes < {em.n}")
-        em.lane_setup(w)
-        w("SUB_T: tl.constexpr = BLOCK_T // NSUB  # steps per sub-block (one warp's rows where the layout allows)")
-        em.sub = True
-        em.load_tile(w, "K + chunk * BLOCK_T")
-        em.scan(w, "", "s")
-        em.sub_scan(w)
+        _lookback_chunk(em, w)
         w("flags = sync + 1")
         w("if chunk == 0:")
         with w.indent():
@@ -296,18 +302,7 @@ def render_packed(em: AssocEmitter, sig: str) -> str:
       "NSUB: tl.constexpr):")
     with w.indent():
         em.doc(w, "one-pass scan, decoupled look-back over LB chunks at a time, flag and value in one word")
-        w(f"ntiles = ({em.n} + BLOCK_N - 1) // BLOCK_N")
-        w("ticket = tl.atomic_add(sync, 1)  # chunks start in time order: look-back only waits on started ones")
-        w("chunk = ticket // ntiles")
-        w("tile = ticket - chunk * ntiles")
-        w("lanes = tile * BLOCK_N + tl.arange(0, BLOCK_N)")
-        w(f"lmask = lanes < {em.n}")
-        em.lane_setup(w)
-        w("SUB_T: tl.constexpr = BLOCK_T // NSUB  # steps per sub-block (one warp's rows where the layout allows)")
-        em.sub = True
-        em.load_tile(w, "K + chunk * BLOCK_T")
-        em.scan(w, "", "s")
-        em.sub_scan(w)
+        _lookback_chunk(em, w)
         w(f"word = part + tl.cast(chunk, tl.int64) * {em.n} + lanes")
         w("if chunk == 0:")
         with w.indent():

@@ -222,11 +222,7 @@ class ScanTracer(Tracer):
         if method in ("contiguous", "clone"):
             return v
         if method in ("transpose", "swapaxes", "swapdims"):
-            d0, d1 = (list(args) + [kwargs.get("dim0"), kwargs.get("dim1")])[:2]
-            d0, d1 = LN.norm_dim(d0, rank, what), LN.norm_dim(d1, rank, what)
-            order = list(range(rank))
-            order[d0], order[d1] = order[d1], order[d0]
-            view, new = LN.permute(shape, order)
+            view, new = LN.permute(shape, D.transpose_order(args, kwargs, rank, what, norm=LN.norm_dim))
         elif method == "t":
             view, new = LN.permute(shape, list(reversed(range(rank))))
         elif method == "permute":
