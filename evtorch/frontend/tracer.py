@@ -424,15 +424,20 @@ class Tracer:
             return v
         return self.apply(self.registry["cast"], [v], {"dtype": dtype}, f".to({dtype})")
 
-    def full_like(self, func, args, kwargs):
+    def fill_constant(self, func, args, kwargs, error=EpilogueTypeError):
+        """(constant node, dtype) of ``zeros_like``/``ones_like``/``full_like`` (``error``: the caller's class)."""
         x = args[0]
         value = {torch.zeros_like: 0.0, torch.ones_like: 1.0}.get(func)
         if value is None:
             value = args[1] if len(args) > 1 else kwargs.get("fill_value")
         if isinstance(value, TracedTensor):
-            raise self._err(EpilogueTypeError, "full_like(x, v): v must be a number")
+            raise self._err(error, "full_like(x, v): v must be a number")
         dtype = kwargs.get("dtype") or x.dtype
-        node = self.const(float(value) if dtype.is_floating_point else value)
+        return self.const(float(value) if dtype.is_floating_point else value), dtype
+
+    def full_like(self, func, args, kwargs):
+        x = args[0]
+        node, dtype = self.fill_constant(func, args, kwargs)
         if node.dtype != dtype:
             node = self._compute(self.registry["cast"], [node], {"dtype": dtype}, dtype, "full_like")
         x = self.bind_to_acc(x, func.__name__) if x.node is None else x

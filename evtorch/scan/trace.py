@@ -151,13 +151,7 @@ class ScanTracer(Tracer):
 
     def full_like(self, func, args, kwargs):
         x = args[0]
-        value = {torch.zeros_like: 0.0, torch.ones_like: 1.0}.get(func)
-        if value is None:
-            value = args[1] if len(args) > 1 else kwargs.get("fill_value")
-        if isinstance(value, TracedTensor):
-            raise ScanTraceError("full_like(x, v): v must be a number", where=self.user_frame())
-        dtype = kwargs.get("dtype") or x.dtype
-        node = self.const(float(value) if dtype.is_floating_point else value)
+        node, dtype = self.fill_constant(func, args, kwargs, error=ScanTraceError)
         if node.dtype != dtype:
             node = self._compute("cast", [node], {"dtype": dtype}, dtype, ())
         return ScanValue(self, node, x.dims, dtype)
