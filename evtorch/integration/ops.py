@@ -35,6 +35,8 @@ from torch import Tensor
 from ..autodiff import GradPlan
 from ..autodiff.canonical import canonical_shape
 from ..errors import EpilogueError
+from .deferred import DeferredGrad, producer
+from .deferred import enabled as deferred_enabled
 from .dispatch import running_op
 
 _lock = threading.Lock()
@@ -278,7 +280,7 @@ class FusedGemm(torch.autograd.Function):
     def backward(ctx, *grads):
         if torch.is_grad_enabled():  # create_graph=True: the gradients must refuse to be differentiated
             with torch.no_grad():
-                dA, dB, dtensors = ctx.call.backward(ctx, grads)
+                dA, dB, dtensors = ctx.call.backward(ctx, grads, hand_on=False)
             dA, dB, *dtensors = _no_double_backward(dA, dB, *dtensors)
         else:
             dA, dB, dtensors = ctx.call.backward(ctx, grads)
@@ -353,6 +355,12 @@ class EagerCall:
         self.differentiable = [(i, o.position) for i, o in enumerate(p.outputs) if o.differentiable]
         self.backwards: dict = {}
         self.site = _site(e)
+        # cross-layer fusion (integration.deferred): A's gradient can be handed on unmultiplied when it is
+        # d(acc) @ Bᵀ reshaped (no cast, no transpose on the way to the caller's tensor)
+        self.can_defer_A = e.wrt_A and not e.a_col and all(m in ("reshape", "view") for m, _ in self.a_back)
+        self.fusable_outputs = {o.position: i for i, o in enumerate(p.outputs)
+                                if o.differentiable and o.walked == order}
+        self._fusable: dict = {}
 
     def __call__(self, A: Tensor, B: Tensor, inputs: dict):
         """The call's results, in the epilogue's return convention (A, B: the caller's tensors, see ``raw``)."""
@@ -370,6 +378,15 @@ class EagerCall:
             packed[position] = value
         return tuple(packed) if self.returns_tuple else packed[0]
 
+    def can_fuse(self, position: int) -> bool:
+        """Whether a gradient of output ``position`` alone, handed on unmultiplied, would be fused (the check
+        ``EagerBackward.can_fuse`` makes for the gradients that actually arrive)."""
+        ok = self._fusable.get(position)
+        if ok is None:
+            ok = self._fusable[position] = (position in self.fusable_outputs and
+                                            EagerBackward(self, (position,)).can_fuse(position))
+        return ok
+
     def operands(self, A: Tensor, B: Tensor, tensors) -> tuple:
         """The GEMM operands and the canonical inputs from the caller's tensors."""
         if self.a_steps:
@@ -386,8 +403,9 @@ class EagerCall:
             kw[param] = kind(value)
         return _launch(self.site, A, B, self.plan.forward_epilogue, e, e.out_dtype, kw, e.config)
 
-    def backward(self, ctx, grads) -> tuple:
-        """(dA, dB, input gradients) for the output gradients ``grads`` (``_backward``), in the caller's shapes."""
+    def backward(self, ctx, grads, hand_on: bool = True) -> tuple:
+        """(dA, dB, input gradients) for the output gradients ``grads`` (``_backward``), in the caller's shapes.
+        ``hand_on``: A's gradient may be handed to its producer unmultiplied (``integration.deferred``)."""
         keep_A, keep_B, used, _ = self.entry.saves
         saved = ctx.saved_tensors
         i = 0
@@ -397,11 +415,13 @@ class EagerCall:
         if keep_B:
             B, i = saved[i], i + 1
         seeds, present = [], []
+        deferred = False
         for index, position in self.differentiable:
             g = grads[index]
             if g is not None:
                 seeds.append(position)
                 present.append(g)
+                deferred = deferred or type(g) is DeferredGrad
         if not seeds:
             return None, None, [None] * len(self.params)
         seeds = tuple(seeds)
@@ -411,8 +431,20 @@ class EagerCall:
             if len(self.backwards) >= 64:
                 self.backwards.clear()
             plan = self.backwards[key] = EagerBackward(self, seeds)
+        fused = None
+        if deferred:  # a gradient handed on by the next evtorch layer: fuse it here, or compute it
+            for j, (position, g) in enumerate(zip(seeds, present)):
+                if type(g) is not DeferredGrad:
+                    continue
+                factors = g.take(self.plan.ep.acc_shape) if fused is None and plan.can_fuse(position) else None
+                if factors is not None:
+                    fused = (f"g{position}", *factors)
+                else:
+                    present[j] = g.materialize()
+        defer_A = hand_on and self.can_defer_A and _hand_on(ctx)
         n_used = len(used)
-        dA, dB, dtensors = plan.run(A, B, saved[i:i + n_used], saved[i + n_used:], present, ctx.scalars)
+        dA, dB, dtensors = plan.run(A, B, saved[i:i + n_used], saved[i + n_used:], present, ctx.scalars, fused,
+                                    defer_A)
         e = self.entry
         if dA is not None:
             back = self.a_back_col if e.a_col else self.a_back
@@ -423,6 +455,19 @@ class EagerCall:
             if back:
                 dB = _apply(dB, back)
         return dA, dB, [_apply(g, back) if back and g is not None else g for g, back in zip(dtensors, self.backs)]
+
+
+def _hand_on(ctx) -> bool:
+    """Whether this node's A gradient goes to an evtorch producer that can fuse it (``integration.deferred``)."""
+    if not deferred_enabled():
+        return False
+    found = producer(ctx)
+    if found is None:
+        return False
+    node, index = found
+    call = getattr(node, "call", None)
+    position = None if call is None else next((pos for i, pos in call.differentiable if i == index), None)
+    return position is not None and call.can_fuse(position)
 
 
 class EagerBackward:
@@ -464,8 +509,40 @@ class EagerBackward:
         # one LaunchSite per launch: EagerCall's key and the incoming gradients' strides fix their signatures
         self.sites = [_site(e) for _ in self.stages]
         self.site_dA, self.site_dB = _site(e), _site(e)
+        self.call_fusable = call.fusable_outputs
+        self.fused: dict = {}   # gradient name -> (fused epilogue, its params)
+        self.site_fused = _site(e)
 
-    def run(self, A, B, used, saved, grads, scalars) -> tuple:
+    def can_fuse(self, position: int) -> bool:
+        """Whether the gradient of output ``position`` can arrive as the accumulator of a GEMM making it: the
+        backward is one pass over the tile (no deferred reduction pass, no recomputed forward GEMM) reading
+        that gradient, and the output is full-size."""
+        program, gname = self.program, f"g{position}"
+        return (position in self.call_fusable and not self.recompute and len(program.passes) == 1
+                and gname in program.passes[0].params)
+
+    def fused_epilogue(self, gname: str):
+        """The backward pass with ``gname`` read from the accumulator: the epilogue of ``X @ Y`` where the
+        product is that gradient (cached per gradient)."""
+        ep = self.fused.get(gname)
+        if ep is None:
+            from ..autodiff.staging import signature_fn
+            from ..epilogue import Epilogue
+            stage, main = self.program.passes[0], self.program.epilogues[-1]
+            params = [x for x in stage.params if x != gname]
+            pass_fn = stage.fn
+
+            def body(acc, kw):
+                return pass_fn(acc, **kw, **{gname: acc})
+            fn = signature_fn(f"{main.name}_from_{gname}", params, body)
+            specs = [s for s in main.input_specs if s.name != gname]
+            ep = self.fused[gname] = (Epilogue(fn, main.acc_shape, main.acc_dtype, specs), params)
+        return ep
+
+    def run(self, A, B, used, saved, grads, scalars, fused=None, defer_A=False) -> tuple:
+        """(dA, dB, input gradients). ``fused``: (name of the gradient, X, Y) when that gradient is ``X @ Y``,
+        not computed (``deferred``): the backward pass runs as that GEMM's epilogue. ``defer_A``: return dA as a
+        ``DeferredGrad`` for the producer of A to fuse."""
         e, program = self.entry, self.program
         kw: dict = {}
         used = iter(used)
@@ -490,17 +567,27 @@ class EagerBackward:
         else:
             opA, opB = self._empty_operands(grads[0] if grads else saved[0], e.ab_dtype)
         results: dict = {}
-        for site, (ep, params, outputs, last) in zip(self.sites, self.stages):
-            outs = _launch(site, opA, opB, ep, e, self.out_dtype, {x: kw[x] for x in params}, self.config)
-            (results if last else kw).update(zip(outputs, outs))
+        if fused is not None:
+            gname, X, Y = fused
+            ep, params = self.fused_epilogue(gname)
+            outs = _launch(self.site_fused, X, Y, ep, e, self.out_dtype, {x: kw[x] for x in params})
+            results.update(zip(program.passes[0].outputs, outs))
+            d_acc_from = None
+        else:
+            for site, (ep, params, outputs, last) in zip(self.sites, self.stages):
+                outs = _launch(site, opA, opB, ep, e, self.out_dtype, {x: kw[x] for x in params}, self.config)
+                (results if last else kw).update(zip(outputs, outs))
+            d_acc_from = program.d_acc_from
         dA = dB = None
         if program.d_acc:
-            d_acc = kw[program.d_acc_from] if program.d_acc_from is not None else results["d_acc"]
+            d_acc = kw[d_acc_from] if d_acc_from is not None else results["d_acc"]
             if d_acc.dtype != e.ab_dtype:
                 d_acc = d_acc.to(e.ab_dtype)
             # dA = d(acc) @ Bᵀ, dB = Aᵀ @ d(acc); for a column-major operand its transpose, row-major (the
             # caller transposes it back: EagerCall.a_back_col)
-            if e.wrt_A:
+            if e.wrt_A and defer_A:
+                dA = DeferredGrad.of_product(d_acc, B.mT, self._dA)
+            elif e.wrt_A:
                 dA = self._matmul(B, d_acc.mT, "ep_dA", self.site_dA) if e.a_col else \
                     self._matmul(d_acc, B.mT, "ep_dA", self.site_dA)
             if e.wrt_B:
@@ -522,6 +609,9 @@ class EagerBackward:
                 g = g.reshape(())
             dtensors.append(g if g.dtype == dtype else g.to(dtype))
         return dA, dB, dtensors
+
+    def _dA(self, X: Tensor, Y: Tensor) -> Tensor:
+        return self._matmul(X, Y, "ep_dA", self.site_dA)
 
     def _matmul(self, X: Tensor, Y: Tensor, which: str, site) -> Tensor:
         """``X @ Y`` (``_matmul``) with the identity epilogue of its (fixed) shapes remembered."""

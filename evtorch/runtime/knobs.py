@@ -124,6 +124,16 @@ POISON: Knob[bool] = Knob(
 ALL_KNOBS = ALL_KNOBS + (POISON,)
 
 
+FUSE_BACKWARD: Knob[bool] = Knob(
+    "EVTORCH_FUSE_BACKWARD",
+    lambda: True,
+    _parse_bool,
+    "1: an evtorch layer's backward hands its input gradient, unmultiplied, to the evtorch layer that made the "
+    "input, which fuses its backward epilogue into that GEMM (integration/deferred.py); 0: plain backward",
+)
+ALL_KNOBS = ALL_KNOBS + (FUSE_BACKWARD,)
+
+
 def poison_enabled() -> bool:
     """Whether outputs are poisoned before launch (EVTORCH_POISON; tests and the selftest turn it on)."""
     return POISON.get()
