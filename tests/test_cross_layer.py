@@ -248,3 +248,32 @@ def test_triton_backend_through_the_interpreter():
     got = torch.autograd.grad((evt.linear(h, W2, backend="triton") ** 2).sum(), [x, W1, b1, W2])
     close(got, want, rtol=2e-5)
     assert deferred.STATS == {"fused": 1, "materialized": 0}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_mlp_block_on_gpu(dtype):
+    """Generated kernels on the GPU: a 3-layer MLP (two fused hand-offs), gradients against fp32 torch autograd of
+    the same (rounded) inputs; outputs poisoned so an unwritten element fails."""
+    import os
+    os.environ["EVTORCH_POISON"] = "1"
+    torch.backends.cuda.matmul.allow_tf32 = False
+    g = torch.Generator().manual_seed(12)
+    dims = [256, 384, 320, 192]
+    ws = []
+    for a, b in zip(dims, dims[1:]):
+        ws += [torch.randn(b, a, generator=g) / a ** 0.5, torch.randn(b, generator=g) * 0.1]
+    x = torch.randn(3, 100, dims[0], generator=g)
+    gy = torch.randn(3, 100, dims[-1], generator=g)
+    leaves = [t.to("cuda", dtype).requires_grad_() for t in [x, *ws]]
+    ref_leaves = [t.detach().float().requires_grad_() for t in leaves]
+    layers = list(zip(leaves[1::2], leaves[2::2]))
+    ref_layers = list(zip(ref_leaves[1::2], ref_leaves[2::2]))
+    got = torch.autograd.grad(mlp(leaves[0], layers, True), leaves, gy.to("cuda", dtype))
+    want = torch.autograd.grad(mlp(ref_leaves[0], ref_layers, False), ref_leaves, gy.to("cuda"))
+    tol = 2e-4 if dtype == torch.float32 else 3e-2
+    for a, b in zip(got, want):
+        err = ((a.float() - b).abs().max() / b.abs().max()).item()
+        assert err <= tol, err
+    assert deferred.STATS == {"fused": 2, "materialized": 0}
