@@ -253,11 +253,10 @@ def test_triton_backend_through_the_interpreter():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_mlp_block_on_gpu(dtype):
+def test_mlp_block_on_gpu(dtype, monkeypatch):
     """Generated kernels on the GPU: a 3-layer MLP (two fused hand-offs), gradients against fp32 torch autograd of
     the same (rounded) inputs; outputs poisoned so an unwritten element fails."""
-    import os
-    os.environ["EVTORCH_POISON"] = "1"
+    monkeypatch.setenv("EVTORCH_POISON", "1")
     torch.backends.cuda.matmul.allow_tf32 = False
     g = torch.Generator().manual_seed(12)
     dims = [256, 384, 320, 192]
