@@ -23,11 +23,24 @@ from evtorch.runtime import knobs
 TEMPLATES: tuple[str, ...] = ("portable", "splitk", "persistent_tma")
 
 # Flags a config may carry in ``extra``; all apply to persistent_tma only.
-EXTRA_FLAGS: dict[str, type] = {
-    "EPILOGUE_SUBTILE": bool,  # call the epilogue on two [BM, BN/2] halves (less register/smem pressure)
+EXTRA_FLAGS: dict[str, type | tuple[type, ...]] = {
+    # call the epilogue on S [BM, BN/S] slices (less register/smem pressure): True (= 2) or 4; False / 1: whole tile
+    "EPILOGUE_SUBTILE": (bool, int),
     "WARP_SPECIALIZE": bool,  # tl.range(warp_specialize=...) on the persistent tile loop
     "FLATTEN": bool,  # tl.range(flatten=...) on the persistent tile loop
+    # persistent programs per SM (default 1). 2 = "ping-pong": two co-resident programs, each owning its own output
+    # tiles, so one's epilogue overlaps the other's TMA/wgmma main loop (needs 2x registers and shared memory)
+    "PROGRAMS_PER_SM": int,
 }
+# Values allowed for the int flags, and the value each flag takes when absent (dropped from ``extra``).
+_FLAG_VALUES: dict[str, tuple[Any, ...]] = {"EPILOGUE_SUBTILE": (False, True, 1, 2, 4), "PROGRAMS_PER_SM": (1, 2, 3, 4)}
+_FLAG_DEFAULTS: dict[str, Any] = {"EPILOGUE_SUBTILE": False, "WARP_SPECIALIZE": False, "FLATTEN": False,
+                                  "PROGRAMS_PER_SM": 1}
+
+# Registers per SM (every NVIDIA GPU since Kepler) and the most one thread can hold: a program of w warps is
+# guaranteed co-resident with (programs_per_sm - 1) others whatever its epilogue needs only if
+# programs_per_sm * w * 32 * 256 <= REGISTERS_PER_SM (255 registers allocate as 256).
+REGISTERS_PER_SM = 65536
 
 DTYPE_BYTES: dict[torch.dtype, int] = {
     torch.float16: 2,
@@ -90,14 +103,29 @@ class GemmConfig:
         for key, value in extra.items():
             if key not in EXTRA_FLAGS:
                 raise ValueError(f"GemmConfig.extra has unknown flag {key!r}; known: {sorted(EXTRA_FLAGS)}")
-            if not isinstance(value, EXTRA_FLAGS[key]):
-                raise ValueError(f"GemmConfig.extra[{key!r}] must be {EXTRA_FLAGS[key].__name__}, got {value!r}")
+            kind = EXTRA_FLAGS[key]
+            if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+                names = "/".join(t.__name__ for t in (kind if isinstance(kind, tuple) else (kind,)))
+                raise ValueError(f"GemmConfig.extra[{key!r}] must be {names}, got {value!r}")
+            if key in _FLAG_VALUES and value not in _FLAG_VALUES[key]:
+                raise ValueError(f"GemmConfig.extra[{key!r}] must be one of {_FLAG_VALUES[key]}, got {value!r}")
+        # Canonical spellings (default values dropped, halves as True) make equal configs compare and hash equal.
+        canon: dict[str, Any] = {}
+        for key, value in extra.items():
+            if key == "EPILOGUE_SUBTILE":
+                count = _subtile_count(value)
+                if count > 1:
+                    canon[key] = True if count == 2 else count
+            elif value != _FLAG_DEFAULTS[key]:
+                canon[key] = value
+        extra = canon
         if extra and self.template != "persistent_tma":
             raise ValueError(f"GemmConfig.extra flags {sorted(extra)} only apply to template='persistent_tma'")
-        if extra.get("EPILOGUE_SUBTILE") and self.BLOCK_N < 32:
-            raise ValueError("GemmConfig.extra EPILOGUE_SUBTILE needs BLOCK_N >= 32 (halves of >= 16 columns)")
-        # All flags default to False; dropping False entries makes equal configs compare (and hash) equal.
-        object.__setattr__(self, "extra", tuple(sorted((k, v) for k, v in extra.items() if v)))
+        subtiles = _subtile_count(extra.get("EPILOGUE_SUBTILE", False))
+        if subtiles > 1 and self.BLOCK_N // subtiles < 16:
+            raise ValueError(f"GemmConfig.extra EPILOGUE_SUBTILE={subtiles} needs BLOCK_N >= {16 * subtiles} "
+                             f"(slices of >= 16 columns), got BLOCK_N={self.BLOCK_N}")
+        object.__setattr__(self, "extra", tuple(sorted(extra.items())))
 
     def flag(self, name: str, default: Any = False) -> Any:
         """Value of an ``extra`` flag, or ``default``."""
@@ -106,9 +134,27 @@ class GemmConfig:
         return dict(self.extra).get(name, default)
 
     @property
+    def epilogue_subtiles(self) -> int:
+        """How many [BM, BN/S] slices the epilogue is called on per tile: 1, 2 or 4 (EPILOGUE_SUBTILE)."""
+        return _subtile_count(self.flag("EPILOGUE_SUBTILE"))
+
+    @property
     def epilogue_block_n(self) -> int:
-        """Width of the tile the epilogue sees (BLOCK_N, or half of it with EPILOGUE_SUBTILE)."""
-        return self.BLOCK_N // 2 if self.flag("EPILOGUE_SUBTILE") else self.BLOCK_N
+        """Width of the tile the epilogue sees (BLOCK_N / epilogue_subtiles)."""
+        return self.BLOCK_N // self.epilogue_subtiles
+
+    @property
+    def programs_per_sm(self) -> int:
+        """Persistent programs per SM (PROGRAMS_PER_SM; 1 for every template but persistent_tma)."""
+        return int(self.flag("PROGRAMS_PER_SM", 1))
+
+    def persistent_programs(self, num_sms: int) -> int:
+        """Program count the persistent template strides its tile loop by (constexpr NUM_PROGRAMS)."""
+        return max(1, int(num_sms)) * self.programs_per_sm
+
+    def persistent_grid(self, num_sms: int, work_items: int) -> int:
+        """Launch grid of the persistent template: one program per work item, at most ``persistent_programs``."""
+        return max(1, min(self.persistent_programs(num_sms), int(work_items)))
 
     def smem_bytes(self, elem_bytes: int) -> int:
         """Pipelined operand buffers in shared memory: (BM*BK + BK*BN) * bytes * stages."""
@@ -140,9 +186,18 @@ class GemmConfig:
             text += f"_sk{self.SPLIT_K}"
         text += f"_w{self.num_warps}_s{self.num_stages}"
         for key, value in self.extra:
-            if value:
+            if value is True:
                 text += f"_{key.lower()}"
+            elif value:
+                text += f"_{key.lower()}{value}"
         return text
+
+
+def _subtile_count(value: Any) -> int:
+    """EPILOGUE_SUBTILE's value as a slice count: False/1 -> 1, True/2 -> 2, 4 -> 4."""
+    if value is True:
+        return 2
+    return int(value) if value else 1
 
 
 @dataclass(frozen=True)
@@ -221,10 +276,23 @@ def interpreter_config(M: int, N: int, K: int) -> GemmConfig:
 
 
 def fits_smem(config: GemmConfig, dtype: torch.dtype, info: DeviceInfo) -> bool:
-    """Operand pipeline buffers fit, keeping ~8 KiB for Triton's barriers and layout conversions."""
+    """Operand pipeline buffers fit, keeping ~8 KiB for Triton's barriers and layout conversions; with
+    PROGRAMS_PER_SM = p, p programs (each with that headroom and the 1 KiB the hardware reserves per block)
+    fit in one SM's shared memory (the per-block opt-in limit + 1 KiB: 228 KiB on Hopper)."""
     if info.kind != "cuda":
         return True
-    return config.smem_bytes(_elem_bytes(dtype)) <= info.smem_bytes - 8192
+    need = config.smem_bytes(_elem_bytes(dtype)) + 8192
+    pps = config.programs_per_sm
+    if pps == 1:
+        return need <= info.smem_bytes
+    return pps * (need + 1024) <= info.smem_bytes + 1024
+
+
+def fits_registers(config: GemmConfig) -> bool:
+    """PROGRAMS_PER_SM programs of num_warps warps stay co-resident even at 255 registers per thread (the
+    kernels set no register cap, and heavy epilogues reach 255): programs * warps <= 8."""
+    pps = config.programs_per_sm
+    return pps == 1 or pps * config.num_warps * 32 * 256 <= REGISTERS_PER_SM
 
 
 def fits_shape(config: GemmConfig, M: int, N: int, K: int) -> bool:
@@ -402,7 +470,8 @@ def candidate_configs(
                                     cfg.num_warps, cfg.num_stages))
     space += _portable_space(dtype, "portable")
     kept = [c for c in space
-            if fits_smem(c, dtype, info) and fits_shape(c, M, N, K) and _fits_precision(c, dtype, allow_tf32)]
+            if fits_smem(c, dtype, info) and fits_registers(c) and fits_shape(c, M, N, K)
+            and _fits_precision(c, dtype, allow_tf32)]
     # configs whose tiles fill at least 3/4 of the SMs first (stable: for large problems nothing moves), so that a
     # short tuning list for a small problem is not spent on tiles that leave most of the GPU idle
     kept.sort(key=lambda c: not _fills_gpu(c, M, N, L, info))
@@ -411,7 +480,7 @@ def candidate_configs(
 
 def _fills_gpu(config: GemmConfig, M: int, N: int, L: int, info: DeviceInfo) -> bool:
     tiles = cdiv(M, config.BLOCK_M) * cdiv(N, config.BLOCK_N) * max(L, 1) * max(config.SPLIT_K, 1)
-    return 4 * tiles >= 3 * info.num_sms
+    return 4 * tiles >= 3 * info.num_sms * config.programs_per_sm
 
 
 def _fit_stages(config: GemmConfig, dtype: torch.dtype, info: DeviceInfo) -> GemmConfig:

@@ -19,11 +19,14 @@ Templates
   unreduced tile to a workspace ``W[SPLIT_K, L, M, N]`` (ACC_DTYPE). No epilogue call.
 - ``splitk_reduce``: sums the SPLIT_K partials of one tile in a fixed order (deterministic), then calls the
   epilogue exactly once per tile (so epilogue reductions and multiple outputs are not duplicated).
-- ``persistent_tma``: Hopper; NUM_SMS programs loop over (batch, tile) work items in grouped order, A/B
-  tiles come from device-side TMA descriptors (``tl.make_tensor_descriptor``, needs ``triton.set_allocator``),
-  the K loop is software-pipelined by the launch's ``num_stages``, and with EPILOGUE_SUBTILE the
-  accumulator is split into two [BM, BN/2] halves, each handed to the epilogue with its own ``offs_n``
-  and ``pid_n`` (``2*pid_n + half``), so per-tile workspaces indexed by pid_n never collide.
+- ``persistent_tma``: Hopper; NUM_PROGRAMS persistent programs (PROGRAMS_PER_SM per SM: with 2, one program's
+  epilogue runs while the other's main loop keeps the tensor cores busy, "ping-pong" by co-residency) loop over
+  (batch, tile) work items in grouped order, strided by NUM_PROGRAMS; the launch grid is
+  min(NUM_PROGRAMS, work items). A/B tiles come from device-side TMA descriptors (``tl.make_tensor_descriptor``,
+  needs ``triton.set_allocator``), the K loop is software-pipelined by the launch's ``num_stages``, and with
+  EPILOGUE_SUBTILE = S (1, 2 or 4) the accumulator is split into S [BM, BN/S] slices, each handed to the
+  epilogue with its own ``offs_n`` and ``pid_n`` (``S*pid_n + slice``), so per-tile workspaces indexed by
+  pid_n never collide.
 
 Both Triton 3.6 and 3.9 accept ``tl.dot(..., input_precision="tf32"|"ieee")`` (``allow_tf32`` is
 deprecated), ``tl.make_tensor_descriptor`` and ``tl.range(..., flatten=, warp_specialize=)``.
@@ -220,12 +223,12 @@ def __KERNEL__(
     + "__PARAMS_SIG__"
     + _TILE_CONSTEXPRS
     + '''\
-    NUM_SMS: tl.constexpr,
+    NUM_PROGRAMS: tl.constexpr,
     A_COL_MAJOR: tl.constexpr, B_COL_MAJOR: tl.constexpr,
     A_BATCHED: tl.constexpr, B_BATCHED: tl.constexpr,
     EPILOGUE_SUBTILE: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, FLATTEN: tl.constexpr,
 ):
-    """Persistent TMA GEMM + epilogue (Hopper); grid (min(NUM_SMS, L*tiles),)."""
+    """Persistent TMA GEMM + epilogue (Hopper); grid (min(NUM_PROGRAMS, L*tiles),), EPILOGUE_SUBTILE in 1, 2, 4."""
     if A_BATCHED:
         if A_COL_MAJOR:
             a_desc = tl.make_tensor_descriptor(A_ptr, shape=[L, K, M], strides=[stride_al, stride_ak, 1],
@@ -264,8 +267,8 @@ def __KERNEL__(
     num_pid_in_group = GROUP_M * num_pid_n
     # A second tile counter for the epilogue keeps the K loop's index math independent of it, which lets
     # the compiler overlap the next tile's loads with this tile's epilogue when FLATTEN is on.
-    tile_id_c = start_pid - NUM_SMS
-    for tile_id in tl.range(start_pid, num_tiles, NUM_SMS, flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE):
+    tile_id_c = start_pid - NUM_PROGRAMS
+    for tile_id in tl.range(start_pid, num_tiles, NUM_PROGRAMS, flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE):
         pid_l = tile_id // tiles_per_batch
         t = tile_id % tiles_per_batch
         group_id = t // num_pid_in_group
@@ -299,7 +302,7 @@ def __KERNEL__(
                 else:
                     b = b_desc.load([off_k, off_n])
 __DOT_TMA__
-        tile_id_c += NUM_SMS
+        tile_id_c += NUM_PROGRAMS
         pid_l_c = tile_id_c // tiles_per_batch
         t_c = tile_id_c % tiles_per_batch
         group_id_c = t_c // num_pid_in_group
@@ -308,7 +311,23 @@ __DOT_TMA__
         pid_m_c = first_pid_m_c + (t_c % num_pid_in_group) % group_size_m_c
         pid_n_c = (t_c % num_pid_in_group) // group_size_m_c
         offs_m = pid_m_c * BLOCK_M + tl.arange(0, BLOCK_M)
-        if EPILOGUE_SUBTILE:
+        if EPILOGUE_SUBTILE == 4:
+            # quarters: split the halves again (register pressure of heavy epilogues scales with the slice)
+            acc3 = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
+            acc_lo, acc_hi = tl.split(acc3)
+            q3 = tl.permute(tl.reshape(acc_lo, (BLOCK_M, 2, BLOCK_N // 4)), (0, 2, 1))
+            acc_q0, acc_q1 = tl.split(q3)
+            offs_n_q = pid_n_c * BLOCK_N + tl.arange(0, BLOCK_N // 4)
+            __EPILOGUE__(acc_q0, offs_m, offs_n_q, pid_m_c, 4 * pid_n_c, pid_l_c, M, N, L__PARAMS_CALL__)
+            __EPILOGUE__(acc_q1, offs_m, offs_n_q + BLOCK_N // 4, pid_m_c, 4 * pid_n_c + 1, pid_l_c, M, N,
+                         L__PARAMS_CALL__)
+            q3 = tl.permute(tl.reshape(acc_hi, (BLOCK_M, 2, BLOCK_N // 4)), (0, 2, 1))
+            acc_q2, acc_q3 = tl.split(q3)
+            __EPILOGUE__(acc_q2, offs_m, offs_n_q + BLOCK_N // 2, pid_m_c, 4 * pid_n_c + 2, pid_l_c, M, N,
+                         L__PARAMS_CALL__)
+            __EPILOGUE__(acc_q3, offs_m, offs_n_q + 3 * (BLOCK_N // 4), pid_m_c, 4 * pid_n_c + 3, pid_l_c, M, N,
+                         L__PARAMS_CALL__)
+        elif EPILOGUE_SUBTILE == 2:
             acc3 = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
             acc_lo, acc_hi = tl.split(acc3)
             offs_n_lo = pid_n_c * BLOCK_N + tl.arange(0, BLOCK_N // 2)
@@ -333,7 +352,7 @@ _TEMPLATES = {
 # Names each template defines as arguments or locals; epilogue params must not shadow them.
 _RESERVED = frozenset(
     """A_ptr B_ptr W_ptr M N K L stride_al stride_am stride_ak stride_bl stride_bk stride_bn
-    BLOCK_M BLOCK_N BLOCK_K GROUP_M ALLOW_TF32 ACC_DTYPE DOT_UPCAST SPLIT_K NUM_SMS A_COL_MAJOR B_COL_MAJOR
+    BLOCK_M BLOCK_N BLOCK_K GROUP_M ALLOW_TF32 ACC_DTYPE DOT_UPCAST SPLIT_K NUM_SMS NUM_PROGRAMS A_COL_MAJOR B_COL_MAJOR
     A_BATCHED B_BATCHED EPILOGUE_SUBTILE WARP_SPECIALIZE FLATTEN triton tl""".split()
 )
 

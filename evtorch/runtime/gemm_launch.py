@@ -144,15 +144,15 @@ def resolve_config(A: torch.Tensor, B: torch.Tensor, config: GemmConfig) -> Gemm
 def grid_tiles(M: int, N: int, config: GemmConfig) -> tuple[int, int]:
     """(tiles_m, tiles_n) of the tile grid the epilogue sees: the range of its pid_m and pid_n.
 
-    With EPILOGUE_SUBTILE the epilogue is called on half tiles with pid_n = 2*tile_n + half, so tiles_n
-    doubles. Pass a config already through ``resolve_config``.
+    With EPILOGUE_SUBTILE = S the epilogue is called on [BM, BN/S] slices with pid_n = S*tile_n + slice, so
+    tiles_n is S times larger. Pass a config already through ``resolve_config``.
     """
     if not isinstance(config, GemmConfig):
         raise TypeError(f"config must be a GemmConfig, got {type(config).__name__}")
     tiles_m = cdiv(M, config.BLOCK_M)
     tiles_n = cdiv(N, config.BLOCK_N)
-    if config.template == "persistent_tma" and config.flag("EPILOGUE_SUBTILE"):
-        tiles_n *= 2
+    if config.template == "persistent_tma":
+        tiles_n *= config.epilogue_subtiles
     return tiles_m, tiles_n
 
 
@@ -319,12 +319,12 @@ def prepare_launch(
     elif config.template == "persistent_tma":
         _, a_col, b_col = tma_layout(A, B)
         num_sms = device_info(A.device).num_sms
-        out.fn = _kernel(module, kernel_name, "persistent_tma")[(min(num_sms, tiles * p.L),)]
+        out.fn = _kernel(module, kernel_name, "persistent_tma")[(config.persistent_grid(num_sms, tiles * p.L),)]
         common.update(
-            NUM_SMS=num_sms,
+            NUM_PROGRAMS=config.persistent_programs(num_sms),
             A_COL_MAJOR=a_col, B_COL_MAJOR=b_col,
             A_BATCHED=p.a_batched, B_BATCHED=p.b_batched,
-            EPILOGUE_SUBTILE=bool(config.flag("EPILOGUE_SUBTILE")),
+            EPILOGUE_SUBTILE=config.epilogue_subtiles,
             WARP_SPECIALIZE=bool(config.flag("WARP_SPECIALIZE")),
             FLATTEN=bool(config.flag("FLATTEN")),
         )

@@ -1,0 +1,400 @@
+"""Ping-pong experiment on the persistent TMA template (issue 4): forced configs x workloads x shapes, one lease.
+
+Run on a CUDA machine (Hopper), everything in one command:
+
+    PYTHONUNBUFFERED=1 python -m benchmarks.pingpong_check --out $OUT [--deadline-s 380] [--workers 10]
+
+1. Compile + check, in parallel processes (Triton compilation is CPU-bound; the Triton and evtorch caches on disk
+   are shared, so the timing process below only loads binaries): every (workload, config) at both shapes through
+   ``evt.gemm(..., config=cfg)`` with outputs poisoned (max error against the fp32 reference, NaN = unwritten),
+   the compiled kernel's registers / spills / shared memory and how many of its programs fit one SM
+   (cuOccupancyMaxActiveBlocksPerMultiprocessor: a PROGRAMS_PER_SM=2 config must show >= 2); the examples on
+   ragged and batched problems in fp16 / bf16 with fresh random inputs against a float64 reference, both
+   reduction modes; and ``evtorch.selftest --quick`` with the heuristic replaced by the ping-pong configs wherever
+   persistent_tma applies.
+2. Timing, one process: per shape and workload, cuBLAS (``torch.matmul``) right before the row, then every config
+   captured in a CUDA graph and replayed (device time, do_bench median, L2 flushed), the baseline config timed
+   first and again last (its spread = the noise).
+
+Writes pingpong.json, pingpong_log.txt, workers_log.txt and selftest logs under --out; prints a table last.
+``--dry-run`` runs a tiny version through the Triton interpreter on CPU (checks the script only).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+T0 = time.time()
+
+SHAPES = ((8192, 8192, 4096), (8192, 4096, 1024))
+WORKLOADS = ("identity", "lincomb_relu", "bias_gelu_aux", "colbcast_leaky", "rowreduce_tanh", "bce_loss",
+             "dgelu_bgrad", "mixed_dag")
+
+
+def configs() -> dict:
+    """name -> GemmConfig. base* = today's persistent candidates (the tuner's picks in the last bench run)."""
+    from evtorch.codegen.configs import GemmConfig as G
+
+    def tma(bm, bn, warps, stages, **flags):
+        return G("persistent_tma", bm, bn, 64, 8, 1, warps, stages, tuple(flags.items()))
+
+    return {
+        "base": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=True),
+        "base_flat": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=True, FLATTEN=True),
+        "base_ws": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=True, WARP_SPECIALIZE=True),
+        "pp2_h": tma(128, 128, 4, 3, EPILOGUE_SUBTILE=True, PROGRAMS_PER_SM=2),
+        "pp2_q4": tma(128, 128, 4, 3, EPILOGUE_SUBTILE=4, PROGRAMS_PER_SM=2),
+        "pp2_h_ws": tma(128, 128, 4, 3, EPILOGUE_SUBTILE=True, PROGRAMS_PER_SM=2, WARP_SPECIALIZE=True),
+        "pp1_h": tma(128, 128, 4, 3, EPILOGUE_SUBTILE=True),  # control: the same tile, one program per SM
+    }
+
+
+def workload(name):
+    from benchmarks.workloads import WORKLOADS as W, identity
+
+    if name == "identity":
+        return identity, (lambda M, N, d, t: {})
+    return W[name].fn, W[name].make_inputs
+
+
+def max_error(out, ref) -> float:
+    from benchmarks.run import max_error as me
+
+    return me(out, ref)
+
+
+# ------------------------------------------------------------------------------------------------ resources
+def _occupancy(k, threads: int, shared: int):
+    try:
+        from cuda.bindings import driver as cud
+
+        fn = k.function
+        for handle in (fn, getattr(cud, "CUfunction")(fn)):
+            try:
+                err, n = cud.cuOccupancyMaxActiveBlocksPerMultiprocessor(handle, threads, shared)
+                if int(err) == 0:
+                    return int(n)
+            except Exception:  # noqa: BLE001
+                continue
+    except Exception:  # noqa: BLE001
+        pass
+    return None
+
+
+def kernel_rows(module, seen: set) -> list:
+    """Resources of the GEMM kernels of ``module`` not in ``seen`` (ids), which this adds to ``seen``."""
+    rows = []
+    for name in dir(module):
+        fn = getattr(module, name)
+        caches = getattr(fn, "device_caches", None)
+        if not caches or not name.startswith("gemm_"):
+            continue
+        for cache in caches.values():
+            for key, k in cache[0].items():
+                if id(k) in seen:
+                    continue
+                seen.add(id(k))
+                md = getattr(k, "metadata", None)
+                warps = getattr(md, "num_warps", None)
+                shared = getattr(md, "shared", None)
+                regs = getattr(k, "n_regs", None)
+                row = {"kernel": name, "n_regs": regs, "n_spills": getattr(k, "n_spills", None), "shared": shared,
+                       "num_warps": warps, "num_stages": getattr(md, "num_stages", None)}
+                if warps and shared is not None:
+                    row["blocks_per_sm"] = _occupancy(k, warps * 32, shared)
+                    if regs:
+                        per_warp = -(-regs * 32 // 256) * 256
+                        row["blocks_per_sm_est"] = min(65536 // (per_warp * warps), 233472 // (shared + 1024))
+                rows.append(row)
+    return rows
+
+
+# ------------------------------------------------------------------------------------------------ phase 1
+def worker(args) -> int:
+    """Compile + check the jobs of shard i/n (jobs: 'W:workload:config' or 'E:example:config:dtype')."""
+    import torch
+
+    import evtorch as evt
+    from evtorch.api import get_epilogue
+    from evtorch.codegen.program import build_program
+    from evtorch.examples import EXAMPLES, eager_reference, operands
+    from evtorch.testing import rel_error
+
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    kw_backend = {} if dev == "cuda" else {"backend": "triton"}
+    cfgs = configs()
+    jobs = json.loads(Path(args.jobs).read_text())
+    i, n = (int(x) for x in args.worker.split("/"))
+    mine = jobs[i::n]
+    results = []
+    shapes = SHAPES if not args.dry_run else ((64, 64, 32), (64, 32, 32))
+    seen_by_module: dict = {}
+    for job in mine:
+        parts = job.split(":")
+        rec = {"job": job}
+        t = time.time()
+        try:
+            if parts[0] == "W":
+                name, cname = parts[1], parts[2]
+                cfg = cfgs[cname]
+                fn, mk = workload(name)
+                rec["shapes"] = {}
+                for (M, N, K) in shapes:
+                    torch.manual_seed(1234 + M + N + K)
+                    A, B = operands(M, N, K, dev, torch.bfloat16 if dev == "cuda" else torch.float16)
+                    inputs = mk(M, N, dev, A.dtype)
+                    os.environ["EVTORCH_POISON"] = "1"
+                    out = evt.gemm(A, B, fn, config=cfg, **kw_backend, **inputs)
+                    os.environ.pop("EVTORCH_POISON", None)
+                    ref = eager_reference(fn, A, B, **inputs)
+                    rec["shapes"][f"{M}x{N}x{K}"] = {"err": max_error(out, ref)}
+                    ep = get_epilogue(fn, (M, N), torch.float32, inputs)
+                    module = build_program(ep).module
+                    seen = seen_by_module.setdefault(id(module), set())
+                    ks = kernel_rows(module, seen)
+                    if ks:
+                        rec.setdefault("kernels", []).extend(ks)
+                    del out, ref, A, B, inputs
+            else:  # E: example on ragged / batched problems vs float64, both reduction modes
+                name, cname, dname = parts[1], parts[2], parts[3]
+                cfg = cfgs[cname]
+                dtype = getattr(torch, dname)
+                ex = EXAMPLES[name]
+                errs = []
+                sizes = ((1000, 776, 520, 1), (300, 264, 136, 3)) if not args.dry_run else ((40, 48, 32, 1),)
+                for (M, N, K, L) in sizes:
+                    for det in (False, True):
+                        torch.manual_seed(len(errs) + M)
+                        A, B = operands(M, N, K, dev, dtype, batch=L if L > 1 else None)
+                        if L > 1:
+                            B = B[0]  # batched A, broadcast B
+                        kw = ex.make_inputs(M, N, dev, dtype)
+                        os.environ["EVTORCH_POISON"] = "1"
+                        out = evt.gemm(A, B, ex.fn, config=cfg, deterministic=det, **kw_backend, **kw)
+                        os.environ.pop("EVTORCH_POISON", None)
+                        ref = ex.fn(torch.matmul(A.double(), B.double()),
+                                    **{k: v.double() if torch.is_tensor(v) and v.is_floating_point() else v
+                                       for k, v in kw.items()})
+                        out = out if isinstance(out, tuple) else (out,)
+                        ref = ref if isinstance(ref, tuple) else (ref,)
+                        for o, r in zip(out, ref):
+                            errs.append(rel_error(o, r.to(o.dtype) if o.dtype in (torch.float16, torch.bfloat16)
+                                                  else r))
+                rec["errs"] = errs
+                rec["ok"] = all(e <= 1e-2 for e in errs)
+        except Exception as exc:  # noqa: BLE001
+            os.environ.pop("EVTORCH_POISON", None)
+            rec["error"] = f"{type(exc).__name__}: {exc}"[:1500]
+            traceback.print_exc()
+        rec["s"] = round(time.time() - t, 1)
+        print("JOB", json.dumps(rec)[:600], flush=True)
+        results.append(rec)
+    Path(args.result).write_text(json.dumps(results, default=str))
+    return 0
+
+
+def selftest_worker(args) -> int:
+    """``evtorch.selftest --quick`` shard with the heuristic config replaced by a ping-pong config wherever the
+    operands allow persistent_tma (fp16 / bf16, TMA layout): every case runs the new template path."""
+    import evtorch.runtime.gemm as rg
+    from evtorch import selftest
+
+    cfgs = configs()
+    i, n = (int(x) for x in args.selftest.split("/"))
+    pick = cfgs["pp2_h"] if i % 2 == 0 else cfgs["pp2_q4"]
+    orig = rg.heuristic_config
+
+    def heuristic(M, N, K, dtype, device=None, *, L=1, tma_ok=False, allow_tf32=False):
+        if tma_ok and dtype.itemsize == 2:
+            return pick
+        return orig(M, N, K, dtype, device, L=L, tma_ok=tma_ok, allow_tf32=allow_tf32)
+
+    rg.heuristic_config = heuristic
+    os.environ["EVTORCH_AUTOTUNE"] = "0"
+    return selftest.main(["--quick", "--shard", f"{i}/{n}", "--json", str(Path(args.out) / f"selftest_{i}.json")])
+
+
+def phase1(args, log) -> dict:
+    cfgs = configs()
+    heavy_first = sorted(WORKLOADS, key=lambda w: -["identity", "lincomb_relu", "bias_gelu_aux", "colbcast_leaky",
+                                                    "bce_loss", "rowreduce_tanh", "dgelu_bgrad",
+                                                    "mixed_dag"].index(w))
+    jobs = [f"W:{w}:{c}" for w in heavy_first for c in cfgs]
+    for ex in ("mixed_dag", "row_reduction", "bce_loss", "column_broadcast", "lincomb_relu"):
+        for c in ("pp2_h", "pp2_q4", "pp2_h_ws"):
+            for d in ("bfloat16", "float16"):
+                jobs.append(f"E:{ex}:{c}:{d}")
+    if args.dry_run:
+        jobs = ["W:mixed_dag:base", "W:mixed_dag:pp2_q4", "W:rowreduce_tanh:pp2_h_ws", "E:mixed_dag:pp2_h:float16"]
+    out = Path(args.out)
+    scratch = Path(args.scratch)
+    scratch.mkdir(parents=True, exist_ok=True)
+    (scratch / "jobs.json").write_text(json.dumps(jobs))
+    env = dict(os.environ, PYTHONUNBUFFERED="1", EVTORCH_AUTOTUNE="0")
+    procs = []
+    logf = open(out / "workers_log.txt", "w")
+    n = args.workers
+    for i in range(n):
+        cmd = [sys.executable, "-m", "benchmarks.pingpong_check", "--worker", f"{i}/{n}", "--jobs",
+               str(scratch / "jobs.json"), "--result", str(scratch / f"w{i}.json"), "--out", str(out)]
+        if args.dry_run:
+            cmd.append("--dry-run")
+        procs.append(subprocess.Popen(cmd, env=env, stdout=logf, stderr=subprocess.STDOUT,
+                                      cwd=str(Path(__file__).resolve().parents[1])))
+    st = args.selftest_shards if not args.dry_run else 0
+    for i in range(st):
+        cmd = [sys.executable, "-m", "benchmarks.pingpong_check", "--selftest", f"{i}/{st}", "--out", str(out)]
+        procs.append(subprocess.Popen(cmd, env=env, stdout=open(scratch / f"selftest_{i}.log", "w"),
+                                      stderr=subprocess.STDOUT, cwd=str(Path(__file__).resolve().parents[1])))
+    t = time.time()
+    for p in procs:
+        try:
+            p.wait(timeout=max(10.0, args.phase1_s - (time.time() - t)))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            log("phase 1: killed a worker at the phase deadline")
+    logf.close()
+    res = []
+    for i in range(n):
+        f = scratch / f"w{i}.json"
+        if f.exists():
+            res += json.loads(f.read_text())
+    selftest = []
+    for i in range(st):
+        f = out / f"selftest_{i}.json"
+        if f.exists():
+            selftest.append(json.loads(f.read_text()))
+            f.unlink()
+    summary = {"passed": sum(r["passed"] for r in selftest), "failed": sum(r["failed"] for r in selftest),
+               "failures": [x for r in selftest for x in r["failures"]], "shards_done": len(selftest),
+               "shards": st}
+    tails = [(scratch / f"selftest_{i}.log").read_text()[-1500:] for i in range(st)
+             if (scratch / f"selftest_{i}.log").exists()]
+    (out / "selftest_log.txt").write_text("\n=====\n".join(tails))
+    log(f"phase 1: {len(res)} jobs in {time.time() - t:.0f} s; selftest (ping-pong configs) {summary['passed']} passed,"
+        f" {summary['failed']} failed, {summary['shards_done']}/{st} shards")
+    return {"jobs": res, "selftest": summary}
+
+
+# ------------------------------------------------------------------------------------------------ phase 2
+def phase2(args, b, results) -> None:
+    import torch
+
+    import evtorch as evt
+    from evtorch.examples import operands
+
+    cfgs = configs()
+    order = ["base"] + [c for c in cfgs if c != "base"] + ["base#2"]
+    shapes = SHAPES if not args.dry_run else ((64, 64, 32),)
+    names = WORKLOADS if not args.dry_run else ("identity", "mixed_dag")
+    kw = {} if b.cuda else {"backend": "triton"}
+    for (M, N, K) in shapes:
+        torch.manual_seed(0)
+        A, B = operands(M, N, K, b.dev, torch.bfloat16 if b.cuda else torch.float16)
+        for name in names:
+            if b.time_left() < 20:
+                b.log("SKIP", name, (M, N, K), "deadline")
+                continue
+            fn, mk = workload(name)
+            inputs = mk(M, N, b.dev, A.dtype)
+            row = {"workload": name, "shape": [M, N, K], "ms": {}}
+            results["timing"].append(row)
+            row["cublas_ms"] = b.timer(lambda: torch.matmul(A, B))
+            for cname in order:
+                cfg = cfgs[cname.split("#")[0]]
+                try:
+                    ms = b.graph_timer(lambda: evt.gemm(A, B, fn, config=cfg, **kw, **inputs)) if b.cuda else \
+                        b.timer(lambda: evt.gemm(A, B, fn, config=cfg, **kw, **inputs))
+                except Exception as exc:  # noqa: BLE001
+                    ms = None
+                    row.setdefault("errors", {})[cname] = f"{type(exc).__name__}: {exc}"[:300]
+                row["ms"][cname] = ms
+            row["cublas_ms_after"] = b.timer(lambda: torch.matmul(A, B))
+            base = min(v for k, v in row["ms"].items() if k.startswith("base") and v)
+            best = min((v, k) for k, v in row["ms"].items() if v)
+            b.log(f"{name:15s} {M}x{N}x{K} cuBLAS {row['cublas_ms']:.4f} | " + " ".join(
+                f"{k}={v / row['cublas_ms']:.3f}" if v else f"{k}=FAIL" for k, v in row["ms"].items())
+                + f" | best {best[1]} {best[0] / base:.3f} of best base")
+            b.save()
+            del inputs
+        del A, B
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT") or "pingpong_out")
+    ap.add_argument("--deadline-s", type=float, default=380.0)
+    ap.add_argument("--phase1-s", type=float, default=170.0)
+    ap.add_argument("--workers", type=int, default=10)
+    ap.add_argument("--selftest-shards", type=int, default=6)
+    ap.add_argument("--scratch", default="/tmp/pingpong_scratch")
+    ap.add_argument("--dry-run", action="store_true")
+    ap.add_argument("--worker")
+    ap.add_argument("--jobs")
+    ap.add_argument("--result")
+    ap.add_argument("--selftest")
+    args = ap.parse_args()
+    if args.dry_run:
+        os.environ["TRITON_INTERPRET"] = "1"
+    os.environ.setdefault("EVTORCH_CACHE_DIR", "/tmp/evtorch_pingpong_cache")
+    if args.worker:
+        return worker(args)
+    if args.selftest:
+        return selftest_worker(args)
+
+    from benchmarks.harness import Harness
+
+    results = {"env": {}, "configs": {}, "phase1": None, "timing": []}
+    b = Harness(args, "pingpong", results, cuda=not args.dry_run, warmup_ms=25.0, rep_ms=100.0, t0=T0)
+    b.dev = "cuda" if b.cuda else "cpu"
+    import torch
+    import triton
+
+    results["env"] = {"torch": torch.__version__, "triton": triton.__version__,
+                      "device": torch.cuda.get_device_name() if b.cuda else "cpu (interpreter)",
+                      "argv": sys.argv[1:]}
+    results["configs"] = {k: v.short() for k, v in configs().items()}
+    b.log("ENV", json.dumps(results["env"]))
+    results["phase1"] = phase1(args, b.log)
+    b.save()
+    phase2(args, b, results)
+    b.save()
+
+    # summary last (the reply carries the tail)
+    b.log("\nRESOURCES (n_regs / spills / shared KiB / blocks per SM) and max error per (workload, config):")
+    for rec in results["phase1"]["jobs"]:
+        if rec["job"].startswith("W:"):
+            ks = rec.get("kernels", [])
+            kt = ";".join(f"{k['n_regs']}/{k['n_spills']}/{(k['shared'] or 0) // 1024}/{k.get('blocks_per_sm')}"
+                          f"({k.get('blocks_per_sm_est')})" for k in ks)
+            errs = ",".join(f"{v['err']:.1e}" for v in rec.get("shapes", {}).values())
+            b.log(f"  {rec['job'][2:]:30s} {kt:34s} err {errs} {rec.get('error', '')[:200]}")
+    bad = [r for r in results["phase1"]["jobs"] if r["job"].startswith("E:") and not r.get("ok")]
+    n_e = sum(r["job"].startswith("E:") for r in results["phase1"]["jobs"])
+    b.log(f"EXAMPLES ragged/batched vs float64: {n_e - len(bad)}/{n_e} ok")
+    for r in bad:
+        b.log("  BAD", json.dumps(r)[:300])
+    st = results["phase1"]["selftest"]
+    b.log(f"SELFTEST with ping-pong configs: {st['passed']} passed, {st['failed']} failed "
+          f"({st['shards_done']}/{st['shards']} shards)", "; ".join(st["failures"][:5]))
+    b.log("\nTIME / cuBLAS (CUDA-graph replay; cuBLAS before/after the row):")
+    cn = list(configs()) + ["base#2"]
+    b.log(f"{'workload':15s} {'shape':16s} {'cublas':>7s} " + " ".join(f"{c:>9s}" for c in cn))
+    for row in results["timing"]:
+        c = row["cublas_ms"]
+        b.log(f"{row['workload']:15s} {'x'.join(map(str, row['shape'])):16s} {c:7.4f} " + " ".join(
+            f"{(row['ms'].get(k) or float('nan')) / c:9.3f}" for k in cn) + f"  (after {row['cublas_ms_after']:.4f})")
+    b.log(f"total {time.time() - T0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
