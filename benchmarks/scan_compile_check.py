@@ -53,7 +53,9 @@ def compile_group(body, g, cfg: ScanConfig, arch: int, show: bool, k_is_one: boo
     kern, fns = kernel_for(body, g, cfg)
     for i, fn in enumerate(fns):
         extra = {}
-        if kern.mode == "assoc" and kern.strategy in ("lookback", "packed"):
+        if kern.mode == "assoc" and kern.strategy == "segmented":
+            extra = {"LB": cfg.window, "SEG": cfg.seg}
+        elif kern.mode == "assoc" and kern.strategy in ("lookback", "packed"):
             extra = {"LB": cfg.window, "NSUB": cfg.sub}
         elif kern.mode == "assoc":
             extra = {"SEG": cfg.seg}

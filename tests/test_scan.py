@@ -77,13 +77,59 @@ def test_associative(backend, name, T, n):
                                  ScanConfig(strategy="packed", window=1, block_t=8, block_n=4),
                                  ScanConfig(strategy="packed", window=4, block_t=8, block_n=8, sub=2),
                                  ScanConfig(strategy="threepass", block_t=4, block_n=4, seg=8),
-                                 ScanConfig(strategy="threepass", block_t=8, block_n=16, seg=8)])
+                                 ScanConfig(strategy="threepass", block_t=8, block_n=16, seg=8),
+                                 ScanConfig(strategy="segmented", window=1, block_t=4, block_n=4, seg=8),
+                                 ScanConfig(strategy="segmented", window=4, block_t=8, block_n=8, seg=16,
+                                            l2hint=False)])
 @pytest.mark.parametrize("name", ["sum", "max", "affine"])
 def test_parallel_strategies(cfg, name):
     fn, _ = ASSOC[name]
     X = torch.randn(75, 10)  # many chunks, segments and lane tiles, none full at the end
     init = torch.randn(2, 10)
     close(evt.scan(fn, X, init=init, backend="triton", config=cfg), loop(fn, init, X))
+
+
+@pytest.mark.parametrize("name", list(ASSOC))
+@pytest.mark.parametrize("T,n,cfg", [
+    (75, 10, ScanConfig(strategy="segmented", window=2, block_t=4, block_n=4, seg=12)),   # ragged T and lanes
+    (130, 37, ScanConfig(strategy="segmented", window=8, block_t=8, block_n=16, seg=32)),
+    (9, 5, ScanConfig(strategy="segmented", window=4, block_t=4, block_n=8, seg=16)),     # one partial segment
+    (200, 3, ScanConfig(strategy="segmented", window=1, block_t=2, block_n=2, seg=2))])   # one tile a segment
+def test_segmented_strategy(name, T, n, cfg):
+    """Each program reads a segment twice around one look-back over segments: every associative kind, T not
+    a multiple of the segment, lanes not a multiple of the tile, k = 2 init rows."""
+    fn, _ = ASSOC[name]
+    X = torch.randn(T, n)
+    if name == "prod":
+        X = 1.0 + 0.05 * X
+    init = torch.randn(2, n) if name != "prod" else 1.0 + 0.05 * torch.randn(2, n)
+    close(evt.scan(fn, X, init=init, backend="triton", config=cfg), loop(fn, init, X))
+
+
+def test_segmented_post_and_broadcast_inputs():
+    T, n = 61, 11
+    A, X, C = torch.rand(T, 1), torch.randn(T, n), torch.randn(T, n)
+    cfg = ScanConfig(strategy="segmented", window=2, block_t=4, block_n=8, seg=8)
+    fn = lambda h, a, x, c: a * h + x  # noqa: E731
+    Z = evt.scan(fn, A, X, C, init=torch.zeros(1, n), post=lambda h, a, x, c: c * h, backend="triton", config=cfg)
+    close(Z, C * loop(fn, torch.zeros(1, n), A.expand(T, n), X, C))
+
+
+@pytest.mark.parametrize("strategy", ["lookback/nocarry", "segmented/nocarry"])
+def test_nocarry_controls_drop_the_carry(strategy):
+    """The timing controls skip the look-back: right inside the first chunk / segment, wrong after it."""
+    X = torch.rand(64, 8) + 0.5
+    Y = evt.scan(lambda h, x: h + x, X, backend="triton",
+                 config=ScanConfig(strategy=strategy, window=2, block_t=4, block_n=8, seg=8))
+    ref = X.cumsum(0)
+    close(Y[:5], ref[:5])
+    assert (Y[-1] < ref[-1] - 1.0).all()
+
+
+def test_unknown_strategy_is_refused():
+    with pytest.raises(ValueError, match="strategy"):
+        evt.scan(lambda h, x: h + x, torch.randn(9, 3), backend="triton",
+                 config=ScanConfig(strategy="threepass/nocarry"))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -111,9 +111,11 @@ class AssocEmitter:
         for q, off in enumerate(offs):
             w(f"o{q} = {off}")
 
-    def load_tile(self, w, base: str, steps: str = "BLOCK_T"):
+    def load_tile(self, w, base: str, steps: str = "BLOCK_T", evict: str = ""):
         """Rows ``base ..`` of every input leaf, then the coefficient tiles with identities where masked. With
-        sub-blocks, step i of sub-block u is row ``base + u * SUB_T + i`` (tile index [i, u, lane])."""
+        sub-blocks, step i of sub-block u is row ``base + u * SUB_T + i`` (tile index [i, u, lane]).
+        ``evict``: an L2 eviction priority for the loads ("evict_last", "evict_first"), or none."""
+        hint = f", eviction_policy='{evict}'" if evict else ""
         if self.sub:
             w(f"rows = {base} + (tl.arange(0, NSUB)[None, :] * SUB_T + tl.arange(0, SUB_T)[:, None])")
         else:
@@ -123,7 +125,7 @@ class AssocEmitter:
         for q, (key, leaf) in enumerate(self.inputs.items()):
             i, lag = int(leaf.target[1:]), leaf.attrs["lag"]
             rs = E.row_size(self.body.inputs[i].shape)
-            w(f"l{q} = tl.load(x{i} + (rows64 - {lag}){self.rix} * {rs} + o{q}{self.lix}, mask=mask, other=0)")
+            w(f"l{q} = tl.load(x{i} + (rows64 - {lag}){self.rix} * {rs} + o{q}{self.lix}, mask=mask, other=0{hint})")
             self.names[key] = q
         values = E.emit_graph(w, self.g.assoc.graph, self.leaf, self.cd, "c")
         for c, name in enumerate(self.comps):
@@ -146,6 +148,15 @@ class AssocEmitter:
             w(f"{self.tup(dst)} = tl.associative_scan(({self.tup(src)}), 0, combine)")
         else:
             w(f"{dst}b = tl.associative_scan({src}b, 0, combine)")
+
+    def reduce(self, w, src: str, dst: str):
+        """``dst*`` = the total (axis 0) of tiles ``src*``, masked steps being identities. The commutative kinds
+        reduce; the linear pair (not commutative) scans and takes the last row, keeping time order."""
+        if self.nc == 2:
+            self.scan(w, src, "z")
+            self.last_row(w, "z", dst)
+        else:
+            w(f"{dst}b = tl.reduce({src}b, 0, combine)")
 
     def last_row(self, w, src: str, dst: str, block: str = "BLOCK_T", rank: int = 2):
         """The last step (axis 0) of tiles ``src*`` (masked steps are identities, so this is the tile's total)."""
@@ -184,20 +195,21 @@ class AssocEmitter:
         f = ", ".join(f"{first}{c}[None, :]" if first_row else f"{first}{c}" for c in self.comps)
         w(f"{self.tup(dst)} = combine({f}, {self.tup(second)})")
 
-    def store(self, w):
+    def store(self, w, evict: str = ""):
         """Store state rows ``yb`` (and post outputs of them) for the tile's rows."""
         body, g, n = self.body, self.g, self.n
+        hint = f", eviction_policy='{evict}'" if evict else ""
         w("y = yb")
         if body.post is None:
             w(f"tl.store(s{self.j}_out + rows64{self.rix} * {n} + lanes{self.lix}, "
-              f"y.to(s{self.j}_out.dtype.element_ty), mask=mask)")
+              f"y.to(s{self.j}_out.dtype.element_ty), mask=mask{hint})")
         if g.post is not None:
             pvals = E.emit_graph(w, g.post, self.leaf, self.cd, "v")
             for out in g.post.outputs:
                 p = out.target
                 val = E.as_held(pvals[id(out.args[0])], body.post_specs[p].dtype, self.cd, self.tile)
                 w(f"tl.store(p{p}_out + rows64{self.rix} * {n} + lanes{self.lix}, "
-                  f"({val}).to(p{p}_out.dtype.element_ty), mask=mask)")
+                  f"({val}).to(p{p}_out.dtype.element_ty), mask=mask{hint})")
 
     def part(self, base: str, chunk: str, c: int, which: str = "0", two: bool = True) -> str:
         slots = f"(tl.cast({chunk}, tl.int64) * 2 + {which})" if two else f"tl.cast({chunk}, tl.int64)"
@@ -226,53 +238,112 @@ def _lookback_chunk(em: AssocEmitter, w) -> None:
     em.sub_scan(w)
 
 
-def render_lookback(em: AssocEmitter, sig: str) -> str:
-    w = E.Writer()
-    w("@triton.jit")
-    w(f"def scan_assoc({sig}, T, K, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, LB: tl.constexpr, "
-      "NSUB: tl.constexpr):")
-    with w.indent():
-        em.doc(w, "one-pass scan with decoupled look-back over LB chunks at a time")
-        _lookback_chunk(em, w)
-        w("flags = sync + 1")
+def _carry_in(em: AssocEmitter, w, carry: bool = True) -> None:
+    """From the chunk's aggregate ``g*``: ``e*`` = everything before the chunk (the init row folded in), by
+    decoupled look-back over the flags of chunks ``chunk - 1, chunk - 2, ..`` of this lane tile, LB at a time;
+    publishes the aggregate (flag 1) first and the inclusive prefix ``e (+) g`` (flag 2) last. ``carry=False``
+    is a timing control: no flags, no waiting, ``e`` = identity (wrong results past the first chunk)."""
+    if not carry:
         w("if chunk == 0:")
         with w.indent():
             em.init_element(w, "e")
         w("else:")
         with w.indent():
-            for c, name in enumerate(em.comps):
-                w(f"tl.store({em.part('part', 'chunk', c)} + lanes, g{name}, mask=lmask)")
-            w("tl.debug_barrier()")
-            w("tl.atomic_xchg(flags + chunk * ntiles + tile, 1, sem='release')  # aggregate published")
             em.identity_vec(w, "e")
-            w("win = tl.arange(0, LB)  # window position p reads chunk j - (LB - 1) + p: ascending in time")
-            w("j = chunk - 1")
-            w("while j >= 0:")
-            with w.indent():
-                w("idx = j - (LB - 1) + win")
-                w("f = tl.atomic_add(flags + idx * ntiles + tile, 0, mask=idx >= 0, sem='acquire')")
-                w("f = tl.where(idx >= 0, f, 0)")
-                w("p2 = tl.max(tl.where(f == 2, win, -1), 0)  # nearest inclusive prefix")
-                w("p0 = tl.max(tl.where(f == 0, win, -1), 0)  # nearest chunk not yet published")
-                w("lo = tl.where(p2 > p0, p2, p0 + 1)  # fold positions lo .. LB-1")
-                w("take = (win >= lo)[:, None] & lmask[None, :]")
-                w("slot = tl.where(f == 2, 1, 0)[:, None]")
-                for c, name in enumerate(em.comps):
-                    addr = (f"part + ((idx.to(tl.int64)[:, None] * 2 + slot) * {em.nc} + {c}) * {em.n} + "
-                            "lanes[None, :]")
-                    w(f"v{name} = tl.where(take, tl.load({addr}, mask=take, other=0, volatile=True), "
-                      f"{em.ident[name]})")
-                em.scan(w, "v", "w")
-                em.last_row(w, "w", "t", block="LB")
-                em.combine(w, "e", "t", "e")
-                w("j = tl.where(p2 > p0, -1, j - (LB - 1) + p0)")
-        em.combine(w, "i", "e", "g")
+        return
+    w("flags = sync + 1")
+    w("if chunk == 0:")
+    with w.indent():
+        em.init_element(w, "e")
+    w("else:")
+    with w.indent():
         for c, name in enumerate(em.comps):
-            w(f"tl.store({em.part('part', 'chunk', c, '1')} + lanes, i{name}, mask=lmask)")
+            w(f"tl.store({em.part('part', 'chunk', c)} + lanes, g{name}, mask=lmask)")
         w("tl.debug_barrier()")
-        w("tl.atomic_xchg(flags + chunk * ntiles + tile, 2, sem='release')  # inclusive prefix published")
+        w("tl.atomic_xchg(flags + chunk * ntiles + tile, 1, sem='release')  # aggregate published")
+        em.identity_vec(w, "e")
+        w("win = tl.arange(0, LB)  # window position p reads chunk j - (LB - 1) + p: ascending in time")
+        w("j = chunk - 1")
+        w("while j >= 0:")
+        with w.indent():
+            w("idx = j - (LB - 1) + win")
+            w("f = tl.atomic_add(flags + idx * ntiles + tile, 0, mask=idx >= 0, sem='acquire')")
+            w("f = tl.where(idx >= 0, f, 0)")
+            w("p2 = tl.max(tl.where(f == 2, win, -1), 0)  # nearest inclusive prefix")
+            w("p0 = tl.max(tl.where(f == 0, win, -1), 0)  # nearest chunk not yet published")
+            w("lo = tl.where(p2 > p0, p2, p0 + 1)  # fold positions lo .. LB-1")
+            w("take = (win >= lo)[:, None] & lmask[None, :]")
+            w("slot = tl.where(f == 2, 1, 0)[:, None]")
+            for c, name in enumerate(em.comps):
+                addr = (f"part + ((idx.to(tl.int64)[:, None] * 2 + slot) * {em.nc} + {c}) * {em.n} + "
+                        "lanes[None, :]")
+                w(f"v{name} = tl.where(take, tl.load({addr}, mask=take, other=0, volatile=True), "
+                  f"{em.ident[name]})")
+            em.scan(w, "v", "w")
+            em.last_row(w, "w", "t", block="LB")
+            em.combine(w, "e", "t", "e")
+            w("j = tl.where(p2 > p0, -1, j - (LB - 1) + p0)")
+    em.combine(w, "i", "e", "g")
+    for c, name in enumerate(em.comps):
+        w(f"tl.store({em.part('part', 'chunk', c, '1')} + lanes, i{name}, mask=lmask)")
+    w("tl.debug_barrier()")
+    w("tl.atomic_xchg(flags + chunk * ntiles + tile, 2, sem='release')  # inclusive prefix published")
+
+
+def render_lookback(em: AssocEmitter, sig: str, carry: bool = True) -> str:
+    w = E.Writer()
+    w("@triton.jit")
+    w(f"def scan_assoc({sig}, T, K, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, LB: tl.constexpr, "
+      "NSUB: tl.constexpr):")
+    with w.indent():
+        em.doc(w, "one-pass scan with decoupled look-back over LB chunks at a time"
+               + ("" if carry else "\nTIMING CONTROL: no look-back, wrong results"))
+        _lookback_chunk(em, w)
+        _carry_in(em, w, carry)
         em.finish_sub(w)
         em.store(w)
+    return w.text()
+
+
+# ---------------------------------------------------------------------------------------------- segmented
+def render_segmented(em: AssocEmitter, sig: str, carry: bool = True, l2hint: bool = True) -> str:
+    """One launch, one program per SEG-step segment of a lane tile (SEG / BLOCK_T tiles): the segment is read
+    once for its aggregate (a reduction per tile), the carry comes from the decoupled look-back over earlier
+    *segments* (the flag protocol of ``lookback``, with segments for chunks), then the segment is read again,
+    scanned tile by tile from the carry and stored. The second read is meant to hit L2 (resident programs x
+    segment bytes well under the L2), so DRAM sees each element read and written once, and the per-program
+    round trips (ticket, publish, poll) are paid once per segment instead of once per tile. ``l2hint``: the
+    first read asks L2 to keep the lines (evict_last), the second read and the stores to drop them first."""
+    first, again = ("evict_last", "evict_first") if l2hint else ("", "")
+    w = E.Writer()
+    w("@triton.jit")
+    w(f"def scan_assoc({sig}, T, K, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, LB: tl.constexpr, "
+      "SEG: tl.constexpr):")
+    with w.indent():
+        em.doc(w, "one-pass scan over segments of SEG steps: reduce, look back over segments, re-read and scan"
+               + ("" if carry else "\nTIMING CONTROL: no look-back, wrong results"))
+        w(f"ntiles = ({em.n} + BLOCK_N - 1) // BLOCK_N")
+        w("ticket = tl.atomic_add(sync, 1)  # segments start in time order: look-back only waits on started ones")
+        w("chunk = ticket // ntiles  # the segment")
+        w("tile = ticket - chunk * ntiles")
+        w("lanes = tile * BLOCK_N + tl.arange(0, BLOCK_N)")
+        w(f"lmask = lanes < {em.n}")
+        em.lane_setup(w)
+        em.sub = False
+        em.identity_vec(w, "g")
+        w("for r0 in range(0, SEG, BLOCK_T):  # read 1: the segment's aggregate")
+        with w.indent():
+            em.load_tile(w, "K + chunk * SEG + r0", evict=first)
+            em.reduce(w, "", "u")
+            em.combine(w, "g", "g", "u")
+        _carry_in(em, w, carry)
+        w("for r0 in range(0, SEG, BLOCK_T):  # read 2 (from L2): scan from the carry, store")
+        with w.indent():
+            em.load_tile(w, "K + chunk * SEG + r0", evict=again)
+            em.scan(w, "", "s")
+            em.combine(w, "y", "e", "s", first_row=True)
+            em.last_row(w, "y", "e")
+            em.store(w, evict=again)
     return w.text()
 
 
@@ -416,22 +487,32 @@ def render_threepass(em: AssocEmitter, sig: str) -> str:
     return w.text()
 
 
-def render_assoc(body, g: Group, strategy: str = "lookback"):
+STRATEGIES = ("lookback", "segmented", "packed", "threepass")
+
+
+def render_assoc(body, g: Group, strategy: str = "lookback", l2hint: bool = True):
+    """Kernels for one associative group. ``strategy`` is one of STRATEGIES; "lookback/nocarry" and
+    "segmented/nocarry" are timing controls (the same kernel without the look-back: wrong results)."""
     from .kernels import Kernel, _io_args, _signature
+    base, _, control = strategy.partition("/")
+    if base not in STRATEGIES or control not in ("", "nocarry") or (control and base not in ("lookback",
+                                                                                              "segmented")):
+        raise ValueError(f"unknown associative scan strategy {strategy!r}; expected one of {STRATEGIES}")
+    carry = not control
     em = AssocEmitter(body, g)
     args = _io_args(body, g, em.inputs.values(), lambda s: True) + [("sync",), ("part",)]
     sig = _signature(args, [])
     src = combine_source(em.kind) + "\n\n"
-    if strategy == "lookback":
-        src += render_lookback(em, sig)
+    if base == "lookback":
+        src += render_lookback(em, sig, carry)
         names = ("scan_assoc",)
-    elif strategy == "packed":
+    elif base == "segmented":
+        src += render_segmented(em, sig, carry, l2hint)
+        names = ("scan_assoc",)
+    elif base == "packed":
         src += render_packed(em, sig)
         names = ("scan_assoc",)
-    elif strategy == "threepass":
+    else:
         src += render_threepass(em, sig)
         names = ("scan_reduce", "scan_carry", "scan_apply")
-    else:
-        raise ValueError(f"unknown associative scan strategy {strategy!r}; "
-                         "expected 'lookback', 'packed' or 'threepass'")
-    return Kernel(names[0], "assoc", E.HEADER + "\n\n" + src, args, ncomp=em.nc, names=names, strategy=strategy)
+    return Kernel(names[0], "assoc", E.HEADER + "\n\n" + src, args, ncomp=em.nc, names=names, strategy=base)

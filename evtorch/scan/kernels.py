@@ -33,8 +33,8 @@ class Kernel:
     ncomp: int = 1        # assoc: components of the scanned element
     ws_width: int = 0     # coupled: workspace lanes per slot
     ws_rows: int = 0      # coupled: workspace slots
-    names: tuple = ()     # assoc: the kernels launched in order (one for lookback, three for threepass)
-    strategy: str = ""    # assoc: "lookback" | "threepass"
+    names: tuple = ()     # assoc: the kernels launched in order (one, or three for threepass)
+    strategy: str = ""    # assoc: "lookback" | "segmented" | "packed" | "threepass"
 
 
 def _leaf_key(n):
@@ -240,7 +240,8 @@ def _coupled_block(w, body, graph, shape, base, W, R, cd, store_ws, store_out, t
 def render(body, g: Group, **options) -> Kernel:
     if g.mode == "assoc":
         from .assoc import render_assoc
-        return render_assoc(body, g, options.get("strategy") or "lookback")
+        hint = options.get("l2hint")
+        return render_assoc(body, g, options.get("strategy") or "lookback", True if hint is None else hint)
     if g.mode == "lanes":
         return render_lanes(body, g, depth=options.get("depth", 4))
     return render_coupled(body, g)

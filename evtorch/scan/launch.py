@@ -24,13 +24,17 @@ class ScanConfig:
     """Launch parameters; None picks the heuristic.
 
     ``block_n``: lanes per program (all modes); ``block_t``: steps per tile (assoc); ``depth``: steps of input
-    prefetch (lanes); ``strategy``: "lookback", "packed" or "threepass" (assoc; "packed" is the look-back
-    with flag and value in one 64-bit word per lane, for one-component float32 scans, else "lookback");
-    ``window``: chunks inspected per look-back step; ``seg``: steps per segment (threepass, a multiple of
-    block_t); ``sub``: sub-blocks per chunk (look-back strategies; a power of two dividing block_t): the
-    chunk is scanned as ``sub`` blocks of block_t / sub consecutive steps in registers, then across the
-    sub-blocks, so a chunk may span warps along time with only the sub-block totals crossing warps. The
-    defaults are the best measured on an H200 (docs/scan.md); "packed" and sub > 1 measured slower there.
+    prefetch (lanes); ``strategy``: "lookback", "segmented", "packed" or "threepass" (assoc; "segmented"
+    gives each program ``seg`` steps of a lane tile, read twice (the second time from L2) around one
+    look-back over segments; "packed" is the look-back with flag and value in one 64-bit word per lane, for
+    one-component float32 scans, else "lookback"; "lookback/nocarry" and "segmented/nocarry" are timing
+    controls without the look-back, whose results are wrong); ``window``: chunks (segments) inspected per
+    look-back step; ``seg``: steps per segment (threepass, segmented; a multiple of block_t); ``sub``:
+    sub-blocks per chunk (lookback, packed; a power of two dividing block_t): the chunk is scanned as ``sub``
+    blocks of block_t / sub consecutive steps in registers, then across the sub-blocks, so a chunk may span
+    warps along time with only the sub-block totals crossing warps; ``l2hint`` (segmented): L2 eviction
+    hints (keep the first read, drop the second read and the stores first). The defaults are the best
+    measured on an H200 (docs/scan.md); "packed" and sub > 1 measured slower there.
     """
 
     block_t: int | None = None
@@ -41,6 +45,7 @@ class ScanConfig:
     window: int | None = None
     seg: int | None = None
     sub: int | None = None
+    l2hint: bool | None = None
 
 
 def _np2(x: int) -> int:
@@ -58,11 +63,12 @@ def _sm_count(device) -> int:
 
 def kernel_for(body, g, config: ScanConfig):
     """(Kernel, [jit functions in launch order]) for this group and options (rendered and imported once)."""
-    key = ("kernel", g.mode, config.depth, config.strategy)
+    hint = config.l2hint if (config.strategy or "").startswith("segmented") else None
+    key = ("kernel", g.mode, config.depth, config.strategy, hint)
     cache = g.__dict__.setdefault("_kernels", {})
     hit = cache.get(key)
     if hit is None:
-        kern = K.render(body, g, depth=config.depth, strategy=config.strategy)
+        kern = K.render(body, g, depth=config.depth, strategy=config.strategy, l2hint=hint)
         module = load_module(kern.source, f"scan_{kern.mode}_{body.name}")
         hit = cache[key] = (kern, [getattr(module, name) for name in (kern.names or (kern.name,))])
     return hit
@@ -78,7 +84,7 @@ def _assoc_config(body, g, steps: int, interp: bool) -> ScanConfig:
     n = math.prod(g.shape)
     if interp:
         bt = min(_np2(steps), 32)
-        return ScanConfig(bt, min(_np2(n), 32), 1, strategy="lookback", window=4, seg=2 * bt, sub=1)
+        return ScanConfig(bt, min(_np2(n), 32), 1, strategy="lookback", window=4, seg=2 * bt, sub=1, l2hint=True)
     bn = min(_np2(n), 512)
     nw = max(1, min(4, bn // 128))
     narrow = min([body.inputs[int(leaf.target[1:])].dtype.itemsize for leaf in leaves(g.assoc.graph)
@@ -109,8 +115,9 @@ def heuristic(body, g, T: int, device, config: ScanConfig) -> ScanConfig:
         sub = min(config.sub or h.sub, bt)
         if sub & (sub - 1) or bt % sub:
             raise ValueError(f"ScanConfig.sub={sub} must be a power of two dividing block_t={bt}")
+        l2hint = h.l2hint if config.l2hint is None else config.l2hint
         return ScanConfig(bt, config.block_n or h.block_n, config.num_warps or h.num_warps, config.depth,
-                          strategy, config.window or h.window, seg, sub)
+                          strategy, config.window or h.window, seg, sub, True if l2hint is None else l2hint)
     if g.mode == "lanes":
         n = math.prod(g.shape)
         if interp:
@@ -140,8 +147,8 @@ def run_group(body, g, inits, inputs, outs, posts, T: int, config: ScanConfig):
     extra = {}
     if kern.mode == "assoc":
         ntiles = math.ceil(n / cfg.block_n)
-        if kern.strategy == "lookback":
-            nchunks = math.ceil((T - k) / cfg.block_t)
+        if kern.strategy in ("lookback", "segmented"):
+            nchunks = math.ceil((T - k) / (cfg.seg if kern.strategy == "segmented" else cfg.block_t))
             extra["sync"] = torch.zeros(1 + ntiles * nchunks, dtype=torch.int32, device=device)
             extra["part"] = torch.empty(nchunks * 2 * kern.ncomp * n, dtype=body.compute_dtype, device=device)
         elif kern.strategy == "packed":  # one zeroed (flag, value) word per chunk and lane
@@ -155,7 +162,10 @@ def run_group(body, g, inits, inputs, outs, posts, T: int, config: ScanConfig):
     elif kern.mode == "coupled":
         extra["ws"] = torch.empty(kern.ws_rows * kern.ws_width, dtype=body.compute_dtype, device=device)
     args = [tensors[a[0]][a[1]] if a[0] in tensors else extra[a[0]] for a in kern.args]
-    if kern.mode == "assoc" and kern.strategy in ("lookback", "packed"):
+    if kern.mode == "assoc" and kern.strategy == "segmented":
+        fns[0][(ntiles * nchunks,)](*args, T, k, BLOCK_T=cfg.block_t, BLOCK_N=cfg.block_n, LB=cfg.window,
+                                    SEG=cfg.seg, num_warps=cfg.num_warps)
+    elif kern.mode == "assoc" and kern.strategy in ("lookback", "packed"):
         fns[0][(ntiles * nchunks,)](*args, T, k, BLOCK_T=cfg.block_t, BLOCK_N=cfg.block_n, LB=cfg.window,
                                     NSUB=cfg.sub, num_warps=cfg.num_warps)
     elif kern.mode == "assoc":
