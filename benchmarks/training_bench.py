@@ -9,10 +9,10 @@ Workloads (bf16 inputs, fp32 accumulation; leaves: x/A, weight/B and every float
   backward with a random output gradient;
 - ``bce_loss``: ``((C - 1) * z + log(clamp(sigmoid(z), 1e-3, 0.999))).sum()`` with ``z = A @ B + b[:, None]``, a
   scalar loss; evtorch: ``evt.gemm(A, B, bce_loss, C=C, b=b)``;
-- ``mlp``: a transformer MLP block, up-projection with bias + tanh-GELU then down-projection with bias, (M, N, K) =
-  (tokens, hidden, model width); evtorch: two ``evt.linear`` calls, whose backward hands the hidden activation's
-  gradient to the up-projection (cross-layer fusion, ``integration.deferred``); ``evt_nofuse`` is the same with
-  ``EVTORCH_FUSE_BACKWARD=0``.
+- ``mlp`` / ``mlp_relu``: a transformer MLP block, up-projection with bias + tanh-GELU (ReLU) then down-projection
+  with bias, (M, N, K) = (tokens, hidden, model width); evtorch: two ``evt.linear`` calls, whose backward hands the
+  hidden activation's gradient to the up-projection (cross-layer fusion, ``integration.deferred``), fused or not
+  as it decides; ``evt_fuse`` / ``evt_nofuse`` force it with ``EVTORCH_FUSE_BACKWARD=always`` / ``never``.
 
 Contenders per (workload, shape): ``eager`` (the function on ``A @ B``), ``compile`` (torch.compile of it,
 ``--compile-mode``), ``evt`` (policy "save": the forward keeps the accumulator when the backward needs it),
@@ -96,26 +96,33 @@ def make_workload(name, M, N, K, device, dtype, policy="save", batch=None):
         def eager_fn(A, B, b):
             return epi(A @ B, C=C, b=b)
         return evt_fn, eager_fn, [A, B, b], None
-    if name == "mlp":  # M tokens, N hidden, K model width
+    if name in ("mlp", "mlp_relu"):  # M tokens, N hidden, K model width
+        act = gelu_tanh if name == "mlp" else torch.relu
         x, W1, b1 = rnd(*lead, M, K, scale=K ** -0.25), rnd(N, K, scale=K ** -0.25), rnd(N, scale=0.1)
         W2, b2 = rnd(K, N, scale=N ** -0.5), rnd(K, scale=0.1)
 
         def evt_fn(x, W1, b1, W2, b2):
-            return evt.linear(evt.linear(x, W1, gelu_tanh, b1, policy=policy), W2, None, b2, policy=policy)
+            return evt.linear(evt.linear(x, W1, act, b1, policy=policy), W2, None, b2, policy=policy)
 
         def eager_fn(x, W1, b1, W2, b2):
-            return F.linear(F.gelu(F.linear(x, W1, b1), approximate="tanh"), W2, b2)
+            return F.linear(act(F.linear(x, W1, b1)), W2, b2)
         gy = torch.randn(*lead, M, K, generator=g).to(device=device, dtype=dtype)
         return evt_fn, eager_fn, [x, W1, b1, W2, b2], gy
     raise ValueError(name)
 
 
-class no_fusion:
-    """EVTORCH_FUSE_BACKWARD=0 inside (the knob is read per backward)."""
+FUSION = {"evt_fuse": "always", "evt_nofuse": "never"}  # contender -> EVTORCH_FUSE_BACKWARD
+
+
+class fusion:
+    """EVTORCH_FUSE_BACKWARD=``how`` inside (the knob is read per backward)."""
+
+    def __init__(self, how: str):
+        self.how = how
 
     def __enter__(self):
         self.old = os.environ.get("EVTORCH_FUSE_BACKWARD")
-        os.environ["EVTORCH_FUSE_BACKWARD"] = "0"
+        os.environ["EVTORCH_FUSE_BACKWARD"] = self.how
 
     def __exit__(self, *exc):
         if self.old is None:
@@ -184,7 +191,7 @@ def correctness(r: Run):
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     shapes = [(256, 192, 128), (300, 200, 136)] if r.cuda else [(20, 24, 16)]
-    for name in ("bias_gelu", "bce_loss", "mlp"):
+    for name in ("bias_gelu", "bce_loss", "mlp", "mlp_relu"):
         for (M, N, K) in shapes:
             for dtype, tol in ((torch.float32, 2e-4), (torch.bfloat16, 3e-2)):
                 for policy in ("save", "recompute"):
@@ -198,18 +205,21 @@ def correctness(r: Run):
             check(r, label, make_workload(name, 128, 96, 64, r.device, torch.float32, batch=3), 2e-4)
         except Exception as exc:  # noqa: BLE001
             record_error(r, label, exc)
-    label = "mlp: the backward hand-off is fused (STATS)"
-    try:
-        from evtorch.integration import deferred
-        before = dict(deferred.STATS)
-        evt_fn, _, leaves, gy = make_workload("mlp", 256, 192, 128, r.device, torch.bfloat16)
-        torch.autograd.grad(evt_fn(*leaves), leaves, gy)
-        got = {k: deferred.STATS[k] - before[k] for k in before}
-        ok = got == {"fused": 1, "materialized": 0}
-        r.results["checks"].append({"check": label, "ok": ok, "stats": got})
-        r.log(f"  {'ok ' if ok else 'BAD'} {label}: {got}")
-    except Exception as exc:  # noqa: BLE001
-        record_error(r, label, exc)
+    for how in ("always", "never"):
+        label = f"mlp, EVTORCH_FUSE_BACKWARD={how}: the backward hand-off is {'fused' if how == 'always' else 'computed'}"
+        try:
+            from evtorch.integration import deferred
+            before = dict(deferred.STATS)
+            for dtype, tol in ((torch.float32, 2e-4), (torch.bfloat16, 3e-2)):
+                with fusion(how):
+                    check(r, f"mlp 256x192x128 {str(dtype)[6:]} fusion {how}",
+                          make_workload("mlp", 256, 192, 128, r.device, dtype), tol)
+            got = {k: deferred.STATS[k] - before[k] for k in before}
+            ok = got == ({"fused": 2, "materialized": 0} if how == "always" else {"fused": 0, "materialized": 0})
+            r.results["checks"].append({"check": label, "ok": ok, "stats": got})
+            r.log(f"  {'ok ' if ok else 'BAD'} {label}: {got}")
+        except Exception as exc:  # noqa: BLE001
+            record_error(r, label, exc)
     # torch.compile: fullgraph (no graph breaks) and CUDA graphs
     modes = [("default", None)] + ([("reduce-overhead", "reduce-overhead")] if r.cuda else [])
     for mode_name, mode in modes:
@@ -249,7 +259,7 @@ def timing(r: Run, shapes):
     torch = r.torch
     r.log("== timing: forward and forward+backward (ms) ==")
     dtype = torch.bfloat16 if r.cuda else torch.float32
-    for name in ("bias_gelu", "bce_loss", "mlp"):
+    for name in ("bias_gelu", "bce_loss", "mlp", "mlp_relu"):
         for (M, N, K) in shapes:
             if r.time_left() < 30:
                 r.log(f"  deadline: skipping {name} {M}x{N}x{K}")
@@ -258,8 +268,8 @@ def timing(r: Run, shapes):
                    "graph_ms": {}, "peak_mb": {}, "first_call_s": {}}
             contenders = [("eager", "save", None), ("evt", "save", None), ("evt_recompute", "recompute", None),
                           ("evt_compiled", "save", "evt")]
-            if name == "mlp":
-                contenders.insert(2, ("evt_nofuse", "save", None))
+            if name.startswith("mlp"):
+                contenders[2:2] = [("evt_fuse", "save", None), ("evt_nofuse", "save", None)]
             if not r.args.no_compile:
                 contenders.insert(1, ("compile", "save", "eager"))
             for label, policy, compiled in contenders:
@@ -281,9 +291,9 @@ def timing(r: Run, shapes):
                     def step(fn=fn):
                         out = fn(*leaves)
                         torch.autograd.grad(out, leaves, gy)
-                    if label == "evt_nofuse":
-                        def step(fn=fn):
-                            with no_fusion():
+                    if label in FUSION:
+                        def step(fn=fn, how=FUSION[label]):
+                            with fusion(how):
                                 out = fn(*leaves)
                                 torch.autograd.grad(out, leaves, gy)
                     t = time.time()
@@ -294,8 +304,7 @@ def timing(r: Run, shapes):
                     row["peak_mb"][label] = r.peak_mb(step)
                     row["ms"][label] = r.timer(step)
                     row["fwd_ms"][label] = r.timer(fwd) if not compiled else None
-                    row["graph_ms"][label] = r.graph_timer(step) if label in ("eager", "evt", "evt_nofuse") \
-                        else None
+                    row["graph_ms"][label] = r.graph_timer(step) if label in ("eager", "evt", *FUSION) else None
                     r.log(f"  {name:<10} {M}x{N}x{K} {label:<14} fwd {fmt(row['fwd_ms'][label])} ms  fwd+bwd "
                           f"{row['ms'][label]:.3f} ms  (CUDA graph {fmt(row['graph_ms'][label])} ms)  peak "
                           f"{fmt(row['peak_mb'][label], '{:.0f}')} MiB  (first call {row['first_call_s'][label]} s)")
@@ -321,7 +330,7 @@ def table(r: Run):
     checks = r.results["checks"]
     bad = [c["check"] for c in checks if not c.get("ok")]
     lines.append(f"correctness: {len(checks) - len(bad)}/{len(checks)} ok" + (f"; FAILED: {bad}" if bad else ""))
-    cols = ["eager", "compile", "evt", "evt_nofuse", "evt_recompute", "evt_compiled"]
+    cols = ["eager", "compile", "evt", "evt_fuse", "evt_nofuse", "evt_recompute", "evt_compiled"]
     lines.append(f"{'workload':<10} {'M x N x K':<16} " + " ".join(f"{c:>13}" for c in cols) +
                  f" {'evt/eager':>9} {'evt/comp':>8}   fwd+bwd ms (peak MiB)")
     for row in r.results["rows"]:
@@ -333,7 +342,7 @@ def table(r: Run):
                      + f" {fmt(row.get('evt_over_eager'), '{:.2f}'):>9} {fmt(row.get('evt_over_compile'), '{:.2f}'):>8}")
     lines.append("fwd+bwd captured in one CUDA graph (device time, ms): " + "; ".join(
         f"{row['workload']} {row['M']}x{row['N']}x{row['K']}: " + ", ".join(
-            f"{c} {fmt(row['graph_ms'].get(c))}" for c in ("eager", "evt", "evt_nofuse") if c in row["ms"])
+            f"{c} {fmt(row['graph_ms'].get(c))}" for c in ("eager", "evt", *FUSION) if c in row["ms"])
         for row in r.results["rows"]))
     lines.append("forward only (ms): " + "; ".join(
         f"{row['workload']} {row['M']}x{row['N']}x{row['K']}: " + ", ".join(

@@ -34,15 +34,15 @@ def params(*shapes, seed=0):
             for s in shapes]
 
 
-def mlp(x, layers, fused: bool, **options):
+def mlp(x, layers, fused: bool, act=gelu, **options):
     h = x
     for i, (W, b) in enumerate(layers):
-        act = gelu if i < len(layers) - 1 else None
+        act_i = act if i < len(layers) - 1 else None
         if fused:
-            h = evt.linear(h, W, act, bias=b, **options)
+            h = evt.linear(h, W, act_i, bias=b, **options)
         else:
             h = F.linear(h, W, b)
-            h = act(h) if act is not None else h
+            h = act_i(h) if act_i is not None else h
     return h
 
 
@@ -250,13 +250,45 @@ def test_triton_backend_through_the_interpreter():
     assert deferred.STATS == {"fused": 1, "materialized": 0}
 
 
+def test_fusion_choice_knob_and_cost_heuristic(monkeypatch):
+    """EVTORCH_FUSE_BACKWARD parses auto/always/never (and 1/0); without timing, a GPU backward fuses epilogues
+    without multi-instruction math (ReLU's mask) and keeps GELU's derivative separate."""
+    from evtorch.integration.function import _calls
+    from evtorch.runtime import knobs
+    for text, want in (("auto", "auto"), ("1", "auto"), ("always", "always"), ("0", "never"), ("off", "never")):
+        monkeypatch.setenv("EVTORCH_FUSE_BACKWARD", text)
+        assert knobs.FUSE_BACKWARD.get() == want
+    monkeypatch.setenv("EVTORCH_FUSE_BACKWARD", "sometimes")
+    with pytest.raises(ValueError, match="EVTORCH_FUSE_BACKWARD"):
+        knobs.FUSE_BACKWARD.get()
+    monkeypatch.delenv("EVTORCH_FUSE_BACKWARD")
+    W1, b1, W2 = params((16, 12), (16,), (10, 16), seed=13)
+    x = torch.randn(8, 12, dtype=DT, requires_grad=True)
+    verdicts = {}
+    for name, act in (("relu", torch.relu), ("gelu", gelu)):
+        _calls.clear()
+        h = evt.linear(x, W1, act, bias=b1)
+        evt.linear(h, W2).sum().backward()
+        call = h.grad_fn.call if hasattr(h.grad_fn, "call") else h.grad_fn.next_functions[0][0].call
+        (backward,) = call.backwards.values()
+        verdicts[name] = backward.expensive("g0")
+        assert backward.choices and all(backward.choices.values())  # on the CPU: always fused
+    assert verdicts == {"relu": False, "gelu": True}
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_mlp_block_on_gpu(dtype, monkeypatch):
-    """Generated kernels on the GPU: a 3-layer MLP (two fused hand-offs), gradients against fp32 torch autograd of
-    the same (rounded) inputs; outputs poisoned so an unwritten element fails."""
+@pytest.mark.parametrize("act, how, fused", [("relu", "auto", True), ("gelu", "auto", False),
+                                             ("gelu", "always", True)])
+def test_mlp_block_on_gpu(dtype, act, how, fused, monkeypatch):
+    """Generated kernels on the GPU: a 3-layer MLP (two hand-offs, fused or computed as the heuristic or the knob
+    says), gradients against fp32 torch autograd of the same (rounded) inputs; outputs poisoned so an unwritten
+    element fails."""
     monkeypatch.setenv("EVTORCH_POISON", "1")
+    monkeypatch.setenv("EVTORCH_AUTOTUNE", "0")
+    monkeypatch.setenv("EVTORCH_FUSE_BACKWARD", how)
+    activation = torch.relu if act == "relu" else gelu
     torch.backends.cuda.matmul.allow_tf32 = False
     g = torch.Generator().manual_seed(12)
     dims = [256, 384, 320, 192]
@@ -269,10 +301,10 @@ def test_mlp_block_on_gpu(dtype, monkeypatch):
     ref_leaves = [t.detach().float().requires_grad_() for t in leaves]
     layers = list(zip(leaves[1::2], leaves[2::2]))
     ref_layers = list(zip(ref_leaves[1::2], ref_leaves[2::2]))
-    got = torch.autograd.grad(mlp(leaves[0], layers, True), leaves, gy.to("cuda", dtype))
-    want = torch.autograd.grad(mlp(ref_leaves[0], ref_layers, False), ref_leaves, gy.to("cuda"))
+    got = torch.autograd.grad(mlp(leaves[0], layers, True, act=activation), leaves, gy.to("cuda", dtype))
+    want = torch.autograd.grad(mlp(ref_leaves[0], ref_layers, False, act=activation), ref_leaves, gy.to("cuda"))
     tol = 2e-4 if dtype == torch.float32 else 3e-2
     for a, b in zip(got, want):
         err = ((a.float() - b).abs().max() / b.abs().max()).item()
         assert err <= tol, err
-    assert deferred.STATS == {"fused": 2, "materialized": 0}
+    assert deferred.STATS == ({"fused": 2, "materialized": 0} if fused else {"fused": 0, "materialized": 2})

@@ -18,7 +18,11 @@ result. Views by reshape (``evt.linear`` flattening leading dims and restoring t
 Layer 2 hands a deferred gradient only when the operand's producer, through reshapes, is an evtorch node the
 engine will run (``producer``), whose backward can take it (``EagerCall.can_fuse``); eager mode only (under
 torch.compile the operators' autograd formulas run instead and Inductor schedules the backward).
-``EVTORCH_FUSE_BACKWARD=0`` turns the hand-off off. ``STATS`` counts fused and materialized hand-offs.
+Fusing is not always faster: a long backward epilogue (GELU's derivative) slows the GEMM it joins more than a
+separate memory-bound pass costs. The consumer decides per signature (``EagerBackward.choose``): on a GPU with
+autotuning it times both (fused GEMM; product GEMM + epilogue-only pass) once, else it fuses epilogues without
+multi-instruction math (``ops.EXPENSIVE``). ``EVTORCH_FUSE_BACKWARD`` = auto (default) / always / never (0).
+``STATS`` counts fused and materialized hand-offs.
 """
 from __future__ import annotations
 
@@ -83,17 +87,23 @@ class DeferredGrad(torch.Tensor):
         value = self._product.compute()
         return value if tuple(value.shape) == tuple(self.shape) else value.view(self.shape)
 
-    def take(self, shape) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """The factors ``(X, Y)`` for a consumer that computes ``X @ Y`` itself, when the product is still
-        deferred and this gradient is exactly it in ``shape`` (else None: use ``materialize()``)."""
+    def factors(self, shape) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """``(X, Y)`` when the product is still deferred and this gradient is exactly it in ``shape``."""
         p = self._product
         if p.value is not None or tuple(self.shape) != tuple(shape) or p.shape != tuple(shape):
             return None
-        X, Y = p.X, p.Y
+        return p.X, p.Y
+
+    def take(self, shape) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The factors ``(X, Y)`` for a consumer that computes ``X @ Y`` itself, when the product is still
+        deferred and this gradient is exactly it in ``shape`` (else None: use ``materialize()``)."""
+        factors = self.factors(shape)
+        if factors is None:
+            return None
         # the product now lives in the consumer's kernel; a later use of this tensor (a hook that kept it)
         # still computes it
         STATS["fused"] += 1
-        return X, Y
+        return factors
 
     __torch_function__ = torch._C._disabled_torch_function_impl
 
@@ -133,9 +143,14 @@ def _resolve(shape, numel: int):
     return tuple(shape) if total == numel and all(s >= 0 for s in shape) else None
 
 
-def enabled() -> bool:
+def mode() -> str:
+    """EVTORCH_FUSE_BACKWARD: "auto", "always" or "never"."""
     from ..runtime import knobs
     return knobs.FUSE_BACKWARD.get()
+
+
+def enabled() -> bool:
+    return mode() != "never"
 
 
 def producer(ctx) -> tuple[object, int] | None:

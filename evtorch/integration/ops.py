@@ -37,6 +37,7 @@ from ..autodiff.canonical import canonical_shape
 from ..errors import EpilogueError
 from .deferred import DeferredGrad, producer
 from .deferred import enabled as deferred_enabled
+from .deferred import mode as deferred_mode
 from .dispatch import running_op
 
 _lock = threading.Lock()
@@ -431,20 +432,19 @@ class EagerCall:
             if len(self.backwards) >= 64:
                 self.backwards.clear()
             plan = self.backwards[key] = EagerBackward(self, seeds)
-        fused = None
-        if deferred:  # a gradient handed on by the next evtorch layer: fuse it here, or compute it
+        candidate = None
+        if deferred:  # a gradient handed on by the next evtorch layer: a candidate to fuse here, or computed
             for j, (position, g) in enumerate(zip(seeds, present)):
                 if type(g) is not DeferredGrad:
                     continue
-                factors = g.take(self.plan.ep.acc_shape) if fused is None and plan.can_fuse(position) else None
-                if factors is not None:
-                    fused = (f"g{position}", *factors)
+                if candidate is None and plan.can_fuse(position) and g.factors(self.plan.ep.acc_shape):
+                    candidate = (f"g{position}", g)
                 else:
                     present[j] = g.materialize()
         defer_A = hand_on and self.can_defer_A and _hand_on(ctx)
         n_used = len(used)
-        dA, dB, dtensors = plan.run(A, B, saved[i:i + n_used], saved[i + n_used:], present, ctx.scalars, fused,
-                                    defer_A)
+        dA, dB, dtensors = plan.run(A, B, saved[i:i + n_used], saved[i + n_used:], present, ctx.scalars,
+                                    candidate, defer_A)
         e = self.entry
         if dA is not None:
             back = self.a_back_col if e.a_col else self.a_back
@@ -512,6 +512,9 @@ class EagerBackward:
         self.call_fusable = call.fusable_outputs
         self.fused: dict = {}   # gradient name -> (fused epilogue, its params)
         self.site_fused = _site(e)
+        self.choices: dict = {}  # (gradient name, operand signature) -> fuse? (``choose``)
+        self.timings: dict = {}  # the same keys -> (fused ms, unfused ms) where they were timed
+        self.acc_shape = p.ep.acc_shape
 
     def can_fuse(self, position: int) -> bool:
         """Whether the gradient of output ``position`` can arrive as the accumulator of a GEMM making it: the
@@ -539,10 +542,62 @@ class EagerBackward:
             ep = self.fused[gname] = (Epilogue(fn, main.acc_shape, main.acc_dtype, specs), params)
         return ep
 
-    def run(self, A, B, used, saved, grads, scalars, fused=None, defer_A=False) -> tuple:
-        """(dA, dB, input gradients). ``fused``: (name of the gradient, X, Y) when that gradient is ``X @ Y``,
-        not computed (``deferred``): the backward pass runs as that GEMM's epilogue. ``defer_A``: return dA as a
-        ``DeferredGrad`` for the producer of A to fuse."""
+    def choose(self, gname: str, g: DeferredGrad, X: Tensor, Y: Tensor, kw: dict, opA, opB) -> bool:
+        """Whether to run the backward pass as the epilogue of ``X @ Y`` (the gradient ``gname``) rather than
+        computing the product and running the epilogue-only pass: decided once per operand signature. A long
+        epilogue (GELU's derivative) can slow the GEMM it joins more than the separate memory-bound pass costs
+        (measured on an H200: docs/autograd.md), so on a GPU with autotuning both are timed; without, epilogues
+        with multi-instruction math (``ops.EXPENSIVE``) stay separate."""
+        key = (gname, X.shape, Y.shape, X.dtype, X.stride(), Y.stride())
+        choice = self.choices.get(key)
+        if choice is not None:
+            return choice
+        from ..runtime import knobs
+        how = deferred_mode()
+        if how == "always" or self.device.type != "cuda":
+            choice = True
+        elif torch.cuda.is_current_stream_capturing():  # nothing can be timed now: decide, remember nothing
+            return not self.expensive(gname)
+        elif knobs.autotune_enabled():
+            from ..runtime.autotune import time_ms
+            ep, params = self.fused_epilogue(gname)
+            fkw = {x: kw[x] for x in params}
+            e, run = self.entry, g._product.run
+
+            def fused():
+                _launch(self.site_fused, X, Y, ep, e, self.out_dtype, fkw)
+
+            def unfused():
+                self._passes(dict(kw, **{gname: run(X, Y)}), opA, opB)
+            times = (time_ms(fused, 5, 25), time_ms(unfused, 5, 25))
+            self.timings[key] = times
+            choice = times[0] < times[1]
+        else:
+            choice = not self.expensive(gname)
+        self.choices[key] = choice
+        return choice
+
+    def expensive(self, gname: str) -> bool:
+        """Whether the fused backward epilogue computes multi-instruction math (tanh, sigmoid, erf, ...)."""
+        from ..ops import REGISTRY
+        from ..ops.registry import EXPENSIVE
+        graph = self.fused_epilogue(gname)[0].graph
+        return any(n.op == "compute" and n.target in REGISTRY and REGISTRY[n.target].has(EXPENSIVE)
+                   for n in graph.nodes)
+
+    def _passes(self, kw: dict, opA, opB) -> dict:
+        """The backward passes as epilogue-only kernels (or over the recomputed ``A @ B``): the main pass'
+        results (earlier passes' results go into ``kw``)."""
+        e, results = self.entry, {}
+        for site, (ep, params, outputs, last) in zip(self.sites, self.stages):
+            outs = _launch(site, opA, opB, ep, e, self.out_dtype, {x: kw[x] for x in params}, self.config)
+            (results if last else kw).update(zip(outputs, outs))
+        return results
+
+    def run(self, A, B, used, saved, grads, scalars, candidate=None, defer_A=False) -> tuple:
+        """(dA, dB, input gradients). ``candidate``: (name of a gradient, the ``DeferredGrad`` it is) when that
+        gradient is an uncomputed ``X @ Y``: the backward pass runs as that GEMM's epilogue if ``choose`` says
+        so. ``defer_A``: return dA as a ``DeferredGrad`` for the producer of A to fuse."""
         e, program = self.entry, self.program
         kw: dict = {}
         used = iter(used)
@@ -566,18 +621,21 @@ class EagerBackward:
             opA, opB = A, B
         else:
             opA, opB = self._empty_operands(grads[0] if grads else saved[0], e.ab_dtype)
-        results: dict = {}
-        if fused is not None:
-            gname, X, Y = fused
-            ep, params = self.fused_epilogue(gname)
-            outs = _launch(self.site_fused, X, Y, ep, e, self.out_dtype, {x: kw[x] for x in params})
-            results.update(zip(program.passes[0].outputs, outs))
-            d_acc_from = None
-        else:
-            for site, (ep, params, outputs, last) in zip(self.sites, self.stages):
-                outs = _launch(site, opA, opB, ep, e, self.out_dtype, {x: kw[x] for x in params}, self.config)
-                (results if last else kw).update(zip(outputs, outs))
-            d_acc_from = program.d_acc_from
+        fused = False
+        if candidate is not None:
+            gname, g = candidate
+            X, Y = g.factors(self.acc_shape)
+            fused = self.choose(gname, g, X, Y, kw, opA, opB)
+            if fused:
+                g.take(self.acc_shape)
+                ep, params = self.fused_epilogue(gname)
+                outs = _launch(self.site_fused, X, Y, ep, e, self.out_dtype, {x: kw[x] for x in params})
+                results = dict(zip(program.passes[0].outputs, outs))
+            else:
+                kw[gname] = g.materialize()
+        if not fused:
+            results = self._passes(kw, opA, opB)
+        d_acc_from = None if fused else program.d_acc_from
         dA = dB = None
         if program.d_acc:
             d_acc = kw[d_acc_from] if d_acc_from is not None else results["d_acc"]

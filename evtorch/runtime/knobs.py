@@ -124,12 +124,22 @@ POISON: Knob[bool] = Knob(
 ALL_KNOBS = ALL_KNOBS + (POISON,)
 
 
-FUSE_BACKWARD: Knob[bool] = Knob(
+def _parse_fusion(name: str, text: str) -> str:
+    value = text.strip().lower()
+    if value in ("auto", "always", "never"):
+        return value
+    if value in _TRUE or value in _FALSE:
+        return "auto" if value in _TRUE else "never"
+    raise ValueError(f"environment variable {name}={text!r} is not one of auto, always, never (or 1/0)")
+
+
+FUSE_BACKWARD: Knob[str] = Knob(
     "EVTORCH_FUSE_BACKWARD",
-    lambda: True,
-    _parse_bool,
-    "1: an evtorch layer's backward hands its input gradient, unmultiplied, to the evtorch layer that made the "
-    "input, which fuses its backward epilogue into that GEMM (integration/deferred.py); 0: plain backward",
+    lambda: "auto",
+    _parse_fusion,
+    "cross-layer backward fusion (integration/deferred.py): auto (or 1; the default) fuses a layer's backward "
+    "epilogue into the next evtorch layer's input-gradient GEMM where timed faster (heuristic without "
+    "autotuning); always; never (or 0)",
 )
 ALL_KNOBS = ALL_KNOBS + (FUSE_BACKWARD,)
 
