@@ -39,13 +39,28 @@ WORKLOADS = ("identity", "lincomb_relu", "bias_gelu_aux", "colbcast_leaky", "row
              "dgelu_bgrad", "mixed_dag")
 
 
+CONFIG_SET = os.environ.get("PINGPONG_SET", "run1")
+
+
 def configs() -> dict:
-    """name -> GemmConfig. base* = today's persistent candidates (the tuner's picks in the last bench run)."""
+    """name -> GemmConfig. base* = today's persistent candidates (the tuner's picks in the last bench run).
+    PINGPONG_SET=run1: ping-pong (2 programs per SM) on halves / quarters / warp-specialized, one-program
+    control; run2: the staggered start, and quarters on today's 128x256 tile."""
     from evtorch.codegen.configs import GemmConfig as G
 
     def tma(bm, bn, warps, stages, **flags):
         return G("persistent_tma", bm, bn, 64, 8, 1, warps, stages, tuple(flags.items()))
 
+    if CONFIG_SET == "run2":
+        return {
+            "base": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=True),
+            "base_flat": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=True, FLATTEN=True),
+            "base_q4": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=4),
+            "base_q4_flat": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=4, FLATTEN=True),
+            "pp2_q4": tma(128, 128, 4, 3, EPILOGUE_SUBTILE=4, PROGRAMS_PER_SM=2),
+            "pp2_q4_st8": tma(128, 128, 4, 3, EPILOGUE_SUBTILE=4, PROGRAMS_PER_SM=2, STAGGER=8),
+            "pp2_q4_st24": tma(128, 128, 4, 3, EPILOGUE_SUBTILE=4, PROGRAMS_PER_SM=2, STAGGER=24),
+        }
     return {
         "base": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=True),
         "base_flat": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=True, FLATTEN=True),
@@ -209,7 +224,7 @@ def selftest_worker(args) -> int:
 
     cfgs = configs()
     i, n = (int(x) for x in args.selftest.split("/"))
-    pick = cfgs["pp2_h"] if i % 2 == 0 else cfgs["pp2_q4"]
+    pick = list(cfgs.values())[-2 if i % 2 == 0 else -1]
     orig = rg.heuristic_config
 
     def heuristic(M, N, K, dtype, device=None, *, L=1, tma_ok=False, allow_tf32=False):
@@ -229,7 +244,7 @@ def phase1(args, log) -> dict:
                                                     "mixed_dag"].index(w))
     jobs = [f"W:{w}:{c}" for w in heavy_first for c in cfgs]
     for ex in ("mixed_dag", "row_reduction", "bce_loss", "column_broadcast", "lincomb_relu"):
-        for c in ("pp2_h", "pp2_q4", "pp2_h_ws"):
+        for c in (("pp2_h", "pp2_q4", "pp2_h_ws") if CONFIG_SET == "run1" else ("pp2_q4_st8", "base_q4")):
             for d in ("bfloat16", "float16"):
                 jobs.append(f"E:{ex}:{c}:{d}")
     if args.dry_run:

@@ -31,11 +31,14 @@ EXTRA_FLAGS: dict[str, type | tuple[type, ...]] = {
     # persistent programs per SM (default 1). 2 = "ping-pong": two co-resident programs, each owning its own output
     # tiles, so one's epilogue overlaps the other's TMA/wgmma main loop (needs 2x registers and shared memory)
     "PROGRAMS_PER_SM": int,
+    # with PROGRAMS_PER_SM=2: one program of each pair first waits ~STAGGER barrier round trips per K tile, so the
+    # pair's epilogues alternate instead of coinciding (0: off)
+    "STAGGER": int,
 }
 # Values allowed for the int flags, and the value each flag takes when absent (dropped from ``extra``).
 _FLAG_VALUES: dict[str, tuple[Any, ...]] = {"EPILOGUE_SUBTILE": (False, True, 1, 2, 4), "PROGRAMS_PER_SM": (1, 2, 3, 4)}
 _FLAG_DEFAULTS: dict[str, Any] = {"EPILOGUE_SUBTILE": False, "WARP_SPECIALIZE": False, "FLATTEN": False,
-                                  "PROGRAMS_PER_SM": 1}
+                                  "PROGRAMS_PER_SM": 1, "STAGGER": 0}
 
 # Registers per SM (every NVIDIA GPU since Kepler) and the most one thread can hold: a program of w warps is
 # guaranteed co-resident with (programs_per_sm - 1) others whatever its epilogue needs only if
@@ -121,6 +124,8 @@ class GemmConfig:
         extra = canon
         if extra and self.template != "persistent_tma":
             raise ValueError(f"GemmConfig.extra flags {sorted(extra)} only apply to template='persistent_tma'")
+        if extra.get("STAGGER") and (extra["STAGGER"] < 0 or extra.get("PROGRAMS_PER_SM") != 2):
+            raise ValueError(f"GemmConfig.extra STAGGER={extra['STAGGER']} needs PROGRAMS_PER_SM=2 and a count >= 0")
         subtiles = _subtile_count(extra.get("EPILOGUE_SUBTILE", False))
         if subtiles > 1 and self.BLOCK_N // subtiles < 16:
             raise ValueError(f"GemmConfig.extra EPILOGUE_SUBTILE={subtiles} needs BLOCK_N >= {16 * subtiles} "
