@@ -45,7 +45,8 @@ CONFIG_SET = os.environ.get("PINGPONG_SET", "run1")
 def configs() -> dict:
     """name -> GemmConfig. base* = today's persistent candidates (the tuner's picks in the last bench run).
     PINGPONG_SET=run1: ping-pong (2 programs per SM) on halves / quarters / warp-specialized, one-program
-    control; run2: the staggered start, and quarters on today's 128x256 tile."""
+    control; run2: quarters on today's 128x256 tile (the H200 run of 2026-11-21 also had PROGRAMS_PER_SM=2 with a
+    staggered start, STAGGER=8 / 24 in commit e4d4d71: slower everywhere, removed)."""
     from evtorch.codegen.configs import GemmConfig as G
 
     def tma(bm, bn, warps, stages, **flags):
@@ -58,8 +59,6 @@ def configs() -> dict:
             "base_q4": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=4),
             "base_q4_flat": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=4, FLATTEN=True),
             "pp2_q4": tma(128, 128, 4, 3, EPILOGUE_SUBTILE=4, PROGRAMS_PER_SM=2),
-            "pp2_q4_st8": tma(128, 128, 4, 3, EPILOGUE_SUBTILE=4, PROGRAMS_PER_SM=2, STAGGER=8),
-            "pp2_q4_st24": tma(128, 128, 4, 3, EPILOGUE_SUBTILE=4, PROGRAMS_PER_SM=2, STAGGER=24),
         }
     return {
         "base": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=True),
@@ -244,7 +243,7 @@ def phase1(args, log) -> dict:
                                                     "mixed_dag"].index(w))
     jobs = [f"W:{w}:{c}" for w in heavy_first for c in cfgs]
     for ex in ("mixed_dag", "row_reduction", "bce_loss", "column_broadcast", "lincomb_relu"):
-        for c in (("pp2_h", "pp2_q4", "pp2_h_ws") if CONFIG_SET == "run1" else ("pp2_q4_st8", "base_q4")):
+        for c in (("pp2_h", "pp2_q4", "pp2_h_ws") if CONFIG_SET == "run1" else ("pp2_q4", "base_q4")):
             for d in ("bfloat16", "float16"):
                 jobs.append(f"E:{ex}:{c}:{d}")
     if args.dry_run:

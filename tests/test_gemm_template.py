@@ -240,19 +240,6 @@ def test_persistent_programs_per_sm(store_module, prog_module, case, pps):
     assert int(counts.sum()) == work
 
 
-def test_persistent_stagger(store_module, prog_module):
-    """STAGGER (PROGRAMS_PER_SM=2 only): one program of each pair spins first; results and tile ownership are
-    unchanged."""
-    A, B = PINGPONG_CASES["batched"]()
-    cfg = _persistent(pps=2, subtile=True)
-    staggered = GemmConfig(cfg.template, cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K, num_stages=1,
-                           extra=cfg.extra + (("STAGGER", 2),))
-    assert staggered.short().endswith("_stagger2")
-    check(run_store(store_module, A, B, staggered), A, B)
-    with pytest.raises(ValueError, match="STAGGER"):
-        GemmConfig("persistent_tma", extra=(("STAGGER", 4),))
-
-
 @pytest.mark.parametrize("pps", [1, 2])
 def test_persistent_epilogue_quarters(store_module, pps):
     """EPILOGUE_SUBTILE=4: four [BM, BN/4] slices per tile, N ragged (the last tile's upper quarters past N)."""

@@ -31,14 +31,11 @@ EXTRA_FLAGS: dict[str, type | tuple[type, ...]] = {
     # persistent programs per SM (default 1). 2 = "ping-pong": two co-resident programs, each owning its own output
     # tiles, so one's epilogue overlaps the other's TMA/wgmma main loop (needs 2x registers and shared memory)
     "PROGRAMS_PER_SM": int,
-    # with PROGRAMS_PER_SM=2: one program of each pair first waits ~STAGGER barrier round trips per K tile, so the
-    # pair's epilogues alternate instead of coinciding (0: off)
-    "STAGGER": int,
 }
 # Values allowed for the int flags, and the value each flag takes when absent (dropped from ``extra``).
 _FLAG_VALUES: dict[str, tuple[Any, ...]] = {"EPILOGUE_SUBTILE": (False, True, 1, 2, 4), "PROGRAMS_PER_SM": (1, 2, 3, 4)}
 _FLAG_DEFAULTS: dict[str, Any] = {"EPILOGUE_SUBTILE": False, "WARP_SPECIALIZE": False, "FLATTEN": False,
-                                  "PROGRAMS_PER_SM": 1, "STAGGER": 0}
+                                  "PROGRAMS_PER_SM": 1}
 
 # Registers per SM (every NVIDIA GPU since Kepler) and the most one thread can hold: a program of w warps is
 # guaranteed co-resident with (programs_per_sm - 1) others whatever its epilogue needs only if
@@ -124,8 +121,6 @@ class GemmConfig:
         extra = canon
         if extra and self.template != "persistent_tma":
             raise ValueError(f"GemmConfig.extra flags {sorted(extra)} only apply to template='persistent_tma'")
-        if extra.get("STAGGER") and (extra["STAGGER"] < 0 or extra.get("PROGRAMS_PER_SM") != 2):
-            raise ValueError(f"GemmConfig.extra STAGGER={extra['STAGGER']} needs PROGRAMS_PER_SM=2 and a count >= 0")
         subtiles = _subtile_count(extra.get("EPILOGUE_SUBTILE", False))
         if subtiles > 1 and self.BLOCK_N // subtiles < 16:
             raise ValueError(f"GemmConfig.extra EPILOGUE_SUBTILE={subtiles} needs BLOCK_N >= {16 * subtiles} "
@@ -352,9 +347,14 @@ _SPLITK_16 = ((64, 64, 64, 3, 4), (128, 64, 64, 3, 4), (64, 128, 64, 3, 4), (32,
 # torch.matmul 684 / 703): 128x256x64 s3 w8 subtile 668 / 690, +flatten 684 / 692, +warp_specialize
 # 681 / 696, s4 654 / 687, 256x128 subtile 649 / 641, 128x256 no subtile 675 / 636, 128x128x64 w4 subtile
 # 637 / 624, 128x128x64 w8 640 / 607, 128x128x128 623 / 605. 128x128 + flatten was worst (572 / 565).
+# subtile 4 = the epilogue on quarters [128, 64] (benchmarks/pingpong_check.py, H200, Triton 3.6): no register
+# spills left in any bench epilogue (mixed_dag 50 -> 0, dgelu_bgrad 26 -> 0), with flatten lincomb_relu 0.90x at
+# 8192x4096x1024 and 0.95x at 8192x8192x4096 of the best halves config; the others within +-5% (noise): a tuner
+# candidate in the first five, replacing 128x256 s4 (never picked).
 _PERSISTENT_16 = (
     (128, 256, 64, 3, 8, True, False, False),
     (128, 256, 64, 3, 8, True, False, True),
+    (128, 256, 64, 3, 8, 4, False, True),
     (128, 256, 64, 3, 8, True, True, False),
     (128, 256, 64, 4, 8, True, False, False),
     (256, 128, 64, 3, 8, True, False, False),
@@ -366,6 +366,10 @@ _PERSISTENT_16 = (
     (64, 128, 64, 4, 4, False, False, False),
 )
 
+# Ping-pong on the persistent TMA template (PROGRAMS_PER_SM=2, 128x128x64, 4 warps, 3 stages: two programs co-resident
+# per SM, checked by occupancy) is not offered: on the H200 (Triton 3.6) it was 5-24% slower than the configs above at
+# 8192x8192x4096 and only on par (dgelu_bgrad) or slower at 8192x4096x1024; its main loop alone is 5-18% slower and
+# the epilogues did not hide under it (docs/benchmarks.md). It stays available as a GemmConfig flag.
 # Portable (non-persistent) 128x128x64, 3 stages, 4 warps: ~96 KiB of shared memory and one warpgroup, so two
 # programs share an SM and the hardware interleaves them: one program's epilogue (loads, math, stores) runs while
 # the other's main loop keeps the tensor cores busy ("ping-pong" by occupancy). The persistent TMA kernel runs one

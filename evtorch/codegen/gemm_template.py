@@ -226,7 +226,7 @@ def __KERNEL__(
     NUM_PROGRAMS: tl.constexpr,
     A_COL_MAJOR: tl.constexpr, B_COL_MAJOR: tl.constexpr,
     A_BATCHED: tl.constexpr, B_BATCHED: tl.constexpr,
-    EPILOGUE_SUBTILE: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, FLATTEN: tl.constexpr, STAGGER: tl.constexpr,
+    EPILOGUE_SUBTILE: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, FLATTEN: tl.constexpr,
 ):
     """Persistent TMA GEMM + epilogue (Hopper); grid (min(NUM_PROGRAMS, L*tiles),), EPILOGUE_SUBTILE in 1, 2, 4."""
     if A_BATCHED:
@@ -265,15 +265,6 @@ def __KERNEL__(
     num_tiles = tiles_per_batch * L
     k_tiles = tl.cdiv(K, BLOCK_K)
     num_pid_in_group = GROUP_M * num_pid_n
-    if STAGGER > 0:
-        # Two programs per SM start together and, with equal tiles, would reach their epilogues together (no
-        # overlap). One of each pair waits first, about STAGGER barrier round trips per K tile, so that its main
-        # loop runs while the other program's epilogue does. The pair is (p, p + NUM_PROGRAMS/2) if the block
-        # scheduler deals programs out across SMs first, (2j, 2j+1) if it fills SMs first: the xor gives the two
-        # programs of a pair different slots either way.
-        slot = (start_pid // (NUM_PROGRAMS // 2)) ^ (start_pid % 2)
-        for _ in range(slot * k_tiles * STAGGER):
-            tl.debug_barrier()
     # A second tile counter for the epilogue keeps the K loop's index math independent of it, which lets
     # the compiler overlap the next tile's loads with this tile's epilogue when FLATTEN is on.
     tile_id_c = start_pid - NUM_PROGRAMS
@@ -362,7 +353,7 @@ _TEMPLATES = {
 _RESERVED = frozenset(
     """A_ptr B_ptr W_ptr M N K L stride_al stride_am stride_ak stride_bl stride_bk stride_bn
     BLOCK_M BLOCK_N BLOCK_K GROUP_M ALLOW_TF32 ACC_DTYPE DOT_UPCAST SPLIT_K NUM_SMS NUM_PROGRAMS A_COL_MAJOR B_COL_MAJOR
-    A_BATCHED B_BATCHED EPILOGUE_SUBTILE WARP_SPECIALIZE FLATTEN STAGGER PROGRAMS_PER_SM triton tl""".split()
+    A_BATCHED B_BATCHED EPILOGUE_SUBTILE WARP_SPECIALIZE FLATTEN PROGRAMS_PER_SM triton tl""".split()
 )
 
 

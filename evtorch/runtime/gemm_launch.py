@@ -327,7 +327,6 @@ def prepare_launch(
             EPILOGUE_SUBTILE=config.epilogue_subtiles,
             WARP_SPECIALIZE=bool(config.flag("WARP_SPECIALIZE")),
             FLATTEN=bool(config.flag("FLATTEN")),
-            STAGGER=int(config.flag("STAGGER", 0)),
         )
     else:  # GemmConfig validates templates; this guards future additions
         raise ValueError(f"config.template {config.template!r} has no launcher")
