@@ -303,10 +303,16 @@ def test_mlp_block_on_gpu(dtype, act, how, fused, monkeypatch):
     ref_layers = list(zip(ref_leaves[1::2], ref_leaves[2::2]))
     got = torch.autograd.grad(mlp(leaves[0], layers, True, act=activation), leaves, gy.to("cuda", dtype))
     want = torch.autograd.grad(mlp(ref_leaves[0], ref_layers, False, act=activation), ref_leaves, gy.to("cuda"))
+    # torch itself in this dtype: ReLU's mask is discontinuous, so in bf16 a few elements near 0 take the other
+    # side (torch: from the rounded pre-activation; evtorch: from the rounded saved accumulator), and a bias
+    # gradient summing them can be off by several percent for both; the bound is torch's error, or 3e-2
+    eager = torch.autograd.grad(mlp(leaves[0], layers, False, act=activation), leaves, gy.to("cuda", dtype))
     tol = 2e-4 if dtype == torch.float32 else 3e-2
-    for a, b in zip(got, want):
-        err = ((a.float() - b).abs().max() / b.abs().max()).item()
-        assert err <= tol, err
+
+    def rel(a, b):
+        return ((a.float() - b).abs().max() / b.abs().max()).item()
+    for a, b, c in zip(got, want, eager):
+        assert rel(a, b) <= max(tol, 2 * rel(c, b)), (rel(a, b), rel(c, b))
     assert deferred.STATS == ({"fused": 2, "materialized": 0} if fused else {"fused": 0, "materialized": 2})
 
 

@@ -548,13 +548,14 @@ class EagerBackward:
         epilogue (GELU's derivative) can slow the GEMM it joins more than the separate memory-bound pass costs
         (measured on an H200: docs/autograd.md), so on a GPU with autotuning both are timed; without, epilogues
         with multi-instruction math (``ops.EXPENSIVE``) stay separate."""
+        if deferred_mode() == "always":
+            return True
         key = (gname, X.shape, Y.shape, X.dtype, X.stride(), Y.stride())
         choice = self.choices.get(key)
         if choice is not None:
             return choice
         from ..runtime import knobs
-        how = deferred_mode()
-        if how == "always" or self.device.type != "cuda":
+        if self.device.type != "cuda":
             choice = True
         elif torch.cuda.is_current_stream_capturing():  # nothing can be timed now: decide, remember nothing
             return not self.expensive(gname)
