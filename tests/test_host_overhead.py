@@ -327,3 +327,36 @@ def test_generated_launch_device_guard(monkeypatch):
     current[0] = 3
     torch.testing.assert_close(run(A, B, {"bias": b}), ref, **TOL)
     assert entered == [3]
+
+
+def test_operator_bodies_reuse_prepared_launches(monkeypatch):
+    """torch.ops.evtorch.gemm / gemm_backward (what torch.compile calls) launch through a LaunchSite per full
+    signature after the first call: no run_gemm, no config choice; results unchanged; a new stride or shape
+    takes the checked path again."""
+    import evtorch.integration.ops as ops
+    from evtorch.integration import op_arguments
+    from evtorch.runtime import gemm as rg
+    x, W, b = leaf(6, 5), leaf(7, 5), leaf(7)
+    gy = torch.randn(6, 7)
+
+    def step(x):
+        args = op_arguments(x, W.t(), ("linear", F.gelu, True), backend="triton", linear_bias=b)
+        outs = torch.ops.evtorch.gemm(*args)
+        return outs[0], torch.autograd.grad(outs[0], (x, W, b), gy)
+    first = step(x)
+    calls = []
+    for name in ("run_gemm", "_choose_config"):
+        real = getattr(rg, name)
+        monkeypatch.setattr(rg, name, lambda *a, _real=real, _name=name, **k: calls.append(_name) or
+                            _real(*a, **k))
+    again = step(x)
+    assert calls == []
+    for a, b_ in zip((first[0], *first[1]), (again[0], *again[1])):
+        torch.testing.assert_close(a, b_)
+    ref = F.gelu(F.linear(x, W, b))
+    torch.testing.assert_close(again[0], ref, **TOL)
+    for g, r in zip(again[1], grads(ref, (x, W, b), gy)):
+        torch.testing.assert_close(g, r, **TOL)
+    xt = x.detach().t().contiguous().t().requires_grad_()  # column-major x: another signature
+    step(xt)
+    assert "run_gemm" in calls and len(ops._op_sites) >= 2
