@@ -139,6 +139,7 @@ def worker(args) -> int:
     import evtorch as evt
     from evtorch.api import get_epilogue
     from evtorch.codegen.program import build_program
+    from evtorch.runtime.gemm import fast_math_mode
     from evtorch.examples import EXAMPLES, eager_reference, operands
     from evtorch.testing import rel_error
 
@@ -171,7 +172,7 @@ def worker(args) -> int:
                     ref = eager_reference(fn, A, B, **inputs)
                     rec["shapes"][f"{M}x{N}x{K}"] = {"err": max_error(out, ref)}
                     ep = get_epilogue(fn, (M, N), torch.float32, inputs)
-                    module = build_program(ep).module
+                    module = build_program(ep, out_dtype=A.dtype, fast_math=fast_math_mode(A)).module
                     seen = seen_by_module.setdefault(id(module), set())
                     ks = kernel_rows(module, seen)
                     if ks:

@@ -263,6 +263,7 @@ def evt_rows(b: Bench, shapes, names, seen):
     from evtorch.api import get_epilogue
     from evtorch.codegen.configs import GemmConfig
     from evtorch.codegen.program import build_program
+    from evtorch.runtime.gemm import fast_math_mode
     from evtorch.examples import eager_reference, operands
     from benchmarks.workloads import WORKLOADS, identity, tensor_bytes
 
@@ -333,7 +334,8 @@ def evt_rows(b: Bench, shapes, names, seen):
                             row["diag"][cfg.short()] = f"{type(exc).__name__}: {str(exc)[:200]}"
                     try:
                         ep = get_epilogue(fn, (M, N), torch.float32, inputs)
-                        row["kernels"] = kernel_resources(build_program(ep).module)
+                        row["kernels"] = kernel_resources(build_program(ep, out_dtype=A.dtype,
+                                                                         fast_math=fast_math_mode(A)).module)
                     except Exception as exc:  # noqa: BLE001
                         row["kernels"] = [{"error": f"{type(exc).__name__}: {exc}"[:200]}]
                 derive(row, shape_rec)

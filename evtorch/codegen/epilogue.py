@@ -65,8 +65,10 @@ class EpilogueCode:
 
 class EpilogueEmitter:
     def __init__(self, graph: Graph, acc_dtype: torch.dtype, deterministic: bool, batched: bool,
-                 fn_name: str = "epilogue", params: ParamList | None = None):
+                 fn_name: str = "epilogue", params: ParamList | None = None, fast: frozenset = frozenset()):
         self.graph = graph
+        # nodes (indices in graph.nodes) emitted with their op's hardware approximation (codegen/fastmath.py)
+        self.fast = {id(graph.nodes[i]) for i in fast}
         self.compute = acc_dtype
         self.deterministic = deterministic
         self.batched = batched
@@ -138,7 +140,8 @@ class EpilogueEmitter:
             op = REGISTRY[n.target]
             if op.user_defined is not None:
                 self.user_ops[op.name] = op.user_defined
-            return self._assign(n, compute_expr(n, [self.var[id(a)] for a in n.args], self.compute))
+            return self._assign(n, compute_expr(n, [self.var[id(a)] for a in n.args], self.compute,
+                                                fast=id(n) in self.fast))
         raise AssertionError(f"unexpected tile node {n.format()}")
 
     def _emit_load(self, n: Node) -> str:

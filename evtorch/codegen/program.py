@@ -1,7 +1,9 @@
 """One generated module per (epilogue graph, options): epilogue function, GEMM kernels, vector-stage kernel.
 
 The module source depends only on the optimized IR (its structural hash: ops, dtypes, shape classes), the
-reduction mode (``deterministic``) and the templates; never on sizes or scalar values. Triton then
+reduction mode (``deterministic``), the templates and the nodes emitted with a hardware approximation
+(``codegen/fastmath.py``: a function of the IR, the output dtypes and ``EVTORCH_FAST_MATH``, part of the program
+hash); never on sizes or scalar values. Triton then
 specialises each kernel on A/B/output dtypes and a few stride properties at launch, which is where the
 layout class enters. Sources are written under ``EVTORCH_CACHE_DIR/kernels`` (atomically) together with the
 IR text, so a user can read exactly what runs.
@@ -12,7 +14,10 @@ import threading
 from dataclasses import dataclass
 from types import ModuleType
 
+import torch
+
 from ..runtime.source_cache import kernel_path, load_module, write_text_atomic
+from . import fastmath
 from .epilogue import EpilogueCode, EpilogueEmitter
 from .gemm_template import HEADER, render_gemm_kernels
 from .vector_stage import VBLOCK, VectorCode, VectorEmitter
@@ -45,20 +50,28 @@ _lock = threading.Lock()
 _programs: dict[tuple, Program] = {}
 
 
-def build_program(ep, dtype=None, *, deterministic: bool = False, templates=TEMPLATES) -> Program:
-    """The generated program for epilogue ``ep`` (``dtype`` is accepted for API symmetry: kernels are
-    dtype-generic and Triton specialises them at launch)."""
-    key = (ep.graph.structural_hash(), str(ep.acc_dtype), bool(deterministic), ep.batched, tuple(templates))
+def build_program(ep, dtype=None, *, deterministic: bool = False, templates=TEMPLATES, out_dtype=None,
+                  fast_math=None) -> Program:
+    """The generated program for epilogue ``ep``. Kernels are dtype-generic (Triton specialises them at launch);
+    ``out_dtype`` (default ``dtype``, then float16) is the dtype full-size outputs are stored in, which decides
+    with ``fast_math`` where tanh / sigmoid use hardware approximations (``codegen/fastmath.py``). ``fast_math``:
+    None decides as the runtime does on a GPU (``EVTORCH_FAST_MATH``, 'never' under the interpreter), or a mode
+    ('auto', 'always', 'never') / bool for inspection."""
+    mode = fastmath.resolve_mode(fast_math)
+    fast = fastmath.select_for(ep, out_dtype or dtype or torch.float16, mode)
+    key = (fastmath.program_hash(ep.graph.structural_hash(), fast), str(ep.acc_dtype), bool(deterministic),
+           ep.batched, tuple(templates))
     prog = _programs.get(key)
     if prog is not None:
         return prog
-    epi = EpilogueEmitter(ep.graph, ep.acc_dtype, deterministic, ep.batched).emit()
+    epi = EpilogueEmitter(ep.graph, ep.acc_dtype, deterministic, ep.batched, fast=fast).emit()
     vec_emitter = VectorEmitter(ep.graph, epi.reductions, ep.acc_dtype)
     vec = None if vec_emitter.empty() else vec_emitter.emit()
     parts = [
         HEADER + "from evtorch.codegen import tlmath\n",
         f'"""evtorch generated kernels for epilogue {ep.name!r} (IR hash {key[0]}).\n\n'
-        + "\n".join(f"    {line}" for line in str(ep.graph).splitlines()) + '\n"""\n',
+        + "\n".join(f"    {line}" for line in str(ep.graph).splitlines() + [""]
+                     + fastmath.describe(ep.graph, fast)) + '\n"""\n',
         epi.source,
         render_gemm_kernels(KERNEL_BASE, epi.fn_name, epi.params.names(), tuple(templates)),
     ]

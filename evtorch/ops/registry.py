@@ -13,6 +13,9 @@ An ``OpDef`` says everything evtorch knows about an op, in one place:
 - ``triton``: the emission, a format string over operands ``{0}``, ``{1}`` and attributes ``{name}`` whose
   operands arrive already in the compute dtype (fp32, or fp64 for fp64 epilogues); only Triton primitives and
   ``evtorch.codegen.tlmath`` helpers, never libdevice, so the CPU interpreter runs every kernel;
+- ``triton_fast``: optional second emission (same format) used instead of ``triton`` only where the emitter was
+  told to approximate this node (``codegen/fastmath.py``: 16-bit outputs, a real GPU, ``EVTORCH_FAST_MATH``): it
+  may use inline PTX (``tanh.approx.f32``), so it never runs under the interpreter;
 - ``decompose``: instead of an emission, a composite written in other ops (few primitives, many composites);
 - ``derivative``: reverse-mode rule ``(ctx, grad, *operands, out, **attrs) -> tuple of grads`` written with
   ctx's builder ops (see ``evtorch.autodiff``);
@@ -45,6 +48,7 @@ class OpDef:
     operands: tuple[str, ...]
     torch_ref: Callable | None = None
     triton: str | Callable | None = None
+    triton_fast: str | Callable | None = None  # hardware approximation (fast-math path; see codegen/fastmath.py)
     decompose: Callable | None = None
     derivative: Callable | None = None
     torch_fns: tuple = ()

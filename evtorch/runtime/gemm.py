@@ -149,13 +149,13 @@ _IN, _SCALAR, _BOOL, _NEW = range(4)
 
 # The knobs a launch depends on, read raw on every call (tests change them at any time) from the mapping behind
 # os.environ: ``os.environ.get`` costs ~0.8 us a name, encoding the name each time.
-_KNOB_NAMES = ("EVTORCH_POISON", "EVTORCH_AUTOTUNE", "EVTORCH_CACHE_DIR")
+_KNOB_NAMES = ("EVTORCH_POISON", "EVTORCH_AUTOTUNE", "EVTORCH_CACHE_DIR", "EVTORCH_FAST_MATH")
 try:
     _environ_get = os.environ._data.get
-    _POISON, _AUTOTUNE, _CACHE_DIR = (os.environ.encodekey(n) for n in _KNOB_NAMES)
+    _POISON, _AUTOTUNE, _CACHE_DIR, _FAST_MATH = (os.environ.encodekey(n) for n in _KNOB_NAMES)
 except AttributeError:  # not CPython's os.environ
     _environ_get = os.environ.get
-    _POISON, _AUTOTUNE, _CACHE_DIR = _KNOB_NAMES
+    _POISON, _AUTOTUNE, _CACHE_DIR, _FAST_MATH = _KNOB_NAMES
 
 
 def _remember(memo: dict, key, value):
@@ -177,22 +177,39 @@ def clear_caches() -> None:
 _generation = 0  # LaunchSites forget their launches when it changes
 
 
-def _program(ep, deterministic: bool):
-    key = (id(ep), bool(deterministic))
+_fast_capable: dict = {}
+
+
+def fast_math_mode(A) -> str:
+    """The fast-math mode for a GEMM on ``A``'s device (``codegen/fastmath.py``): the ``EVTORCH_FAST_MATH`` knob on
+    an NVIDIA GPU of compute capability >= 7.5 (``tanh.approx.f32``), 'never' on CPU, under the interpreter and
+    elsewhere."""
+    if not A.is_cuda or knobs.interpreter_active():
+        return "never"
+    index = A.device.index if A.device.index is not None else torch.cuda.current_device()
+    ok = _fast_capable.get(index)
+    if ok is None:
+        ok = _fast_capable[index] = torch.version.hip is None and torch.cuda.get_device_capability(index) >= (7, 5)
+    return knobs.fast_math_mode() if ok else "never"
+
+
+def _program(ep, deterministic: bool, out_dtype=None, mode: str = "never"):
+    key = (id(ep), bool(deterministic), out_dtype, mode)
     hit = _prog_memo.get(key)
     if hit is not None and hit[0] is ep:
         return hit[1]
-    return _remember(_prog_memo, key, (ep, build_program(ep, deterministic=deterministic)))[1]
+    prog = build_program(ep, deterministic=deterministic, out_dtype=out_dtype, fast_math=mode)
+    return _remember(_prog_memo, key, (ep, prog))[1]
 
 
 def launch_key(ep, A, B, inputs: dict, out_dtype, deterministic, allow_tf32, config) -> tuple:
     """Everything a call's launch depends on: the epilogue object, options, the operands' shapes, strides,
     dtypes, devices and 16-byte alignment (TMA), the inputs' shapes, strides, dtypes and devices (numbers: their
-    type; values are arguments), and the knobs read while preparing (poisoning; on CUDA without a config, the
-    tuning knobs)."""
+    type; values are arguments), and the knobs read while preparing (poisoning, fast math; on CUDA without a
+    config, the tuning knobs)."""
     key = [ep, out_dtype, deterministic, allow_tf32, config, A.shape, A.stride(), A.dtype, A.device,
            A.data_ptr() % 16 == 0, B.shape, B.stride(), B.dtype, B.device, B.data_ptr() % 16 == 0,
-           _environ_get(_POISON)]
+           _environ_get(_POISON), _environ_get(_FAST_MATH)]
     if config is None and A.is_cuda:
         key += (_environ_get(_AUTOTUNE), _environ_get(_CACHE_DIR), MAX_TUNE_CANDIDATES)
     for k, v in inputs.items():
@@ -426,7 +443,7 @@ class LaunchSite:
             self.memo.clear()
             self.generation = _generation
         token = (A.data_ptr() % 16 == 0, B.data_ptr() % 16 == 0, _environ_get(_POISON), _environ_get(_AUTOTUNE),
-                 _environ_get(_CACHE_DIR), MAX_TUNE_CANDIDATES)
+                 _environ_get(_CACHE_DIR), MAX_TUNE_CANDIDATES, _environ_get(_FAST_MATH))
         launch = self.memo.get(token)
         if launch is None:
             launch = _launches.get(launch_key(ep, A, B, inputs, out_dtype, deterministic, allow_tf32, config))
@@ -446,7 +463,7 @@ def _first_call(key, ep, A, B, inputs, out_dtype, deterministic, allow_tf32, con
         # nothing to tile: the reference executor gives correctly shaped empty / identity results
         acc = torch.zeros(ep.acc_shape, dtype=ep.acc_dtype, device=A.device)
         return ep.reference(acc, out_dtype=out_dtype, **inputs)
-    prog = _program(ep, deterministic)
+    prog = _program(ep, deterministic, out_dtype, fast_math_mode(A))
     if config is None:
         config = _choose_config(ep, prog, A, B, inputs, out_dtype, deterministic, allow_tf32)
     else:

@@ -147,3 +147,28 @@ ALL_KNOBS = ALL_KNOBS + (FUSE_BACKWARD,)
 def poison_enabled() -> bool:
     """Whether outputs are poisoned before launch (EVTORCH_POISON; tests and the selftest turn it on)."""
     return POISON.get()
+
+
+def _parse_fast_math(name: str, text: str) -> str:
+    value = text.strip().lower()
+    if value in ("auto", "always", "never"):
+        return value
+    if value in _TRUE or value in _FALSE:
+        return "auto" if value in _TRUE else "never"
+    raise ValueError(f"environment variable {name}={text!r} is not one of auto, always, never (or 1/0)")
+
+
+FAST_MATH: Knob[str] = Knob(
+    "EVTORCH_FAST_MATH",
+    lambda: "auto",
+    _parse_fast_math,
+    "hardware tanh/sigmoid approximations in kernels compiled for a GPU (never under the interpreter; "
+    "codegen/fastmath.py): auto (or 1; the default) where every value they produce is rounded to fp16/bf16 before "
+    "it reaches an output; always (every tanh/sigmoid, fp32 outputs and reductions included); never (or 0)",
+)
+ALL_KNOBS = ALL_KNOBS + (FAST_MATH,)
+
+
+def fast_math_mode() -> str:
+    """EVTORCH_FAST_MATH: 'auto', 'always' or 'never' (see codegen/fastmath.py)."""
+    return FAST_MATH.get()

@@ -1,0 +1,132 @@
+"""Compile the benchmark workloads' fused GEMM kernels for sm_90 offline (no GPU; Triton's bundled ptxas) in the
+accurate and the fast-math emission and count what the epilogue costs in SASS: instructions, MUFU ops, registers,
+spills. For predictions before a device run (docs/benchmarks.md, "Fast math").
+
+    python -m benchmarks.fastmath_offline [--workloads a,b] [--config base|q4flat] [--json FILE]
+
+Runs with TRITON_INTERPRET unset. Stride arguments are compiled as plain i32 (at launch Triton specialises those
+equal to 1), so address arithmetic differs slightly from the launched kernel; the epilogue math does not.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ.pop("TRITON_INTERPRET", None)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+PTR = {torch.float32: "*fp32", torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float64: "*fp64",
+       torch.int32: "*i32", torch.int64: "*i64", torch.bool: "*i1", torch.uint8: "*u8", torch.int8: "*i8"}
+CONFIGS = {"base": dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3, EPILOGUE_SUBTILE=2,
+                        FLATTEN=False),
+           "q4flat": dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3, EPILOGUE_SUBTILE=4,
+                          FLATTEN=True)}
+
+
+def _tool(name):
+    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
+
+
+def sass_stats(cubin: bytes) -> dict:
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        sass = subprocess.run([_tool("cuobjdump"), "--dump-sass", f.name], capture_output=True, text=True).stdout
+        res = subprocess.run([_tool("cuobjdump"), "--dump-resource-usage", f.name], capture_output=True,
+                             text=True).stdout
+    ins = [re.sub(r"^\s+/\*[0-9a-f]+\*/\s+", "", line) for line in sass.splitlines()
+           if re.match(r"\s+/\*[0-9a-f]{4,}\*/\s+\S", line)]
+    ops = collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", i).split()[0].rstrip(";").split(".")[0] for i in ins)
+    ops.pop("NOP", None)
+    m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", res)
+    return {"instructions": sum(ops.values()), "mufu": ops.get("MUFU", 0),
+            "mufu_kinds": dict(collections.Counter(re.search(r"MUFU\.(\w+)", i).group(1) for i in ins
+                                                   if "MUFU." in i)),
+            "regs": int(m.group(1)) if m else None, "stack": int(m.group(2)) if m else None}
+
+
+def compile_workload(name: str, mode: str, config: str, out_dtype=torch.bfloat16) -> dict:
+    from benchmarks.pingpong_check import workload
+    from evtorch.api import get_epilogue
+    from evtorch.codegen.fastmath import select_for
+    from evtorch.codegen.program import build_program
+    from evtorch.codegen.gemm_template import kernel_symbol
+
+    fn, mk = workload(name)
+    M, N = 256, 512
+    inputs = mk(M, N, "cpu", torch.bfloat16)
+    ep = get_epilogue(fn, (M, N), torch.float32, inputs)
+    prog = build_program(ep, out_dtype=out_dtype, fast_math=mode)
+    fast = [ep.graph.nodes[i].target for i in sorted(select_for(ep, out_dtype, mode))]
+    module = prog.module
+    kern = getattr(module, kernel_symbol("gemm", "persistent_tma"))
+    sig = {"A_ptr": "*bf16", "B_ptr": "*bf16"}
+    for s in ("M", "N", "K", "L", "stride_al", "stride_am", "stride_ak", "stride_bl", "stride_bk", "stride_bn"):
+        sig[s] = "i32"
+    outs = {o.position: ep.output_dtype(o, out_dtype) for o in ep.outputs}
+    bufs = {(r.rid, p): r.buffer_dtype() for r in prog.epilogue.reductions for p in r.parts()}
+    for p in prog.epilogue.params.params:
+        if p.kind == "in_ptr":
+            sig[p.name] = PTR[inputs[p.key].dtype]
+        elif p.kind == "scalar":
+            sig[p.name] = "fp32" if isinstance(inputs[p.key], float) else "i32"
+        elif p.kind == "out_ptr":
+            sig[p.name] = PTR[outs[p.key]]
+        elif p.kind == "buf_ptr":
+            sig[p.name] = PTR[bufs[p.key]]
+        elif p.kind == "count" and p.key[1] == "inv":
+            sig[p.name] = "fp32"
+        else:
+            sig[p.name] = "i32"
+    cfg = CONFIGS[config]
+    consts = dict(BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=8,
+                  ALLOW_TF32=False, ACC_DTYPE=triton.language.float32, DOT_UPCAST=False, NUM_PROGRAMS=132,
+                  A_COL_MAJOR=False, B_COL_MAJOR=False, A_BATCHED=False, B_BATCHED=False,
+                  EPILOGUE_SUBTILE=cfg["EPILOGUE_SUBTILE"], WARP_SPECIALIZE=False, FLATTEN=cfg["FLATTEN"])
+    for k in consts:
+        sig[k] = "constexpr"
+    attrs = {(i,): [["tt.divisibility", 16]] for i, t in enumerate(sig.values()) if t.startswith("*")}
+    src = ASTSource(kern, signature=sig, constexprs=consts, attrs=attrs)
+    c = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                       options={"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]})
+    st = sass_stats(c.asm["cubin"])
+    st.update(workload=name, mode=mode, config=config, fast_nodes=fast, program=prog.key[0])
+    return st
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--workloads", default="identity,bias_gelu_aux,rowreduce_tanh,dgelu_bgrad,bce_loss")
+    ap.add_argument("--config", default="base")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    os.environ.setdefault("EVTORCH_CACHE_DIR", "/tmp/evtorch_fastmath_offline")
+    rows = []
+    for name in args.workloads.split(","):
+        for mode in ("never", "auto", "always"):
+            st = compile_workload(name, mode, args.config)
+            if rows and rows[-1]["workload"] == name and any(r["program"] == st["program"] for r in rows
+                                                           if r["workload"] == name):
+                continue
+            rows.append(st)
+            print(f"{name:15s} {mode:6s} {st['instructions']:6d} SASS instr, MUFU {st['mufu_kinds']}, "
+                  f"regs {st['regs']}, stack {st['stack']}, fast {st['fast_nodes']}", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

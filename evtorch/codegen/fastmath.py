@@ -1,0 +1,149 @@
+"""The fast-math path: where a generated epilogue may use hardware approximations of tanh and sigmoid.
+
+The accurate emissions (``tlmath.tanh``, ``tlmath.sigmoid``: exp + IEEE divides + selects, ~0.5 ulp) are the only
+ones the interpreter can run. On a GPU, ops with an ``OpDef.triton_fast`` emission (tanh: ``tanh.approx.f32``,
+one MUFU instruction, relative error about 2^-11; sigmoid: ``ex2.approx`` + ``rcp.approx``, about 2^-21) may use
+it instead, node by node, when this rule allows.
+
+**The rule (mode ``auto``).** A node may be approximated when its value is rounded to 16 bits before it can reach
+any output at a higher precision. Walking from the node along its uses, through continuous float ops only, every
+path must reach either
+
+- a value whose IR dtype is float16 / bfloat16 (the epilogue itself rounds there, as eager does: ``tanh(beta * C)``
+  with a bf16 ``C`` is a bf16 value; the node itself counts when it is one), or
+- a full-size output stored as float16 / bfloat16 (``out_dtype``, by default ``A.dtype``).
+
+A path that reaches a reduction (reductions run in float32 and produce float32 outputs), a float32 / float64
+output, the vector stage, or a discontinuous op (comparisons, floor/ceil/round/sign, casts to integers or bool,
+user ops) keeps the node accurate: a float32 output promises more than 2^-11, a sum of N approximations
+accumulates their bias, a comparison can flip. The 16-bit rounding (unit roundoff 2^-9 for bf16, 2^-11 for fp16)
+is at least as large as the approximation error, so a stored value is within about one 16-bit ulp of the accurate
+one; arithmetic between the approximation and the rounding can amplify it (``1 + tanh(u)`` for u << 0, as in
+GELU for very negative inputs: a few percent relative error there, on values below 1e-2).
+
+Modes (``EVTORCH_FAST_MATH``): ``auto`` (the rule, default), ``always`` (every op with a fast emission, whatever
+the output precision), ``never``. Whatever the mode: only fp32 compute (not fp64 epilogues), and the runtime asks
+for it only for CUDA tensors on an NVIDIA GPU of compute capability >= 7.5 and never under the interpreter
+(``runtime/gemm.py``). The chosen nodes enter the program's hash (``program_hash``), so a program, its module
+file, its autotuning key and its launches are never shared between the two emissions.
+"""
+from __future__ import annotations
+
+import hashlib
+
+import torch
+
+from ..ir.graph import Graph
+from ..ir.types import Stage
+from ..ops import REGISTRY
+from ..ops.registry import BOOL_ONLY, CAST, COMPARE
+from ..runtime import knobs
+
+MODES = ("auto", "always", "never")
+ROUNDING_DTYPES = (torch.float16, torch.bfloat16)
+# float ops whose result does not move continuously with their operands: an approximation can flip them
+DISCONTINUOUS = frozenset({"floor", "ceil", "round", "sign"})
+
+
+def resolve_mode(fast_math) -> str:
+    """A mode from ``build_program``'s ``fast_math`` argument: None decides as the runtime does on a GPU (the
+    ``EVTORCH_FAST_MATH`` knob, 'never' under the interpreter); True is 'auto', False 'never'."""
+    if fast_math is None:
+        return "never" if knobs.interpreter_active() else knobs.fast_math_mode()
+    if fast_math is True:
+        return "auto"
+    if fast_math is False:
+        return "never"
+    if fast_math not in MODES:
+        raise ValueError(f"fast_math must be one of {', '.join(MODES)} (or a bool / None), got {fast_math!r}")
+    return fast_math
+
+
+def _has_fast(n) -> bool:
+    if n.op != "compute" or n.stage != Stage.TILE or n.target not in REGISTRY:
+        return False
+    op = REGISTRY[n.target]
+    return op.triton_fast is not None and op.user_defined is None
+
+
+def _continuous(u) -> bool:
+    """Whether a small relative change of an operand moves ``u``'s value only a little (a float result, no
+    comparison, rounding to an integer or user op)."""
+    if u.op != "compute" or u.stage != Stage.TILE or not u.dtype.is_floating_point:
+        return False
+    if u.target not in REGISTRY:
+        return False
+    op = REGISTRY[u.target]
+    if op.user_defined is not None or op.has(COMPARE) or op.has(BOOL_ONLY) or u.target in DISCONTINUOUS:
+        return False
+    if op.has(CAST):
+        return u.attrs["dtype"].is_floating_point
+    return True
+
+
+def select(graph: Graph, output_dtypes: dict, compute: torch.dtype, mode: str) -> frozenset:
+    """Indices (in ``graph.nodes``) of the nodes to emit with their fast emission. ``output_dtypes``: output
+    position -> the dtype it is stored in."""
+    if mode not in MODES:
+        raise ValueError(f"unknown fast-math mode {mode!r}")
+    if mode == "never" or compute != torch.float32:
+        return frozenset()
+    candidates = [i for i, n in enumerate(graph.nodes) if _has_fast(n)]
+    if mode == "always" or not candidates:
+        return frozenset(candidates)
+    users = graph.users()
+    memo: dict[int, bool] = {}
+
+    def rounded(n) -> bool:
+        """Every path from ``n``'s value to an output meets a 16-bit rounding first (through continuous ops)."""
+        key = id(n)
+        if key in memo:
+            return memo[key]
+        memo[key] = False  # (a DAG has no cycles; this only guards against malformed graphs)
+        if n.dtype in ROUNDING_DTYPES:
+            ok = True
+        else:
+            ok = True
+            for u in users[key]:
+                if u.op == "output":
+                    ok = u.stage == Stage.TILE and output_dtypes.get(u.target) in ROUNDING_DTYPES
+                elif _continuous(u):
+                    ok = rounded(u)
+                else:
+                    ok = False
+                if not ok:
+                    break
+        memo[key] = ok
+        return ok
+
+    return frozenset(i for i in candidates if rounded(graph.nodes[i]))
+
+
+def output_dtypes(ep, out_dtype: torch.dtype) -> dict:
+    """Output position -> stored dtype, for full-size outputs of ``out_dtype`` (``Epilogue.output_dtype``)."""
+    return {o.position: ep.output_dtype(o, out_dtype) for o in ep.outputs}
+
+
+def select_for(ep, out_dtype: torch.dtype, mode: str) -> frozenset:
+    """``select`` for an ``Epilogue`` whose full-size outputs are stored in ``out_dtype``."""
+    if mode == "never":
+        return frozenset()
+    return select(ep.graph, output_dtypes(ep, out_dtype), ep.acc_dtype, mode)
+
+
+def program_hash(ir_hash: str, fast: frozenset) -> str:
+    """The program's identity: the IR hash, extended by the approximated nodes when there are any (so the accurate
+    program keeps its hash, module file and tuning key)."""
+    if not fast:
+        return ir_hash
+    tag = hashlib.sha256(",".join(map(str, sorted(fast))).encode()).hexdigest()[:6]
+    return f"{ir_hash}fm{tag}"
+
+
+def describe(graph: Graph, fast: frozenset) -> list[str]:
+    """Lines for the generated module's docstring: which nodes use a hardware approximation (a function of the
+    program key alone, so equal keys give equal sources)."""
+    if not fast:
+        return ["fast math: none (accurate tlmath emissions)"]
+    names = [f"%{graph.nodes[i].name} {graph.nodes[i].target}" for i in sorted(fast)]
+    return ["fast math: hardware approximation (tlmath.*_approx) at " + ", ".join(names)]

@@ -1,0 +1,237 @@
+"""The fast-math path (codegen/fastmath.py): where tanh / sigmoid are emitted as hardware approximations.
+
+Everything here inspects generated source or keys, so it runs on CPU without running the approximations (the
+interpreter cannot run inline PTX); the GPU test at the end checks numbers on CUDA (`TRITON_INTERPRET=0 pytest -m
+gpu`)."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import evtorch as evt
+from evtorch.codegen import fastmath
+from evtorch.codegen.program import build_program
+from evtorch.ops import REGISTRY
+from evtorch.runtime import gemm as rg
+from evtorch.runtime import knobs
+
+BF16, F16, F32 = torch.bfloat16, torch.float16, torch.float32
+
+
+def _ep(fn, M=64, N=48, acc_dtype=F32, **inputs):
+    return evt.trace(fn, acc=evt.spec((M, N), acc_dtype), **inputs)
+
+
+def _fast_targets(ep, out_dtype, mode="auto"):
+    return sorted(ep.graph.nodes[i].target for i in fastmath.select_for(ep, out_dtype, mode))
+
+
+def _epilogue_src(prog) -> str:
+    src = prog.source
+    return src[src.index("def epilogue("):src.index("\n\n", src.index("def epilogue("))]
+
+
+def gelu_aux(acc, bias):
+    pre = acc + bias
+    return F.gelu(pre, approximate="tanh"), pre
+
+
+def row_tanh(acc, C, alpha, beta):
+    D = alpha * acc + torch.tanh(beta * C)
+    return D, D.sum(1)
+
+
+def bce(acc, C, b):
+    z = acc + b[:, None]
+    return ((C - 1) * z + torch.log(torch.clamp(torch.sigmoid(z), 1e-3, 0.999))).sum()
+
+
+def dgelu(acc, pre):
+    x = pre.float()
+    t = torch.tanh(0.79788456 * (x + 0.044715 * x * x * x))
+    d = (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t)).to(pre.dtype)
+    dpre = acc * d
+    return dpre, dpre.sum(0)
+
+
+def _gelu_ep():
+    return _ep(gelu_aux, bias=evt.spec((48,), BF16))
+
+
+# ------------------------------------------------------------------------------------------------ the registry
+def test_registry_declares_fast_emissions():
+    assert REGISTRY["tanh"].triton_fast == "tlmath.tanh_approx({0})"
+    assert REGISTRY["sigmoid"].triton_fast == "tlmath.sigmoid_approx({0})"
+    assert REGISTRY["exp"].triton_fast is None and REGISTRY["erf"].triton_fast is None
+
+
+# ------------------------------------------------------------------------------------------------ the rule
+def test_rule_16bit_tile_outputs():
+    ep = _gelu_ep()
+    assert _fast_targets(ep, BF16) == ["tanh"]
+    assert _fast_targets(ep, F16) == ["tanh"]
+    assert _fast_targets(ep, F32) == []               # fp32 outputs keep the accurate tanh
+    assert _fast_targets(ep, F32, "always") == ["tanh"]
+    assert _fast_targets(ep, BF16, "never") == []
+
+
+def test_rule_reductions_keep_accurate_unless_value_is_16bit():
+    # sigmoid -> log -> sum to a fp32 scalar: no 16-bit rounding on the way
+    ep = _ep(bce, C=evt.spec((64, 48), BF16), b=evt.spec((64,), BF16))
+    assert _fast_targets(ep, BF16) == []
+    assert _fast_targets(ep, BF16, "always") == ["sigmoid"]
+    # tanh(beta * C) with a bf16 C is a bf16 value (eager rounds it): the sum adds bf16-precision values
+    ep = _ep(row_tanh, C=evt.spec((64, 48), BF16), alpha=0.5, beta=1.25)
+    assert _fast_targets(ep, BF16) == ["tanh"]
+    assert _fast_targets(ep, F32) == ["tanh"]
+    # the same with an fp32 C: the fp32 tanh reaches the fp32 row sum unrounded
+    ep = _ep(row_tanh, C=evt.spec((64, 48), F32), alpha=0.5, beta=1.25)
+    assert _fast_targets(ep, BF16) == []
+    # gelu' in fp32 rounded once to bf16 (dgelu_bgrad): the cast is the rounding
+    ep = _ep(dgelu, pre=evt.spec((64, 48), BF16))
+    assert _fast_targets(ep, BF16) == ["tanh"]
+    ep = _ep(dgelu, pre=evt.spec((64, 48), F32))
+    assert _fast_targets(ep, BF16) == []
+
+
+def test_rule_is_per_node():
+    ep = _ep(lambda acc: (torch.tanh(acc), torch.sigmoid(2 * acc).sum(1)))
+    assert _fast_targets(ep, BF16) == ["tanh"]
+    ep = _ep(lambda acc: (torch.tanh(acc), torch.tanh(acc).amax(0)))   # one tanh (CSE) feeding both
+    assert _fast_targets(ep, BF16) == []
+
+
+@pytest.mark.parametrize("fn", [
+    lambda acc: torch.where(torch.tanh(acc) > 0.5, acc, 0.0),          # comparison
+    lambda acc: torch.floor(8 * torch.sigmoid(acc)),                    # rounding to integers
+    lambda acc: (torch.tanh(acc) * 4).to(torch.int32),                  # integer cast
+])
+def test_rule_discontinuous_consumers_keep_accurate(fn):
+    assert _fast_targets(_ep(fn), BF16) == []
+
+
+def test_rule_continuous_chain_to_16bit_output():
+    ep = _ep(lambda acc, r: F.silu(acc) * r + torch.tanh(acc).clamp(-0.5, 0.5), r=evt.spec((48,), F32))
+    assert _fast_targets(ep, F16) == ["sigmoid", "tanh"]
+
+
+def test_rule_fp64_never():
+    ep = _ep(lambda acc: torch.tanh(acc), acc_dtype=torch.float64)
+    assert _fast_targets(ep, BF16, "always") == []
+
+
+# ------------------------------------------------------------------------------------------------ the source
+def test_source_shows_fast_emission_exactly_when_the_rule_says():
+    ep = _gelu_ep()
+    fast = build_program(ep, out_dtype=BF16, fast_math="auto")
+    body = _epilogue_src(fast)
+    assert "tlmath.tanh_approx(" in body and "tlmath.tanh(" not in body
+    assert "fast math: hardware approximation (tlmath.*_approx) at %" in fast.source
+    for out_dtype, mode in ((F32, "auto"), (BF16, "never")):
+        acc = build_program(ep, out_dtype=out_dtype, fast_math=mode)
+        assert "_approx(" not in _epilogue_src(acc) and "tlmath.tanh(" in _epilogue_src(acc)
+        assert "fast math: none" in acc.source
+        assert acc.key[0] == ep.graph.structural_hash()       # the accurate program keeps its hash
+    assert fast.key[0] != ep.graph.structural_hash() and fast.key[0].startswith(ep.graph.structural_hash())
+
+
+def test_never_under_the_interpreter(monkeypatch):
+    ep = _gelu_ep()
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv("EVTORCH_FAST_MATH", "always")
+    assert fastmath.resolve_mode(None) == "never"
+    assert "_approx(" not in _epilogue_src(build_program(ep, out_dtype=BF16))
+    assert "_approx(" not in ep.source(BF16)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")                 # what a GPU process would generate
+    assert "tlmath.tanh_approx(" in ep.source(F32)              # always: fp32 outputs too
+    monkeypatch.setenv("EVTORCH_FAST_MATH", "auto")
+    assert "tlmath.tanh_approx(" in ep.source(BF16)
+    assert "_approx(" not in ep.source(F32)                     # fp32 outputs: accurate (auto needs 16-bit)
+    monkeypatch.setenv("EVTORCH_FAST_MATH", "0")
+    assert "_approx(" not in ep.source(BF16)
+
+
+def test_runtime_mode():
+    A = torch.randn(4, 4)
+    assert rg.fast_math_mode(A) == "never"                      # CPU tensors
+
+
+def test_interpreter_run_is_accurate_whatever_the_knob(monkeypatch):
+    # the interpreter cannot run inline PTX: a fast emission here would raise
+    monkeypatch.setenv("EVTORCH_FAST_MATH", "always")
+    torch.manual_seed(0)
+    A, B = torch.randn(32, 16).half(), torch.randn(16, 24).half()
+    bias = torch.randn(24).half()
+    g, pre = evt.gemm(A, B, gelu_aux, bias=bias, backend="triton")
+    rg_, pre_ = gelu_aux(A.float() @ B.float(), bias)
+    torch.testing.assert_close(g.float(), rg_.half().float(), atol=2e-3, rtol=2e-3)
+
+
+# ------------------------------------------------------------------------------------------------ knob and keys
+@pytest.mark.parametrize("text,mode", [("auto", "auto"), ("ALWAYS", "always"), ("never", "never"), ("1", "auto"),
+                                       ("0", "never"), ("off", "never"), ("on", "auto")])
+def test_knob_parses(monkeypatch, text, mode):
+    monkeypatch.setenv("EVTORCH_FAST_MATH", text)
+    assert knobs.fast_math_mode() == mode
+
+
+def test_knob_default_and_errors(monkeypatch):
+    monkeypatch.delenv("EVTORCH_FAST_MATH", raising=False)
+    assert knobs.fast_math_mode() == "auto"
+    assert "EVTORCH_FAST_MATH" in knobs.describe()
+    monkeypatch.setenv("EVTORCH_FAST_MATH", "sometimes")
+    with pytest.raises(ValueError, match="EVTORCH_FAST_MATH"):
+        knobs.fast_math_mode()
+    with pytest.raises(ValueError):
+        build_program(_gelu_ep(), fast_math="sometimes")
+
+
+def test_launch_key_and_program_memo_depend_on_the_mode(monkeypatch):
+    ep = _gelu_ep()
+    A, B = torch.randn(64, 32).half(), torch.randn(32, 48).half()
+    inputs = {"bias": torch.randn(48).half()}
+    monkeypatch.setenv("EVTORCH_FAST_MATH", "auto")
+    k1 = rg.launch_key(ep, A, B, inputs, F16, False, False, None)
+    monkeypatch.setenv("EVTORCH_FAST_MATH", "never")
+    k2 = rg.launch_key(ep, A, B, inputs, F16, False, False, None)
+    assert k1 != k2
+    p_fast = rg._program(ep, False, F16, "auto")
+    p_acc = rg._program(ep, False, F16, "never")
+    assert p_fast is not p_acc and p_fast.key != p_acc.key
+    assert rg._program(ep, False, F16, "auto") is p_fast
+    # no approximable node: one program for every mode
+    ep2 = _ep(lambda acc, C: torch.relu(acc + C), C=evt.spec((64, 48), F16))
+    assert rg._program(ep2, False, F16, "auto").key == rg._program(ep2, False, F16, "never").key
+
+
+def test_module_files_differ():
+    from evtorch.runtime.source_cache import kernel_path
+    ep = _gelu_ep()
+    fast = build_program(ep, out_dtype=BF16, fast_math="auto")
+    acc = build_program(ep, out_dtype=BF16, fast_math="never")
+    assert fast.source != acc.source
+    assert kernel_path(fast.source, f"evt_{fast.key[0]}") != kernel_path(acc.source, f"evt_{acc.key[0]}")
+
+
+# ------------------------------------------------------------------------------------------------ on a GPU
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_fast_math_matches_reference():
+    torch.manual_seed(0)
+    M, N, K = 512, 384, 256
+    A = (torch.randn(M, K, device="cuda") / K ** 0.25).to(BF16)
+    B = (torch.randn(K, N, device="cuda") / K ** 0.25).to(BF16)
+    bias = torch.randn(N, device="cuda", dtype=BF16)
+    errs = {}
+    for mode in ("never", "auto"):
+        os.environ["EVTORCH_FAST_MATH"] = mode
+        try:
+            g, pre = evt.gemm(A, B, gelu_aux, bias=bias)
+        finally:
+            os.environ.pop("EVTORCH_FAST_MATH", None)
+        ref = gelu_aux(A.float() @ B.float(), bias)[0]
+        errs[mode] = ((g.float() - ref).abs().max() / ref.abs().max()).item()
+    assert errs["auto"] < 8e-3 and errs["never"] < 8e-3, errs
