@@ -262,7 +262,9 @@ def worker(args) -> int:
         rec["s"] = round(time.time() - t, 1)
         print("JOB", json.dumps(rec, default=str)[:500], flush=True)
         results.append(rec)
-    Path(args.result).write_text(json.dumps(results, default=str))
+        tmp = Path(args.result + ".tmp")  # after every job: a worker killed at the phase deadline keeps its records
+        tmp.write_text(json.dumps(results, default=str))
+        tmp.replace(args.result)
     return 0
 
 
