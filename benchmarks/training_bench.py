@@ -177,10 +177,20 @@ def check(r: Run, label, fn_pair, tol):
     ref, ref_grads = grads_of(eager_fn, ref_leaves, None if gy is None else gy.float())
     errs = {"out": rel_err(out, ref)}
     errs.update({f"d{i}": rel_err(g, rg) for i, (g, rg) in enumerate(zip(grads, ref_grads))})
-    ok = all(e <= tol for e in errs.values())
+    # torch itself in the same dtype bounds what is reachable: ReLU's mask flips near 0 in bf16 put several
+    # percent into summed gradients for torch as for evtorch; a value may be 3x torch's error, or ``tol``
+    if leaves[0].dtype != torch.float32:
+        t_out, t_grads = grads_of(eager_fn, leaves, gy)
+        base = {"out": rel_err(t_out, ref)}
+        base.update({f"d{i}": rel_err(g, rg) for i, (g, rg) in enumerate(zip(t_grads, ref_grads))})
+    else:
+        base = {k: 0.0 for k in errs}
+    ok = all(e <= max(tol, 3 * base[k]) for k, e in errs.items())
     worst = max(errs.values())
-    r.results["checks"].append({"check": label, "ok": ok, "worst_rel_err": worst, "errors": errs, "tol": tol})
-    r.log(f"  {'ok ' if ok else 'BAD'} {label:<52} worst rel err {worst:.2e} (tol {tol:.0e})")
+    r.results["checks"].append({"check": label, "ok": ok, "worst_rel_err": worst, "errors": errs, "tol": tol,
+                                "torch_same_dtype": base})
+    r.log(f"  {'ok ' if ok else 'BAD'} {label:<52} worst rel err {worst:.2e} (tol {tol:.0e}; torch in this "
+          f"dtype {max(base.values()):.1e})")
     del torch
     return ok
 

@@ -18,10 +18,11 @@ result. Views by reshape (``evt.linear`` flattening leading dims and restoring t
 Layer 2 hands a deferred gradient only when the operand's producer, through reshapes, is an evtorch node the
 engine will run (``producer``), whose backward can take it (``EagerCall.can_fuse``); eager mode only (under
 torch.compile the operators' autograd formulas run instead and Inductor schedules the backward).
-Fusing is not always faster: a long backward epilogue (GELU's derivative) slows the GEMM it joins more than a
-separate memory-bound pass costs. The consumer decides per signature (``EagerBackward.choose``): on a GPU with
-autotuning it times both (fused GEMM; product GEMM + epilogue-only pass) once, else it fuses epilogues without
-multi-instruction math (``ops.EXPENSIVE``). ``EVTORCH_FUSE_BACKWARD`` = auto (default) / always / never (0).
+Fusing is not always faster: the epilogue joins the GEMM after its main loop, not overlapped with it, which can
+cost more than the separate memory-bound pass (measured on an H200 for GELU and ReLU MLP blocks). The consumer
+decides per signature (``EagerBackward.choose``): on a GPU with autotuning it times both (fused GEMM; product GEMM
++ epilogue-only pass) once; without timing it computes the product; on the CPU it fuses.
+``EVTORCH_FUSE_BACKWARD`` = auto (default) / always / never (0).
 ``STATS`` counts fused and materialized hand-offs.
 """
 from __future__ import annotations

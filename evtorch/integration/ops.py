@@ -563,10 +563,12 @@ class EagerBackward:
 
     def choose(self, gname: str, g: DeferredGrad, X: Tensor, Y: Tensor, kw: dict, opA, opB) -> bool:
         """Whether to run the backward pass as the epilogue of ``X @ Y`` (the gradient ``gname``) rather than
-        computing the product and running the epilogue-only pass: decided once per operand signature. A long
-        epilogue (GELU's derivative) can slow the GEMM it joins more than the separate memory-bound pass costs
-        (measured on an H200: docs/autograd.md), so on a GPU with autotuning both are timed; without, epilogues
-        with multi-instruction math (``ops.EXPENSIVE``) stay separate."""
+        computing the product and running the epilogue-only pass: decided once per operand signature.
+
+        The fused kernel saves the product's write and read, but its epilogue runs after the GEMM's main loop,
+        not overlapped with it; on an H200 that cost more than the separate memory-bound pass for both GELU and
+        ReLU MLP blocks (docs/autograd.md). So on a GPU the two are timed when autotuning is on, and without
+        timing (autotuning off, CUDA graph capture) the product is computed. On the CPU it is fused."""
         if deferred_mode() == "always":
             return True
         key = (gname, X.shape, Y.shape, X.dtype, X.stride(), Y.stride())
@@ -576,8 +578,8 @@ class EagerBackward:
         from ..runtime import knobs
         if self.device.type != "cuda":
             choice = True
-        elif torch.cuda.is_current_stream_capturing():  # nothing can be timed now: decide, remember nothing
-            return not self.expensive(gname)
+        elif torch.cuda.is_current_stream_capturing():  # nothing can be timed now; remember nothing
+            return False
         elif knobs.autotune_enabled():
             from ..runtime.autotune import time_ms
             ep, params = self.fused_epilogue(gname)
@@ -593,17 +595,9 @@ class EagerBackward:
             self.timings[key] = times
             choice = times[0] < times[1]
         else:
-            choice = not self.expensive(gname)
+            choice = False
         self.choices[key] = choice
         return choice
-
-    def expensive(self, gname: str) -> bool:
-        """Whether the fused backward epilogue computes multi-instruction math (tanh, sigmoid, erf, ...)."""
-        from ..ops import REGISTRY
-        from ..ops.registry import EXPENSIVE
-        graph = self.fused_epilogue(gname)[0].graph
-        return any(n.op == "compute" and n.target in REGISTRY and REGISTRY[n.target].has(EXPENSIVE)
-                   for n in graph.nodes)
 
     def _passes(self, kw: dict, opA, opB) -> dict:
         """The backward passes as epilogue-only kernels (or over the recomputed ``A @ B``): the main pass'

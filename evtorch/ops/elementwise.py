@@ -17,7 +17,7 @@ import operator
 import torch
 import torch.nn.functional as F
 
-from .registry import BOOL_ONLY, CAST, COMMUTATIVE, COMPARE, EXPENSIVE, FLOAT_ONLY, define
+from .registry import BOOL_ONLY, CAST, COMMUTATIVE, COMPARE, FLOAT_ONLY, define
 
 
 def _sum_to(g, like):
@@ -161,10 +161,9 @@ define("minimum", _binary, operands=("input", "other"), torch_ref=torch.minimum,
 
 
 # ----------------------------------------------------------------------------------------------- transcendental
-def _float_unary(name, fn, triton, derivative, methods=None, extra_fns=(), expensive=False, triton_fast=None):
+def _float_unary(name, fn, triton, derivative, methods=None, extra_fns=(), triton_fast=None):
     define(name, _unary, torch_ref=fn, triton=triton, triton_fast=triton_fast, derivative=derivative,
-           torch_fns=(fn,) + tuple(extra_fns), methods=methods or (name,),
-           traits=frozenset({FLOAT_ONLY, EXPENSIVE} if expensive else {FLOAT_ONLY}))
+           torch_fns=(fn,) + tuple(extra_fns), methods=methods or (name,), traits=frozenset({FLOAT_ONLY}))
 
 
 _LN2 = math.log(2.0)
@@ -172,18 +171,18 @@ _float_unary("exp", torch.exp, "tl.exp({0})", lambda g, x, out: (g * out,))
 _float_unary("exp2", torch.exp2, "tl.exp2({0})", lambda g, x, out: (g * out * _LN2,))
 _float_unary("log", torch.log, "tl.log({0})", lambda g, x, out: (g / x,))
 _float_unary("log2", torch.log2, "tl.log2({0})", lambda g, x, out: (g / (x * _LN2),))
-_float_unary("log1p", torch.log1p, "tlmath.log1p({0})", lambda g, x, out: (g / (1.0 + x),), expensive=True)
+_float_unary("log1p", torch.log1p, "tlmath.log1p({0})", lambda g, x, out: (g / (1.0 + x),))
 _float_unary("sqrt", torch.sqrt, "tl.sqrt({0})", lambda g, x, out: (g * 0.5 / out,))
 _float_unary("rsqrt", torch.rsqrt, "tlmath.rsqrt({0})", lambda g, x, out: (g * -0.5 * out / x,))
 # tanh / sigmoid: accurate sequences (tlmath, interpreter-safe) and, for the fast-math path (16-bit outputs on a
 # GPU, codegen/fastmath.py), the hardware approximations
 _float_unary("tanh", torch.tanh, "tlmath.tanh({0})", lambda g, x, out: (g * (1.0 - out * out),),
-             extra_fns=(F.tanh,), expensive=True, triton_fast="tlmath.tanh_approx({0})")
+             extra_fns=(F.tanh,), triton_fast="tlmath.tanh_approx({0})")
 _float_unary("sigmoid", torch.sigmoid, "tlmath.sigmoid({0})", lambda g, x, out: (g * out * (1.0 - out),),
-             extra_fns=(F.sigmoid,), expensive=True, triton_fast="tlmath.sigmoid_approx({0})")
+             extra_fns=(F.sigmoid,), triton_fast="tlmath.sigmoid_approx({0})")
 _float_unary("erf", torch.erf, "tlmath.erf({0})",
              lambda g, x, out: (g * (2.0 / math.sqrt(math.pi)) * torch.exp(-x * x),),
-             extra_fns=(torch.special.erf,), expensive=True)
+             extra_fns=(torch.special.erf,))
 _float_unary("floor", torch.floor, "tl.floor({0})", lambda g, x, out: (g * 0.0,))
 _float_unary("ceil", torch.ceil, "tl.ceil({0})", lambda g, x, out: (g * 0.0,))
 _float_unary("round", torch.round, "tlmath.round_half_even({0})", lambda g, x, out: (g * 0.0,))

@@ -38,7 +38,6 @@ BOOL_ONLY = "bool_only"        # & | ~ on booleans only
 COMPARE = "compare"            # result is bool
 CAST = "cast"
 REDUCTION = "reduction"
-EXPENSIVE = "expensive"        # emitted as a multi-instruction sequence (tanh, sigmoid, erf...): cost models ask
 
 
 @dataclass(frozen=True, eq=False)
