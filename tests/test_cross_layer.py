@@ -333,3 +333,33 @@ def test_activation_checkpointing(reentrant):
         grads.append([t.grad.clone() for t in leaves])
     close(grads[1], grads[0])
     assert deferred.STATS == {"fused": 1, "materialized": 0}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_fusion_choice_is_timed_with_autotuning(monkeypatch, tmp_path):
+    """With autotuning on a GPU, the first backward of a signature times the fused GEMM against the product GEMM
+    plus the epilogue-only pass, keeps the faster, and the gradients are right either way."""
+    from evtorch.integration.function import _calls
+    from evtorch.runtime import gemm as rg
+    monkeypatch.setenv("EVTORCH_AUTOTUNE", "1")
+    monkeypatch.setenv("EVTORCH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(rg, "MAX_TUNE_CANDIDATES", 2)
+    _calls.clear()
+    g = torch.Generator().manual_seed(15)
+    x, W1, b1, W2 = (torch.randn(512, 256, generator=g), torch.randn(384, 256, generator=g) / 16,
+                     torch.randn(384, generator=g) * 0.1, torch.randn(128, 384, generator=g) / 20)
+    leaves = [t.to("cuda", torch.bfloat16).requires_grad_() for t in (x, W1, b1, W2)]
+    ref = [t.detach().float().requires_grad_() for t in leaves]
+    h = evt.linear(leaves[0], leaves[1], torch.relu, bias=leaves[2])
+    got = torch.autograd.grad(evt.linear(h, leaves[3]).square().sum(), leaves)
+    want = torch.autograd.grad(F.linear(torch.relu(F.linear(ref[0], ref[1], ref[2])), ref[3]).square().sum(), ref)
+    eager = torch.autograd.grad(F.linear(torch.relu(F.linear(*leaves[:3])), leaves[3]).square().sum(), leaves)
+    for a, b, c in zip(got, want, eager):
+        rel = lambda u: ((u.float() - b).abs().max() / b.abs().max()).item()  # noqa: E731
+        assert rel(a) <= max(3e-2, 3 * rel(c))
+    (backward,) = h.grad_fn.call.backwards.values()
+    ((key, (fused_ms, unfused_ms)),) = backward.timings.items()
+    assert fused_ms > 0 and unfused_ms > 0 and backward.choices[key] == (fused_ms < unfused_ms)
+    assert deferred.STATS == ({"fused": 1, "materialized": 0} if fused_ms < unfused_ms
+                              else {"fused": 0, "materialized": 1})
