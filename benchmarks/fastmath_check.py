@@ -5,7 +5,7 @@
 
 0. The approximations alone (main process, while the workers compile): ``tlmath.tanh`` / ``tanh_approx`` /
    ``sigmoid`` / ``sigmoid_approx`` and the ``0.5 * tanh_approx(x / 2) + 0.5`` form on 8M points against float64
-   torch (max relative / absolute error, mean signed relative error = bias, saturation accuracy of 1 - |tanh|),
+   torch (max relative / absolute error, mean signed relative error = bias; sigmoid: relative error for x < -2),
    and tanh-GELU rounded to bf16 with each tanh against the float64 GELU rounded to bf16 (bf16 ulps).
 1. Compile + check, in parallel processes sharing the Triton and evtorch caches on disk (the timing process then
    only loads binaries): the benchmark workloads under ``EVTORCH_FAST_MATH`` = never / auto / always (modes that
@@ -139,11 +139,7 @@ def approximations(dry: bool) -> dict:
         r = {"max_rel": rel.max().item(), "max_abs": (yd - ref).abs().max().item(),
              "mean_signed_rel_0.05<|x|<5": ((yd - ref) / ref)[mid & nz].mean().item(),
              "nan_ok": bool(torch.equal(y.isnan(), ref.isnan()))}
-        if w < 2:
-            sat = (x.abs() >= 1) & (x.abs() <= 9)
-            one = 1 - ref[sat].abs()
-            r["max_rel_of_1-|t|_1<=|x|<=9"] = ((1 - yd[sat].abs() - one).abs() / one).max().item()
-        else:
+        if w >= 2:  # (1 - |tanh| near saturation is below fp32's resolution there for either emission: not measured)
             neg = (x < -2) & (ref > 1e-30)
             r["max_rel_x<-2"] = ((yd - ref).abs() / ref)[neg].max().item()
             r["min_value"] = y.min().item()

@@ -63,8 +63,8 @@ def _gelu_ep():
 
 # ------------------------------------------------------------------------------------------------ the registry
 def test_registry_declares_fast_emissions():
-    assert REGISTRY["tanh"].triton_fast == "tlmath.tanh_approx({0})"
-    assert REGISTRY["sigmoid"].triton_fast == "tlmath.sigmoid_approx({0})"
+    assert REGISTRY["tanh"].triton_fast == "tlmath.tanh_approx({0})" and not REGISTRY["tanh"].fast_exact
+    assert REGISTRY["sigmoid"].triton_fast == "tlmath.sigmoid_approx({0})" and REGISTRY["sigmoid"].fast_exact
     assert REGISTRY["exp"].triton_fast is None and REGISTRY["erf"].triton_fast is None
 
 
@@ -79,10 +79,16 @@ def test_rule_16bit_tile_outputs():
 
 
 def test_rule_reductions_keep_accurate_unless_value_is_16bit():
-    # sigmoid -> log -> sum to a fp32 scalar: no 16-bit rounding on the way
+    # sigmoid -> log -> sum to a fp32 scalar: no 16-bit rounding on the way, but sigmoid's fast emission is
+    # fast_exact (as accurate as the accurate one, measured): used anyway
     ep = _ep(bce, C=evt.spec((64, 48), BF16), b=evt.spec((64,), BF16))
+    assert _fast_targets(ep, BF16) == ["sigmoid"]
+    assert _fast_targets(ep, F32) == ["sigmoid"]
+    assert _fast_targets(ep, BF16, "never") == []
+    # the same with tanh (not fast_exact): accurate
+    ep = _ep(lambda acc: torch.log(torch.tanh(acc).abs() + 1).sum())
     assert _fast_targets(ep, BF16) == []
-    assert _fast_targets(ep, BF16, "always") == ["sigmoid"]
+    assert _fast_targets(ep, BF16, "always") == ["tanh"]
     # tanh(beta * C) with a bf16 C is a bf16 value (eager rounds it): the sum adds bf16-precision values
     ep = _ep(row_tanh, C=evt.spec((64, 48), BF16), alpha=0.5, beta=1.25)
     assert _fast_targets(ep, BF16) == ["tanh"]
@@ -98,15 +104,17 @@ def test_rule_reductions_keep_accurate_unless_value_is_16bit():
 
 
 def test_rule_is_per_node():
-    ep = _ep(lambda acc: (torch.tanh(acc), torch.sigmoid(2 * acc).sum(1)))
+    ep = _ep(lambda acc: (torch.tanh(acc), torch.tanh(2 * acc).sum(1)))
     assert _fast_targets(ep, BF16) == ["tanh"]
+    ep = _ep(lambda acc: (torch.tanh(acc), torch.sigmoid(2 * acc).sum(1)))
+    assert _fast_targets(ep, F32) == ["sigmoid"]
     ep = _ep(lambda acc: (torch.tanh(acc), torch.tanh(acc).amax(0)))   # one tanh (CSE) feeding both
     assert _fast_targets(ep, BF16) == []
 
 
 @pytest.mark.parametrize("fn", [
     lambda acc: torch.where(torch.tanh(acc) > 0.5, acc, 0.0),          # comparison
-    lambda acc: torch.floor(8 * torch.sigmoid(acc)),                    # rounding to integers
+    lambda acc: torch.floor(8 * torch.tanh(acc)),                       # rounding to integers
     lambda acc: (torch.tanh(acc) * 4).to(torch.int32),                  # integer cast
 ])
 def test_rule_discontinuous_consumers_keep_accurate(fn):

@@ -8,7 +8,8 @@ emissions call these as ``tlmath.<name>``; generated modules import this module 
 The exception is the ``*_approx`` functions at the end: hardware approximations in inline PTX for the fast-math
 path (``codegen/fastmath.py``). Defining them is harmless everywhere; they are *called* only from kernels compiled
 for an NVIDIA GPU of compute capability >= 7.5, never under the interpreter, and only where every value they
-produce is rounded to 16 bits before it reaches an output.
+produce is rounded to 16 bits before it reaches an output (sigmoid's: wherever fast math is on, it measured as
+accurate as ``sigmoid``).
 """
 import triton
 import triton.language as tl
@@ -126,16 +127,17 @@ def key_to_float(k, FTYPE: tl.constexpr, SHIFT: tl.constexpr, MASK: tl.constexpr
 # ------------------------------------------------------------------------------------------- fast-math (GPU only)
 @triton.jit
 def tanh_approx(x):
-    # MUFU.TANH (sm_75+): one instruction, max relative error about 2^-11 (PTX ISA), tanh(+-inf) = +-1, NaN stays NaN
+    # MUFU.TANH (sm_75+): one instruction; max relative error 1.1e-5 measured on an H200 (the PTX ISA promises about
+    # 2^-11); tanh(+-inf) = +-1, NaN stays NaN
     return tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=r,r", [x.to(tl.float32)], dtype=tl.float32,
                                      is_pure=True, pack=1)
 
 
 @triton.jit
 def sigmoid_approx(x):
-    # 1 / (1 + 2^(-x log2 e)) with ex2.approx and rcp.approx (2 MUFU ops + 2): relative error ~2^-21 for every x,
-    # also where sigmoid is tiny (0.5 * tanh.approx(x / 2) + 0.5 has an *absolute* error ~2^-12 there, i.e. a large
-    # relative one for x << 0, which a bf16 output, relative 2^-8, would show); x -> -inf gives 0, +inf gives 1
+    # 1 / (1 + 2^(-x log2 e)) with ex2.approx and rcp.approx (2 MUFU ops + 2): max relative error 1.79e-6 measured on
+    # an H200 for x in [-30, 30], as `sigmoid` (1.75e-6), also where sigmoid is tiny; 0.5 * tanh.approx(x / 2) + 0.5
+    # has an absolute error there (it returned 0 for x < -17: relative error 1); x -> -inf gives 0, +inf gives 1
     z = x.to(tl.float32) * -1.4426950408889634
     return tl.inline_asm_elementwise(
         "{ .reg .f32 t; ex2.approx.ftz.f32 t, $1; add.ftz.f32 t, t, 0f3F800000; rcp.approx.ftz.f32 $0, t; }",

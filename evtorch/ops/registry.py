@@ -15,7 +15,8 @@ An ``OpDef`` says everything evtorch knows about an op, in one place:
   ``evtorch.codegen.tlmath`` helpers, never libdevice, so the CPU interpreter runs every kernel;
 - ``triton_fast``: optional second emission (same format) used instead of ``triton`` only where the emitter was
   told to approximate this node (``codegen/fastmath.py``: 16-bit outputs, a real GPU, ``EVTORCH_FAST_MATH``): it
-  may use inline PTX (``tanh.approx.f32``), so it never runs under the interpreter;
+  may use inline PTX (``tanh.approx.f32``), so it never runs under the interpreter; ``fast_exact`` says it measured
+  as accurate as ``triton`` on a GPU, so the rule may use it whatever the output precision;
 - ``decompose``: instead of an emission, a composite written in other ops (few primitives, many composites);
 - ``derivative``: reverse-mode rule ``(ctx, grad, *operands, out, **attrs) -> tuple of grads`` written with
   ctx's builder ops (see ``evtorch.autodiff``);
@@ -48,6 +49,7 @@ class OpDef:
     torch_ref: Callable | None = None
     triton: str | Callable | None = None
     triton_fast: str | Callable | None = None  # hardware approximation (fast-math path; see codegen/fastmath.py)
+    fast_exact: bool = False   # triton_fast measured as accurate as triton (then not limited to 16-bit outputs)
     decompose: Callable | None = None
     derivative: Callable | None = None
     torch_fns: tuple = ()

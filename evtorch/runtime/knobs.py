@@ -163,8 +163,9 @@ FAST_MATH: Knob[str] = Knob(
     lambda: "auto",
     _parse_fast_math,
     "hardware tanh/sigmoid approximations in kernels compiled for a GPU (never under the interpreter; "
-    "codegen/fastmath.py): auto (or 1; the default) where every value they produce is rounded to fp16/bf16 before "
-    "it reaches an output; always (every tanh/sigmoid, fp32 outputs and reductions included); never (or 0)",
+    "codegen/fastmath.py): auto (or 1; the default) tanh where every value it produces is rounded to fp16/bf16 "
+    "before it reaches an output, sigmoid everywhere (measured as accurate as the accurate one); always (every "
+    "tanh/sigmoid, fp32 outputs and reductions included); never (or 0)",
 )
 ALL_KNOBS = ALL_KNOBS + (FAST_MATH,)
 
