@@ -265,7 +265,8 @@ def sweep(case, fn_of_cfg, shape, dtype, floor_ms, configs, ref=None, tol=1e-4, 
             log(f"  (time budget reached: skipping the rest of the {case} sweep)")
             break
         tag = (f"{cfg.strategy or ''}{'/w' + str(cfg.window) if cfg.window else ''}"
-               f"{'/seg' + str(cfg.seg) if cfg.seg else ''}{'/sub' + str(cfg.sub) if cfg.sub else ''}")
+               f"{'/seg' + str(cfg.seg) if cfg.seg else ''}{'/sub' + str(cfg.sub) if cfg.sub else ''}"
+               f"{'/nohint' if cfg.l2hint is False else ''}{'/persist' + str(cfg.persist) if cfg.persist else ''}")
         name = f"graph {cfg.block_t},{cfg.block_n},{cfg.num_warps},d{cfg.depth} {tag}"
         try:
             ok = True

@@ -94,7 +94,9 @@ def test_parallel_strategies(cfg, name):
     (75, 10, ScanConfig(strategy="segmented", window=2, block_t=4, block_n=4, seg=12)),   # ragged T and lanes
     (130, 37, ScanConfig(strategy="segmented", window=8, block_t=8, block_n=16, seg=32)),
     (9, 5, ScanConfig(strategy="segmented", window=4, block_t=4, block_n=8, seg=16)),     # one partial segment
-    (200, 3, ScanConfig(strategy="segmented", window=1, block_t=2, block_n=2, seg=2))])   # one tile a segment
+    (200, 3, ScanConfig(strategy="segmented", window=1, block_t=2, block_n=2, seg=2)),    # one tile a segment
+    (150, 21, ScanConfig(strategy="segmented", window=2, block_t=4, block_n=8, seg=8, persist=1)),  # 8 programs
+    (77, 9, ScanConfig(strategy="segmented", window=4, block_t=8, block_n=4, seg=16, persist=3, l2hint=False))])
 def test_segmented_strategy(name, T, n, cfg):
     """Each program reads a segment twice around one look-back over segments: every associative kind, T not
     a multiple of the segment, lanes not a multiple of the tile, k = 2 init rows."""
@@ -115,12 +117,13 @@ def test_segmented_post_and_broadcast_inputs():
     close(Z, C * loop(fn, torch.zeros(1, n), A.expand(T, n), X, C))
 
 
-@pytest.mark.parametrize("strategy", ["lookback/nocarry", "segmented/nocarry"])
-def test_nocarry_controls_drop_the_carry(strategy):
+@pytest.mark.parametrize("strategy,persist", [("lookback/nocarry", None), ("segmented/nocarry", None),
+                                              ("segmented/nocarry", 1)])
+def test_nocarry_controls_drop_the_carry(strategy, persist):
     """The timing controls skip the look-back: right inside the first chunk / segment, wrong after it."""
     X = torch.rand(64, 8) + 0.5
     Y = evt.scan(lambda h, x: h + x, X, backend="triton",
-                 config=ScanConfig(strategy=strategy, window=2, block_t=4, block_n=8, seg=8))
+                 config=ScanConfig(strategy=strategy, window=2, block_t=4, block_n=8, seg=8, persist=persist))
     ref = X.cumsum(0)
     close(Y[:5], ref[:5])
     assert (Y[-1] < ref[-1] - 1.0).all()

@@ -155,6 +155,8 @@ class AssocEmitter:
         if self.nc == 2:
             self.scan(w, src, "z")
             self.last_row(w, "z", dst)
+        elif self.kind == "sum":
+            w(f"{dst}b = tl.sum({src}b, 0)")
         else:
             w(f"{dst}b = tl.reduce({src}b, 0, combine)")
 
@@ -306,14 +308,17 @@ def render_lookback(em: AssocEmitter, sig: str, carry: bool = True) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- segmented
-def render_segmented(em: AssocEmitter, sig: str, carry: bool = True, l2hint: bool = True) -> str:
+def render_segmented(em: AssocEmitter, sig: str, carry: bool = True, l2hint: bool = True,
+                     persist: bool = False) -> str:
     """One launch, one program per SEG-step segment of a lane tile (SEG / BLOCK_T tiles): the segment is read
     once for its aggregate (a reduction per tile), the carry comes from the decoupled look-back over earlier
     *segments* (the flag protocol of ``lookback``, with segments for chunks), then the segment is read again,
     scanned tile by tile from the carry and stored. The second read is meant to hit L2 (resident programs x
     segment bytes well under the L2), so DRAM sees each element read and written once, and the per-program
     round trips (ticket, publish, poll) are paid once per segment instead of once per tile. ``l2hint``: the
-    first read asks L2 to keep the lines (evict_last), the second read and the stores to drop them first."""
+    first read asks L2 to keep the lines (evict_last), the second read and the stores to drop them first.
+    ``persist``: a fixed grid of programs, each taking segment after segment (its next ticket as soon as its
+    inclusive prefix is out, before the second read), so the grid bounds the bytes waiting in L2."""
     first, again = ("evict_last", "evict_first") if l2hint else ("", "")
     w = E.Writer()
     w("@triton.jit")
@@ -321,9 +326,14 @@ def render_segmented(em: AssocEmitter, sig: str, carry: bool = True, l2hint: boo
       "SEG: tl.constexpr):")
     with w.indent():
         em.doc(w, "one-pass scan over segments of SEG steps: reduce, look back over segments, re-read and scan"
+               + (" (persistent programs)" if persist else "")
                + ("" if carry else "\nTIMING CONTROL: no look-back, wrong results"))
         w(f"ntiles = ({em.n} + BLOCK_N - 1) // BLOCK_N")
         w("ticket = tl.atomic_add(sync, 1)  # segments start in time order: look-back only waits on started ones")
+        if persist:
+            w("total = ntiles * ((T - K + SEG - 1) // SEG)")
+            w("while ticket < total:")
+            w.depth += 1
         w("chunk = ticket // ntiles  # the segment")
         w("tile = ticket - chunk * ntiles")
         w("lanes = tile * BLOCK_N + tl.arange(0, BLOCK_N)")
@@ -337,6 +347,8 @@ def render_segmented(em: AssocEmitter, sig: str, carry: bool = True, l2hint: boo
             em.reduce(w, "", "u")
             em.combine(w, "g", "g", "u")
         _carry_in(em, w, carry)
+        if persist:
+            w("ticket = tl.atomic_add(sync, 1)  # the next segment (this one no longer holds anyone up)")
         w("for r0 in range(0, SEG, BLOCK_T):  # read 2 (from L2): scan from the carry, store")
         with w.indent():
             em.load_tile(w, "K + chunk * SEG + r0", evict=again)
@@ -344,6 +356,8 @@ def render_segmented(em: AssocEmitter, sig: str, carry: bool = True, l2hint: boo
             em.combine(w, "y", "e", "s", first_row=True)
             em.last_row(w, "y", "e")
             em.store(w, evict=again)
+        if persist:
+            w.depth -= 1
     return w.text()
 
 
@@ -490,7 +504,7 @@ def render_threepass(em: AssocEmitter, sig: str) -> str:
 STRATEGIES = ("lookback", "segmented", "packed", "threepass")
 
 
-def render_assoc(body, g: Group, strategy: str = "lookback", l2hint: bool = True):
+def render_assoc(body, g: Group, strategy: str = "lookback", l2hint: bool = True, persist: bool = False):
     """Kernels for one associative group. ``strategy`` is one of STRATEGIES; "lookback/nocarry" and
     "segmented/nocarry" are timing controls (the same kernel without the look-back: wrong results)."""
     from .kernels import Kernel, _io_args, _signature
@@ -507,7 +521,7 @@ def render_assoc(body, g: Group, strategy: str = "lookback", l2hint: bool = True
         src += render_lookback(em, sig, carry)
         names = ("scan_assoc",)
     elif base == "segmented":
-        src += render_segmented(em, sig, carry, l2hint)
+        src += render_segmented(em, sig, carry, l2hint, persist)
         names = ("scan_assoc",)
     elif base == "packed":
         src += render_packed(em, sig)

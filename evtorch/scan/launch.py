@@ -33,7 +33,9 @@ class ScanConfig:
     sub-blocks per chunk (lookback, packed; a power of two dividing block_t): the chunk is scanned as ``sub``
     blocks of block_t / sub consecutive steps in registers, then across the sub-blocks, so a chunk may span
     warps along time with only the sub-block totals crossing warps; ``l2hint`` (segmented): L2 eviction
-    hints (keep the first read, drop the second read and the stores first). The defaults are the best
+    hints (keep the first read, drop the second read and the stores first); ``persist`` (segmented): a
+    persistent grid of this many programs per multiprocessor, each taking segment after segment (None or 0:
+    one program per segment). The defaults are the best
     measured on an H200 (docs/scan.md); "packed" and sub > 1 measured slower there.
     """
 
@@ -46,6 +48,7 @@ class ScanConfig:
     seg: int | None = None
     sub: int | None = None
     l2hint: bool | None = None
+    persist: int | None = None
 
 
 def _np2(x: int) -> int:
@@ -63,12 +66,13 @@ def _sm_count(device) -> int:
 
 def kernel_for(body, g, config: ScanConfig):
     """(Kernel, [jit functions in launch order]) for this group and options (rendered and imported once)."""
-    hint = config.l2hint if (config.strategy or "").startswith("segmented") else None
-    key = ("kernel", g.mode, config.depth, config.strategy, hint)
+    seg = (config.strategy or "").startswith("segmented")
+    hint, persist = (config.l2hint, bool(config.persist)) if seg else (None, False)
+    key = ("kernel", g.mode, config.depth, config.strategy, hint, persist)
     cache = g.__dict__.setdefault("_kernels", {})
     hit = cache.get(key)
     if hit is None:
-        kern = K.render(body, g, depth=config.depth, strategy=config.strategy, l2hint=hint)
+        kern = K.render(body, g, depth=config.depth, strategy=config.strategy, l2hint=hint, persist=persist)
         module = load_module(kern.source, f"scan_{kern.mode}_{body.name}")
         hit = cache[key] = (kern, [getattr(module, name) for name in (kern.names or (kern.name,))])
     return hit
@@ -117,7 +121,8 @@ def heuristic(body, g, T: int, device, config: ScanConfig) -> ScanConfig:
             raise ValueError(f"ScanConfig.sub={sub} must be a power of two dividing block_t={bt}")
         l2hint = h.l2hint if config.l2hint is None else config.l2hint
         return ScanConfig(bt, config.block_n or h.block_n, config.num_warps or h.num_warps, config.depth,
-                          strategy, config.window or h.window, seg, sub, True if l2hint is None else l2hint)
+                          strategy, config.window or h.window, seg, sub, True if l2hint is None else l2hint,
+                          h.persist if config.persist is None else config.persist)
     if g.mode == "lanes":
         n = math.prod(g.shape)
         if interp:
@@ -163,7 +168,10 @@ def run_group(body, g, inits, inputs, outs, posts, T: int, config: ScanConfig):
         extra["ws"] = torch.empty(kern.ws_rows * kern.ws_width, dtype=body.compute_dtype, device=device)
     args = [tensors[a[0]][a[1]] if a[0] in tensors else extra[a[0]] for a in kern.args]
     if kern.mode == "assoc" and kern.strategy == "segmented":
-        fns[0][(ntiles * nchunks,)](*args, T, k, BLOCK_T=cfg.block_t, BLOCK_N=cfg.block_n, LB=cfg.window,
+        grid = ntiles * nchunks
+        if cfg.persist:
+            grid = min(grid, cfg.persist * _sm_count(device))
+        fns[0][(grid,)](*args, T, k, BLOCK_T=cfg.block_t, BLOCK_N=cfg.block_n, LB=cfg.window,
                                     SEG=cfg.seg, num_warps=cfg.num_warps)
     elif kern.mode == "assoc" and kern.strategy in ("lookback", "packed"):
         fns[0][(ntiles * nchunks,)](*args, T, k, BLOCK_T=cfg.block_t, BLOCK_N=cfg.block_n, LB=cfg.window,

@@ -1,0 +1,246 @@
+"""The segmented associative scan against the look-back on a GPU: correctness, then timings (one device call).
+
+    python benchmarks/scan_segmented_bench.py [--out DIR] [--budget S] [--dry] [--phase explore|confirm]
+
+1. correctness of ``strategy="segmented"`` (every associative kind, fp32 and bf16, ragged T and lanes, k = 2,
+   post and broadcast inputs, persistent grids, the long cumsum twice on fresh data: a race shows as a
+   moving error) against float64 references, outputs over NaN-poisoned memory;
+2. the copy bandwidth (bytes read + written by a 1 GiB device-to-device copy), measured twice;
+3. sweeps under a CUDA graph (``scan_bench.sweep``: each config first checked against float64 on the data it
+   is timed on; the ``/nocarry`` timing controls fail that check by design and are marked WRONG), the most
+   important case first, stopping at the time budget;
+4. the old defaults and the best of each sweep again with plain ``triton.testing.do_bench`` (median, L2
+   flushed between calls), interleaved, two rounds.
+Writes DIR/scan_segmented_bench.json after each step and prints a summary last.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+import traceback
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import scan_bench as B  # noqa: E402  (check, poison, sweep, bench, copy_bandwidth, the bodies, RESULTS)
+import evtorch as evt  # noqa: E402
+from evtorch.scan import ScanConfig  # noqa: E402
+
+S, LB, TP, NC = "segmented", "lookback", "threepass", "segmented/nocarry"
+
+
+def C(bt, bn, nw, strategy, window=None, seg=None, hint=None, persist=None, sub=None):
+    return ScanConfig(bt, bn, nw, strategy=strategy, window=window, seg=seg, sub=sub, l2hint=hint, persist=persist)
+
+
+OLD = {"cumsum long": C(16, 512, 4, LB, 16, sub=1), "cumsum short": C(16, 512, 4, LB, 1, sub=1),
+       "cumsum bf16 long": C(16, 512, 4, LB, 8, sub=1), "linear long": C(8, 512, 4, TP, seg=256),
+       "linear short": C(16, 512, 4, LB, 8, sub=1), "lae long": C(8, 512, 4, LB, 8, sub=1)}
+SWEEPS = {
+    "cumsum long": [OLD["cumsum long"], C(16, 512, 4, "lookback/nocarry", 16, sub=1),
+                    C(16, 512, 4, S, 8, 32), C(16, 512, 4, S, 8, 32, hint=False), C(16, 512, 4, S, 8, 64),
+                    C(16, 512, 4, S, 8, 128), C(8, 512, 4, S, 8, 16), C(8, 512, 4, S, 8, 32),
+                    C(16, 512, 4, S, 8, 64, persist=2), C(16, 512, 4, S, 8, 32, persist=3),
+                    C(16, 512, 4, S, 8, 128, persist=1), C(16, 1024, 8, S, 8, 32), C(16, 512, 4, NC, 8, 32),
+                    C(32, 512, 4, LB, 8, sub=1), C(16, 512, 4, S, 16, 32)],
+    "cumsum short": [OLD["cumsum short"], C(16, 512, 4, S, 8, 32), C(16, 512, 4, S, 8, 64), C(8, 512, 4, S, 8, 16),
+                     C(16, 512, 4, S, 8, 32, persist=3), C(16, 512, 4, S, 4, 64)],
+    "linear long": [OLD["linear long"], C(16, 512, 4, S, 8, 32), C(8, 512, 4, S, 8, 32),
+                    C(16, 512, 4, S, 8, 64, persist=2), C(8, 512, 4, S, 8, 16)],
+    "linear short": [OLD["linear short"], C(16, 512, 4, S, 8, 32), C(8, 512, 4, S, 8, 32)],
+    "cumsum bf16 long": [OLD["cumsum bf16 long"], C(16, 512, 4, S, 8, 32), C(16, 512, 4, S, 8, 64)],
+    "cumsum bf16 short": [OLD["cumsum short"], C(16, 512, 4, S, 8, 32), C(16, 512, 4, S, 8, 64)],
+    "lae long": [OLD["lae long"], C(8, 512, 4, S, 8, 32), C(16, 512, 4, S, 8, 32)],
+}
+# the candidates checked for correctness first (A: the expected default, B: persistent, C: short tiles)
+CHECK_A, CHECK_B, CHECK_C = C(16, 512, 4, S, 8, 32), C(16, 512, 4, S, 8, 64, persist=2), C(8, 512, 4, S, 8, 16)
+OPS = {"sum": (B.ADD, lambda X: X.double().cumsum(0)),
+       "max": (B.MAX, lambda X: X.double().cummax(0).values),
+       "min": (lambda h, x: torch.minimum(h, x), lambda X: X.double().cummin(0).values),
+       "prod": (lambda h, x: h * x, lambda X: X.double().cumprod(0)),
+       "logaddexp": (B.LAE, lambda X: X.double().logcumsumexp(0))}
+
+
+def correctness():
+    B.log("== correctness of the segmented strategy on CUDA ==")
+    g = torch.Generator(device=B.DEV).manual_seed(11)
+    dev = B.DEV
+    for dt, tol in ((torch.float32, 1e-4), (torch.bfloat16, 2e-2)):
+        tag = "f32" if dt == torch.float32 else "bf16"
+        for T, n in ((4099, 8191), (2053, 1000), (37, 3), (3, 700)):
+            T, n = B.size(T, n)
+            for name, (fn, ref) in OPS.items():
+                if (dt == torch.bfloat16 and name in ("min", "prod")) or (B.DRY and name == "logaddexp"):
+                    continue  # (the interpreter takes minutes for a reduce with logaddexp over a 16 x 512 tile)
+                X = torch.randn(T, n, device=dev, generator=g)
+                if name == "prod":
+                    X = 1.0 + 0.01 * X
+                X = X.to(dt)
+                B.poison((T, n), dt)
+                B.check(f"segmented {name} {tag} {T}x{n}", evt.scan(fn, X, config=CHECK_A), ref(X), tol)
+            A = (0.9 + 0.1 * torch.rand(T, n, device=dev, generator=g)).to(dt)
+            X = torch.randn(T, n, device=dev, generator=g).to(dt)
+            for i, cfg in enumerate((CHECK_A, CHECK_B)):
+                B.poison((T, n), dt)
+                B.check(f"segmented linear {tag} {T}x{n} #{i}", evt.scan(B.LIN, A, X, init=X[:1], config=cfg),
+                        B.loop_ref(B.LIN, X[:1], A, X), tol)
+            for i, cfg in enumerate((CHECK_B, CHECK_C)):
+                B.poison((T, n), dt)
+                B.check(f"segmented sum {tag} {T}x{n} #{i + 1}", evt.scan(B.ADD, X, config=cfg),
+                        X.double().cumsum(0), tol)
+    (T, n) = B.size(1000, 300)
+    X = torch.randn(T, n, device=dev, generator=g)
+    A = torch.rand(T, n, device=dev, generator=g)
+    Cc = torch.randn(T, n, device=dev, generator=g)
+    init = torch.randn(2, n, device=dev, generator=g)
+    B.check("segmented k=2 init sum", evt.scan(B.ADD, X, init=init, config=CHECK_A),
+            torch.cat([init.double(), init[1:].double() + X[2:].double().cumsum(0)]), 1e-4)
+    P = evt.scan(lambda h, a, x, c: a * h + x, A, X, Cc, init=torch.zeros(1, n, device=dev),
+                 post=lambda h, a, x, c: c * h, config=CHECK_A)
+    H = B.loop_ref(lambda h, a, x, c: a * h + x, torch.zeros(1, n, device=dev), A, X, Cc)
+    B.check("segmented post y = c * h (linear)", P, Cc.double() * H, 1e-4)
+    Ab = torch.rand(T, 1, device=dev, generator=g)
+    B.check("segmented broadcast a (T, 1)", evt.scan(B.LIN, Ab, X, init=X[:1], config=CHECK_A),
+            B.loop_ref(B.LIN, X[:1], Ab, X), 1e-4)
+    for i, cfg in enumerate((CHECK_A, CHECK_B, CHECK_C)):
+        for rep in range(2 if not B.DRY else 1):
+            X = torch.randn(*B.size(65536, 1024), device=dev, generator=g)
+            B.poison(X.shape, X.dtype)
+            B.check(f"segmented cumsum #{i}.{rep} {tuple(X.shape)}", evt.scan(B.ADD, X, config=cfg),
+                    X.double().cumsum(0), 1e-4)
+
+
+def tag(cfg: ScanConfig) -> str:
+    s = f"{cfg.strategy} {cfg.block_t}x{cfg.block_n} nw{cfg.num_warps} w{cfg.window}"
+    if (cfg.strategy or "").startswith(("segmented", "threepass")):
+        s += f" seg{cfg.seg}"
+    if cfg.l2hint is False:
+        s += " nohint"
+    if cfg.persist:
+        s += f" persist{cfg.persist}"
+    return s
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--budget", type=float, default=240.0, help="seconds after which sweeps stop")
+    ap.add_argument("--dry", action="store_true", help="tiny sizes on CPU (Triton interpreter): checks the script")
+    ap.add_argument("--skip-correctness", action="store_true")
+    ap.add_argument("--plain-s", type=float, default=45.0, help="seconds past the budget for the plain timings")
+    args = ap.parse_args(argv)
+    B.TIME_BUDGET_S, B.OUT_DIR = args.budget, args.out
+    if args.dry:
+        B.DEV, B.DRY = "cpu", True
+        os.environ["TRITON_INTERPRET"] = "1"
+        plain = evt.scan
+        evt.scan = lambda *a, **k: plain(*a, **{"backend": "triton", **k})
+    import triton
+    R = B.RESULTS
+    R["env"] = {"device": torch.cuda.get_device_name() if not B.DRY else "cpu (dry run)", "torch": torch.__version__,
+                "triton": triton.__version__, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                "command": " ".join([os.path.basename(sys.executable)] + sys.argv)}
+    B.log(json.dumps(R["env"]))
+
+    def dump():
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "scan_segmented_bench.json"), "w") as f:
+            json.dump(R, f, indent=1, default=str)
+
+    t0 = time.time()
+    if not args.skip_correctness:
+        try:
+            correctness()
+        except Exception:
+            R["errors"].append(traceback.format_exc())
+            B.log(traceback.format_exc())
+    B.log(f"(correctness took {time.time() - t0:.0f} s)")
+    dump()
+    bws = [B.copy_bandwidth() for _ in range(2)]
+    bw = max(bws)
+    R["copy_bandwidth_GBps"] = [b / 1e9 for b in bws]
+    B.log(f"== copy bandwidth: {', '.join(f'{b / 1e9:.0f}' for b in bws)} GB/s (read + write); floor uses the "
+          f"larger ==")
+    floor = lambda nbytes: nbytes / bw * 1e3  # noqa: E731  (ms)
+    g = torch.Generator(device=B.DEV).manual_seed(2)
+    (Tl, nl), (Ts, ns) = B.size(65536, 1024), B.size(4096, 8192)
+    XL = torch.randn(Tl, nl, device=B.DEV, generator=g)
+    AL = 0.5 + 0.5 * torch.rand(Tl, nl, device=B.DEV, generator=g)
+    XS = torch.randn(Ts, ns, device=B.DEV, generator=g)
+    AS = 0.5 + 0.5 * torch.rand(Ts, ns, device=B.DEV, generator=g)
+    XLb, XSb = XL.bfloat16(), XS.bfloat16()
+    cases = {  # name: (fn of config, shape, dtype, floor ms, reference, tol)
+        "cumsum long": (lambda c: evt.scan(B.ADD, XL, config=c), (Tl, nl), "f32", floor(8 * XL.numel()),
+                        lambda: XL.double().cumsum(0), 1e-4),
+        "cumsum short": (lambda c: evt.scan(B.ADD, XS, config=c), (Ts, ns), "f32", floor(8 * XS.numel()),
+                         lambda: XS.double().cumsum(0), 1e-4),
+        "linear long": (lambda c: evt.scan(B.LIN, AL, XL, init=XL[:1], config=c), (Tl, nl), "f32",
+                        floor(12 * XL.numel()), lambda: B.loop_ref(B.LIN, XL[:1], AL, XL), 1e-4),
+        "linear short": (lambda c: evt.scan(B.LIN, AS, XS, init=XS[:1], config=c), (Ts, ns), "f32",
+                         floor(12 * XS.numel()), lambda: B.loop_ref(B.LIN, XS[:1], AS, XS), 1e-4),
+        "cumsum bf16 long": (lambda c: evt.scan(B.ADD, XLb, config=c), (Tl, nl), "bf16", floor(4 * XL.numel()),
+                             lambda: XLb.double().cumsum(0), 2e-2),
+        "cumsum bf16 short": (lambda c: evt.scan(B.ADD, XSb, config=c), (Ts, ns), "bf16", floor(4 * XS.numel()),
+                              lambda: XSb.double().cumsum(0), 2e-2),
+        "lae long": (lambda c: evt.scan(B.LAE, XL, config=c), (Tl, nl), "f32", floor(8 * XL.numel()),
+                     lambda: XL.double().logcumsumexp(0), 1e-4),
+    }
+    best = R.setdefault("best", {})
+    B.log("== sweeps (CUDA graph, median; each config checked against float64 first) ==")
+    for name, cfgs in SWEEPS.items():
+        if B.DRY and name == "lae long":
+            continue
+        fn, shape, dt, fl, ref, tol = cases[name]
+        cache = {}
+
+        def get_ref():
+            if "r" not in cache:
+                cache["r"] = ref()
+            return cache["r"]
+        try:
+            res = B.sweep(name, fn, shape, dt, fl, cfgs, get_ref, tol, reps=2 if name == "cumsum long" else 1,
+                          rep_ms=100)
+            best[name] = {"ms": res[0], "x_floor": res[0] / fl, "config": res[1], "floor_ms": fl}
+        except Exception:
+            R["errors"].append(traceback.format_exc())
+            B.log(traceback.format_exc())
+        cache.clear()
+        dump()
+    B.log("== old default vs best of each sweep, plain do_bench (median, L2 flushed), two rounds ==")
+    plains = R.setdefault("plain", [])
+    for rnd in range(2):
+        for name, b in best.items():
+            if time.time() - B.T_START > args.budget + args.plain_s or b["config"] is None:
+                continue
+            fn, shape, dt, fl, _, _ = cases[name]
+            for label, cfg in (("old", OLD.get(name, OLD["cumsum short"])), ("best", b["config"])):
+                try:
+                    ms = B.bench(lambda: fn(cfg), graph=False)
+                except Exception as e:
+                    R["errors"].append(f"plain {name} {cfg}: {type(e).__name__}: {str(e)[:300]}")
+                    continue
+                plains.append({"case": name, "which": label, "config": tag(cfg), "ms": ms, "x_floor": ms / fl,
+                              "round": rnd})
+                B.log(f"  {name:18s} {label:4s} {tag(cfg):52s} {ms * 1e3:8.1f} us  {ms / fl:5.2f}x floor")
+    dump()
+    B.log("\n== summary ==")
+    fails = [c for c in R["correctness"] if not c["ok"] and "nocarry" not in c["case"]]
+    n_ok = sum(1 for c in R["correctness"] if "nocarry" not in c["case"])
+    B.log(f"correctness (controls excluded): {n_ok - len(fails)}/{n_ok} ok"
+          + (f"; FAILED: {[c['case'] for c in fails]}" if fails else ""))
+    B.log(f"copy bandwidth {R['copy_bandwidth_GBps']} GB/s")
+    for r in R["timings"]:
+        B.log(f"{r['case']:18s} {r['dtype']:4s} {r['variant'][6:]:60s} {r['ms'] * 1e3:8.1f} us {r['x_floor']:5.2f}x")
+    for k, v in best.items():
+        B.log(f"best {k}: {v['ms'] * 1e3:.1f} us = {v['x_floor']:.2f}x floor ({v['floor_ms'] * 1e3:.1f} us) "
+              f"{tag(v['config']) if v['config'] else None}")
+    B.log(f"errors: {len(R['errors'])}; total {time.time() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
