@@ -80,7 +80,9 @@ TANH_SWEEP = [ScanConfig(block_n=b, num_warps=max(1, b // 32), depth=d)
 # correctness() runs these on the long shape, a ragged bf16 shape and the linear recurrence (packed configs
 # fall back to the flag look-back there)
 STRATEGY_CHECKS = [ScanConfig(strategy=_LB, window=1), ScanConfig(strategy=_TP, seg=256),
-                   C(32, 128, 4, _PK, 8, 4), C(128, 64, 4, _PK, 8, 8)]
+                   C(32, 128, 4, _PK, 8, 4), C(128, 64, 4, _PK, 8, 8),
+                   ScanConfig(16, 512, 4, strategy="segmented", window=8, seg=32),
+                   ScanConfig(8, 512, 4, strategy="segmented", window=8, seg=32, persist=5)]
 # for benchmarks/scan_compile_check.py
 ASSOC_SWEEP = CUMSUM_LONG_SWEEP + CUMSUM_SHORT_SWEEP + LAE_SWEEP
 LINEAR_SWEEP = LINEAR_LONG_SWEEP + LINEAR_BF16_SWEEP
@@ -266,7 +268,8 @@ def sweep(case, fn_of_cfg, shape, dtype, floor_ms, configs, ref=None, tol=1e-4, 
             break
         tag = (f"{cfg.strategy or ''}{'/w' + str(cfg.window) if cfg.window else ''}"
                f"{'/seg' + str(cfg.seg) if cfg.seg else ''}{'/sub' + str(cfg.sub) if cfg.sub else ''}"
-               f"{'/nohint' if cfg.l2hint is False else ''}{'/persist' + str(cfg.persist) if cfg.persist else ''}")
+               f"{'/nohint' if cfg.l2hint is False else ''}{'/persist' + str(cfg.persist) if cfg.persist else ''}"
+               f"{'/maxnreg' + str(cfg.maxnreg) if cfg.maxnreg else ''}")
         name = f"graph {cfg.block_t},{cfg.block_n},{cfg.num_warps},d{cfg.depth} {tag}"
         try:
             ok = True

@@ -40,7 +40,8 @@ def C(bt, bn, nw, strategy, window=None, seg=None, hint=None, persist=None, sub=
 
 OLD = {"cumsum long": C(16, 512, 4, LB, 16, sub=1), "cumsum short": C(16, 512, 4, LB, 1, sub=1),
        "cumsum bf16 long": C(16, 512, 4, LB, 8, sub=1), "linear long": C(8, 512, 4, TP, seg=256),
-       "linear short": C(16, 512, 4, LB, 8, sub=1), "lae long": C(8, 512, 4, LB, 8, sub=1)}
+       "linear short": C(16, 512, 4, LB, 8, sub=1), "lae long": C(8, 512, 4, LB, 8, sub=1),
+       "cumsum bf16 short": C(16, 512, 4, LB, 1, sub=1), "linear bf16 long": C(8, 512, 4, TP, seg=256)}
 SWEEPS = {
     "cumsum long": [OLD["cumsum long"], C(16, 512, 4, "lookback/nocarry", 16, sub=1),
                     C(16, 512, 4, S, 8, 32), C(16, 512, 4, S, 8, 32, hint=False), C(16, 512, 4, S, 8, 64),
@@ -56,6 +57,30 @@ SWEEPS = {
     "cumsum bf16 long": [OLD["cumsum bf16 long"], C(16, 512, 4, S, 8, 32), C(16, 512, 4, S, 8, 64)],
     "cumsum bf16 short": [OLD["cumsum short"], C(16, 512, 4, S, 8, 32), C(16, 512, 4, S, 8, 64)],
     "lae long": [OLD["lae long"], C(8, 512, 4, S, 8, 32), C(16, 512, 4, S, 8, 32)],
+}
+# run 4 (--phase confirm): the new defaults (run 3's best) against more programs per multiprocessor at the same
+# or smaller L2 footprint (a register cap, persistent grids, 8-step tiles), and the cases run 3 left open
+NEW = {"cumsum long": C(16, 512, 4, S, 8, 32, sub=1), "cumsum bf16 long": C(16, 512, 4, S, 8, 64, sub=1),
+       "linear long": C(16, 512, 4, S, 8, 32, sub=1), "lae long": C(8, 512, 4, S, 8, 32, sub=1),
+       "linear bf16 long": C(8, 512, 4, TP, 1, 256, sub=1)}
+
+
+def R_(cfg, **kw):
+    from dataclasses import replace
+    return replace(cfg, **kw)
+
+
+SWEEPS_CONFIRM = {
+    "cumsum long": [NEW["cumsum long"], R_(NEW["cumsum long"], maxnreg=96), R_(NEW["cumsum long"], maxnreg=80),
+                    C(8, 512, 4, S, 8, 32, persist=5), C(8, 512, 4, S, 8, 32, persist=6),
+                    R_(NEW["cumsum long"], maxnreg=96, persist=5), C(16, 256, 2, S, 8, 64, persist=5),
+                    C(8, 512, 4, S, 8, 64, persist=3)],
+    "cumsum bf16 long": [NEW["cumsum bf16 long"], C(16, 1024, 4, S, 8, 32), C(8, 1024, 4, S, 8, 32, persist=5),
+                         C(8, 1024, 4, S, 8, 32)],
+    "cumsum bf16 short": [OLD["cumsum bf16 short"], C(16, 1024, 4, LB, 1, sub=1), C(8, 1024, 4, LB, 1, sub=1)],
+    "linear long": [NEW["linear long"], C(8, 512, 4, S, 8, 32, persist=5), C(8, 512, 4, S, 8, 64, persist=3)],
+    "linear bf16 long": [NEW["linear bf16 long"], C(8, 1024, 4, S, 8, 32), C(8, 512, 4, S, 8, 32)],
+    "lae long": [NEW["lae long"], C(8, 512, 4, S, 8, 64), C(8, 512, 4, S, 8, 16)],
 }
 # the candidates checked for correctness first (A: the expected default, B: persistent, C: short tiles)
 CHECK_A, CHECK_B, CHECK_C = C(16, 512, 4, S, 8, 32), C(16, 512, 4, S, 8, 64, persist=2), C(8, 512, 4, S, 8, 16)
@@ -115,7 +140,28 @@ def correctness():
                     X.double().cumsum(0), 1e-4)
 
 
-def tag(cfg: ScanConfig) -> str:
+def default_checks():
+    """The defaults on long ragged scans (T - 1 not a multiple of the segment, lanes not of the tile)."""
+    B.log("== correctness of the defaults on long ragged shapes ==")
+    g = torch.Generator(device=B.DEV).manual_seed(12)
+    for dt, tol in ((torch.float32, 1e-4), (torch.bfloat16, 2e-2)):
+        tag_ = "f32" if dt == torch.float32 else "bf16"
+        for T, n in ((65539, 1000), (20001, 1537)):
+            T, n = B.size(T, n)
+            X = torch.randn(T, n, device=B.DEV, generator=g).to(dt)
+            for name in ("sum", "max", "logaddexp"):
+                fn, ref = OPS[name]
+                B.poison((T, n), dt)
+                B.check(f"default {name} {tag_} {T}x{n}", evt.scan(fn, X), ref(X), tol)
+            A = (0.9 + 0.1 * torch.rand(T, n, device=B.DEV, generator=g)).to(dt)
+            B.poison((T, n), dt)
+            B.check(f"default linear {tag_} {T}x{n}", evt.scan(B.LIN, A, X, init=X[:1]), B.loop_ref(B.LIN, X[:1], A, X),
+                    tol)
+
+
+def tag(cfg: ScanConfig | None) -> str:
+    if cfg is None:
+        return "default (heuristic)"
     s = f"{cfg.strategy} {cfg.block_t}x{cfg.block_n} nw{cfg.num_warps} w{cfg.window}"
     if (cfg.strategy or "").startswith(("segmented", "threepass")):
         s += f" seg{cfg.seg}"
@@ -123,6 +169,8 @@ def tag(cfg: ScanConfig) -> str:
         s += " nohint"
     if cfg.persist:
         s += f" persist{cfg.persist}"
+    if cfg.maxnreg:
+        s += f" maxnreg{cfg.maxnreg}"
     return s
 
 
@@ -132,6 +180,8 @@ def main(argv=None):
     ap.add_argument("--budget", type=float, default=240.0, help="seconds after which sweeps stop")
     ap.add_argument("--dry", action="store_true", help="tiny sizes on CPU (Triton interpreter): checks the script")
     ap.add_argument("--skip-correctness", action="store_true")
+    ap.add_argument("--phase", choices=["explore", "confirm"], default="explore",
+                    help="explore: run 3's sweeps; confirm: run 4 (the defaults, register caps, persistent grids)")
     ap.add_argument("--plain-s", type=float, default=45.0, help="seconds past the budget for the plain timings")
     args = ap.parse_args(argv)
     B.TIME_BUDGET_S, B.OUT_DIR = args.budget, args.out
@@ -155,7 +205,12 @@ def main(argv=None):
     t0 = time.time()
     if not args.skip_correctness:
         try:
-            correctness()
+            if args.phase == "explore":
+                correctness()
+            else:
+                B.log("== scan_bench's correctness (every mode, the defaults) ==")
+                B.correctness(False)
+                default_checks()
         except Exception:
             R["errors"].append(traceback.format_exc())
             B.log(traceback.format_exc())
@@ -190,9 +245,13 @@ def main(argv=None):
         "lae long": (lambda c: evt.scan(B.LAE, XL, config=c), (Tl, nl), "f32", floor(8 * XL.numel()),
                      lambda: XL.double().logcumsumexp(0), 1e-4),
     }
+    if args.phase == "confirm":
+        ALb = AL.bfloat16()
+        cases["linear bf16 long"] = (lambda c: evt.scan(B.LIN, ALb, XLb, init=XLb[:1], config=c), (Tl, nl), "bf16",
+                                     floor(6 * XL.numel()), lambda: B.loop_ref(B.LIN, XLb[:1], ALb, XLb), 2e-2)
     best = R.setdefault("best", {})
     B.log("== sweeps (CUDA graph, median; each config checked against float64 first) ==")
-    for name, cfgs in SWEEPS.items():
+    for name, cfgs in (SWEEPS if args.phase == "explore" else SWEEPS_CONFIRM).items():
         if B.DRY and name == "lae long":
             continue
         fn, shape, dt, fl, ref, tol = cases[name]
@@ -213,20 +272,27 @@ def main(argv=None):
         dump()
     B.log("== old default vs best of each sweep, plain do_bench (median, L2 flushed), two rounds ==")
     plains = R.setdefault("plain", [])
-    for rnd in range(2):
-        for name, b in best.items():
-            if time.time() - B.T_START > args.budget + args.plain_s or b["config"] is None:
+    names = list(best) if args.phase == "explore" else list(cases)
+    for rnd in range(2 if args.phase == "explore" else 3):
+        for name in names:
+            b = best.get(name, {"config": None})
+            if time.time() - B.T_START > args.budget + args.plain_s:
                 continue
             fn, shape, dt, fl, _, _ = cases[name]
-            for label, cfg in (("old", OLD.get(name, OLD["cumsum short"])), ("best", b["config"])):
+            runs = [("old", OLD[name])]
+            if args.phase == "confirm":
+                runs.append(("default", None))
+            if b["config"] is not None:
+                runs.append(("best", b["config"]))
+            for label, cfg in runs:
                 try:
                     ms = B.bench(lambda: fn(cfg), graph=False)
                 except Exception as e:
                     R["errors"].append(f"plain {name} {cfg}: {type(e).__name__}: {str(e)[:300]}")
                     continue
                 plains.append({"case": name, "which": label, "config": tag(cfg), "ms": ms, "x_floor": ms / fl,
-                              "round": rnd})
-                B.log(f"  {name:18s} {label:4s} {tag(cfg):52s} {ms * 1e3:8.1f} us  {ms / fl:5.2f}x floor")
+                               "round": rnd})
+                B.log(f"  {name:18s} {label:7s} {tag(cfg):52s} {ms * 1e3:8.1f} us  {ms / fl:5.2f}x floor")
     dump()
     B.log("\n== summary ==")
     fails = [c for c in R["correctness"] if not c["ok"] and "nocarry" not in c["case"]]
@@ -236,6 +302,14 @@ def main(argv=None):
     B.log(f"copy bandwidth {R['copy_bandwidth_GBps']} GB/s")
     for r in R["timings"]:
         B.log(f"{r['case']:18s} {r['dtype']:4s} {r['variant'][6:]:60s} {r['ms'] * 1e3:8.1f} us {r['x_floor']:5.2f}x")
+    import statistics
+    for name in dict.fromkeys(p["case"] for p in R.get("plain", [])):
+        for label in ("old", "default", "best"):
+            ms = [p["ms"] for p in R["plain"] if p["case"] == name and p["which"] == label]
+            if ms:
+                cfgs = {p["config"] for p in R["plain"] if p["case"] == name and p["which"] == label}
+                B.log(f"plain {name:18s} {label:7s} median of {len(ms)}: {statistics.median(ms) * 1e3:8.1f} us "
+                      f"{statistics.median(ms) / cases[name][3]:5.2f}x floor  {', '.join(cfgs)}")
     for k, v in best.items():
         B.log(f"best {k}: {v['ms'] * 1e3:.1f} us = {v['x_floor']:.2f}x floor ({v['floor_ms'] * 1e3:.1f} us) "
               f"{tag(v['config']) if v['config'] else None}")

@@ -96,7 +96,8 @@ def test_parallel_strategies(cfg, name):
     (9, 5, ScanConfig(strategy="segmented", window=4, block_t=4, block_n=8, seg=16)),     # one partial segment
     (200, 3, ScanConfig(strategy="segmented", window=1, block_t=2, block_n=2, seg=2)),    # one tile a segment
     (150, 21, ScanConfig(strategy="segmented", window=2, block_t=4, block_n=8, seg=8, persist=1)),  # 8 programs
-    (77, 9, ScanConfig(strategy="segmented", window=4, block_t=8, block_n=4, seg=16, persist=3, l2hint=False))])
+    (77, 9, ScanConfig(strategy="segmented", window=4, block_t=8, block_n=4, seg=16, persist=3, l2hint=False)),
+    (40, 6, ScanConfig(strategy="segmented", window=2, block_t=4, block_n=4, seg=8, maxnreg=96))])
 def test_segmented_strategy(name, T, n, cfg):
     """Each program reads a segment twice around one look-back over segments: every associative kind, T not
     a multiple of the segment, lanes not a multiple of the tile, k = 2 init rows."""

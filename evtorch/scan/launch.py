@@ -35,7 +35,8 @@ class ScanConfig:
     warps along time with only the sub-block totals crossing warps; ``l2hint`` (segmented): L2 eviction
     hints (keep the first read, drop the second read and the stores first); ``persist`` (segmented): a
     persistent grid of this many programs per multiprocessor, each taking segment after segment (None or 0:
-    one program per segment). The defaults are the best
+    one program per segment); ``maxnreg`` (lookback, segmented, packed): a cap on registers per thread passed
+    to Triton, so that more programs fit on a multiprocessor. The defaults are the best
     measured on an H200 (docs/scan.md); "packed" and sub > 1 measured slower there.
     """
 
@@ -49,6 +50,7 @@ class ScanConfig:
     sub: int | None = None
     l2hint: bool | None = None
     persist: int | None = None
+    maxnreg: int | None = None
 
 
 def _np2(x: int) -> int:
@@ -80,11 +82,13 @@ def kernel_for(body, g, config: ScanConfig):
 
 def _assoc_config(body, g, steps: int, interp: bool) -> ScanConfig:
     """Heuristic tiles for the parallel scan. GPU choices are the best configs of the H200 sweeps in
-    docs/scan.md (2026-11-21, both runs): 16 steps x 512 lanes per program (one thread owns 4 adjacent lanes
-    for all 16 steps, so the in-tile scan is register-only) with the flag look-back, a window of chunks for
-    long scans; the two-component linear recurrence switches to the three-pass scan on long or narrow
-    inputs. Measured slower and so never chosen here: chunks of 32-128 steps over 64-256 lanes (sub-blocks),
-    the packed look-back, 8 warps per program."""
+    docs/scan.md (2026-11-21, runs 1-4): 16 steps x 512 lanes per tile (one thread owns 4 adjacent lanes for
+    all 16 steps, so the in-tile scan is register-only). Long scans (>= 16384 steps) use the segmented
+    strategy: 32-step segments (64 KB of float32 per 512 lanes; 64 steps for 16-bit data, the same bytes),
+    each read twice around one look-back over segments; shorter ones the flag look-back over single chunks
+    (w1). The two-component linear recurrence on 16-bit data keeps the three-pass scan on long inputs (run 1).
+    Measured slower and so never chosen here: chunks of 32-128 steps over 64-256 lanes (sub-blocks), the
+    packed look-back, 8 warps per program, segments of 128+ steps, 8-step tiles for sums."""
     n = math.prod(g.shape)
     if interp:
         bt = min(_np2(steps), 32)
@@ -94,14 +98,18 @@ def _assoc_config(body, g, steps: int, interp: bool) -> ScanConfig:
     narrow = min([body.inputs[int(leaf.target[1:])].dtype.itemsize for leaf in leaves(g.assoc.graph)
                   if state_of(leaf) is None] + [body.states[g.states[0]].dtype.itemsize]) < 4
     long = steps >= 1024 * 16
-    if g.assoc.ncomp == 2:  # a * h + b, measured (65536, 1024): threepass 1.88x floor, lookback 1.97x
+    seg = 64 if narrow else 32
+    if g.assoc.ncomp == 2:  # a * h + b, (65536, 1024) fp32: segmented 1.69x floor, threepass 1.92x (run 3)
+        if long and not narrow:
+            return ScanConfig(16, bn, nw, strategy="segmented", window=8, seg=32, sub=1)
         if long or narrow:
             return ScanConfig(8, bn, nw, strategy="threepass", window=1, seg=256, sub=1)
         return ScanConfig(16, bn, nw, strategy="lookback", window=8, seg=256, sub=1)
-    if g.assoc.kind == "logaddexp":
-        return ScanConfig(8, bn, nw, strategy="lookback", window=8, seg=256, sub=1)
-    window = (8 if narrow else 16) if long else 1  # measured: w16 1.66x vs w1 2.09x long; w1 1.46x short
-    return ScanConfig(16, bn, nw, strategy="lookback", window=window, seg=256, sub=1)
+    if g.assoc.kind == "logaddexp":  # (65536, 1024): segmented 8 x 512 7.1x floor, lookback 12.5x (run 3)
+        return ScanConfig(8, bn, nw, strategy="segmented" if long else "lookback", window=8, seg=32, sub=1)
+    if long:  # (65536, 1024): fp32 1.51x floor (lookback 1.62x), bf16 2.89x (3.34x) (run 3)
+        return ScanConfig(16, bn, nw, strategy="segmented", window=8, seg=seg, sub=1)
+    return ScanConfig(16, bn, nw, strategy="lookback", window=1, seg=256, sub=1)  # (4096, 8192): 1.40x
 
 
 def heuristic(body, g, T: int, device, config: ScanConfig) -> ScanConfig:
@@ -122,7 +130,8 @@ def heuristic(body, g, T: int, device, config: ScanConfig) -> ScanConfig:
         l2hint = h.l2hint if config.l2hint is None else config.l2hint
         return ScanConfig(bt, config.block_n or h.block_n, config.num_warps or h.num_warps, config.depth,
                           strategy, config.window or h.window, seg, sub, True if l2hint is None else l2hint,
-                          h.persist if config.persist is None else config.persist)
+                          h.persist if config.persist is None else config.persist,
+                          h.maxnreg if config.maxnreg is None else config.maxnreg)
     if g.mode == "lanes":
         n = math.prod(g.shape)
         if interp:
@@ -167,15 +176,17 @@ def run_group(body, g, inits, inputs, outs, posts, T: int, config: ScanConfig):
     elif kern.mode == "coupled":
         extra["ws"] = torch.empty(kern.ws_rows * kern.ws_width, dtype=body.compute_dtype, device=device)
     args = [tensors[a[0]][a[1]] if a[0] in tensors else extra[a[0]] for a in kern.args]
+    opts = {"num_warps": cfg.num_warps}
+    if kern.mode == "assoc" and cfg.maxnreg:
+        opts["maxnreg"] = cfg.maxnreg
     if kern.mode == "assoc" and kern.strategy == "segmented":
         grid = ntiles * nchunks
         if cfg.persist:
             grid = min(grid, cfg.persist * _sm_count(device))
-        fns[0][(grid,)](*args, T, k, BLOCK_T=cfg.block_t, BLOCK_N=cfg.block_n, LB=cfg.window,
-                                    SEG=cfg.seg, num_warps=cfg.num_warps)
+        fns[0][(grid,)](*args, T, k, BLOCK_T=cfg.block_t, BLOCK_N=cfg.block_n, LB=cfg.window, SEG=cfg.seg, **opts)
     elif kern.mode == "assoc" and kern.strategy in ("lookback", "packed"):
         fns[0][(ntiles * nchunks,)](*args, T, k, BLOCK_T=cfg.block_t, BLOCK_N=cfg.block_n, LB=cfg.window,
-                                    NSUB=cfg.sub, num_warps=cfg.num_warps)
+                                    NSUB=cfg.sub, **opts)
     elif kern.mode == "assoc":
         reduce_, carry, apply_ = fns
         reduce_[(ntiles * nseg,)](*args, T, k, BLOCK_T=cfg.block_t, BLOCK_N=cfg.block_n, SEG=cfg.seg,
