@@ -54,7 +54,8 @@ def C(bt, bn, nw, strategy, window=None, sub=None, seg=None):
     return ScanConfig(bt, bn, nw, strategy=strategy, window=window, seg=seg, sub=sub)
 
 
-# the defaults of docs/scan.md's run 1 (still the defaults: run 2 found nothing faster), timed in every run
+# the defaults of docs/scan.md's runs 1-2 (the look-back; long scans are segmented by default since run 4),
+# timed in every run for comparison
 OLD_CUMSUM_LONG, OLD_CUMSUM_SHORT = C(16, 512, 4, _LB, 16, 1), C(16, 512, 4, _LB, 1, 1)
 OLD_CUMSUM_BF16_LONG = C(16, 512, 4, _LB, 8, 1)
 OLD_LINEAR_LONG, OLD_LINEAR_SHORT = C(8, 512, 4, _TP, seg=256), C(16, 512, 4, _LB, 8, 1)

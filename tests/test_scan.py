@@ -354,3 +354,29 @@ def test_trace_cache_follows_code_closures_and_globals():
     for SCALE in (0.5, 2.0):  # so is a module global the body reads
         close(evt.scan(lambda h, x: h * SCALE + x, X), loop(lambda h, x: h * SCALE + x, X[:1], X))
     assert len(api._CACHE) == 5
+
+
+def test_gpu_heuristic_picks_the_measured_configs():
+    """The GPU defaults of docs/scan.md (H200 runs 3-4): segmented on long scans, look-back on short ones."""
+    from evtorch.scan.launch import heuristic
+
+    class Cuda:
+        type = "cuda"
+
+    def pick(fn, n_inputs, dtype, T, n=1024):
+        body = get_body(fn, None, [RowSpec("s0", (n,), dtype)], [RowSpec(f"x{i}", (n,), dtype)
+                                                                 for i in range(n_inputs)], 1)
+        c = heuristic(body, body.groups[0], T, Cuda(), ScanConfig())
+        return c.strategy, c.block_t, c.block_n, c.seg if c.strategy in ("segmented", "threepass") else c.window
+
+    add, lin = (lambda h, x: h + x), (lambda h, a, x: a * h + x)
+    lae = lambda h, x: torch.logaddexp(h, x)  # noqa: E731
+    assert pick(add, 1, torch.float32, 65536) == ("segmented", 16, 512, 32)
+    assert pick(add, 1, torch.float32, 4096, 8192) == ("lookback", 16, 512, 1)
+    assert pick(add, 1, torch.bfloat16, 65536) == ("segmented", 16, 1024, 32)
+    assert pick(add, 1, torch.bfloat16, 4096, 8192) == ("lookback", 16, 1024, 1)
+    assert pick(lin, 2, torch.float32, 65536) == ("segmented", 16, 512, 32)
+    assert pick(lin, 2, torch.float32, 4096, 8192) == ("lookback", 16, 512, 8)
+    assert pick(lin, 2, torch.bfloat16, 65536) == ("segmented", 8, 1024, 32)
+    assert pick(lae, 1, torch.float32, 65536) == ("segmented", 8, 512, 64)
+    assert pick(add, 1, torch.float64, 65536) == ("lookback", 16, 512, 16)

@@ -6,12 +6,17 @@ pair ``(a, b)`` of ``h -> a * h + b`` (linear), combined earlier-first by ``comb
 the first element (``(0, h)`` for linear). The look-back kernels hold a chunk as [SUB_T, NSUB, BLOCK_N]:
 NSUB sub-blocks of SUB_T consecutive steps, scanned in registers, then across sub-blocks by a scan of
 (exclusive, inclusive) pairs of their totals (``combine_ex``), so a chunk may span warps along time without
-the whole tile going through shared memory (NSUB = 1 is the plain tile). Across tiles, three strategies:
+the whole tile going through shared memory (NSUB = 1 is the plain tile). Across tiles, four strategies:
 
 ``lookback`` (one launch): programs take tickets so chunks start in time order; each publishes its chunk
     aggregate (flag 1), then reads the flags of the previous LB chunks at once and folds aggregates back to
     the nearest published inclusive prefix (flag 2) -- decoupled look-back with a window -- then publishes
     its own inclusive prefix and stores ``carry (+) local scan``. Reads and writes each element once.
+``segmented`` (one launch): a program per SEG-step segment of a lane tile reads the segment once for its
+    aggregate, looks back over earlier *segments* with the same flag protocol, then reads the segment again
+    (from L2) and scans it from the carry: the per-program round trips are paid once per segment. The
+    default for long scans (docs/scan.md, H200 runs 3-4). ``lookback/nocarry`` and ``segmented/nocarry``
+    are timing controls without the look-back (wrong results).
 ``packed`` (one launch, one-component float32 scans): the same look-back with flag and value in one 64-bit
     word per (chunk, lane), so publishing is one store and a look-back step one load, without fences; but
     every poll re-reads LB x BLOCK_N words. Measured slower than ``lookback`` on an H200 (docs/scan.md).

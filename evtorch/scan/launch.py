@@ -82,13 +82,14 @@ def kernel_for(body, g, config: ScanConfig):
 
 def _assoc_config(body, g, steps: int, interp: bool) -> ScanConfig:
     """Heuristic tiles for the parallel scan. GPU choices are the best configs of the H200 sweeps in
-    docs/scan.md (2026-11-21, runs 1-4): 16 steps x 512 lanes per tile (one thread owns 4 adjacent lanes for
-    all 16 steps, so the in-tile scan is register-only). Long scans (>= 16384 steps) use the segmented
-    strategy: 32-step segments (64 KB of float32 per 512 lanes; 64 steps for 16-bit data, the same bytes),
-    each read twice around one look-back over segments; shorter ones the flag look-back over single chunks
-    (w1). The two-component linear recurrence on 16-bit data keeps the three-pass scan on long inputs (run 1).
-    Measured slower and so never chosen here: chunks of 32-128 steps over 64-256 lanes (sub-blocks), the
-    packed look-back, 8 warps per program, segments of 128+ steps, 8-step tiles for sums."""
+    docs/scan.md (2026-11-21, runs 1-4). float32: 16 steps x 512 lanes per tile (one thread owns 4 adjacent
+    lanes for all 16 steps, so the in-tile scan is register-only); 16-bit data: 1024 lanes (8 per thread, the
+    same 16-byte accesses, and no shared-memory layout change, which a 16 x 512 bf16 tile needs). Long scans
+    (>= 16384 steps) use the segmented strategy (32-step segments read twice around one look-back over
+    segments), shorter ones the flag look-back over single chunks. float64 keeps the run-1 look-back (not
+    measured segmented). Measured slower and so never chosen here: chunks of 32-128 steps over 64-256 lanes
+    (sub-blocks), the packed look-back, 8 warps per program, longer segments or persistent grids or register
+    caps for float32 sums, 8-step tiles for sums."""
     n = math.prod(g.shape)
     if interp:
         bt = min(_np2(steps), 32)
@@ -97,19 +98,30 @@ def _assoc_config(body, g, steps: int, interp: bool) -> ScanConfig:
     nw = max(1, min(4, bn // 128))
     narrow = min([body.inputs[int(leaf.target[1:])].dtype.itemsize for leaf in leaves(g.assoc.graph)
                   if state_of(leaf) is None] + [body.states[g.states[0]].dtype.itemsize]) < 4
+    bn16 = min(_np2(n), 1024)  # 16-bit data: 8 lanes per thread
+    nw16 = max(1, min(4, bn16 // 256))
     long = steps >= 1024 * 16
-    seg = 64 if narrow else 32
-    if g.assoc.ncomp == 2:  # a * h + b, (65536, 1024) fp32: segmented 1.69x floor, threepass 1.92x (run 3)
-        if long and not narrow:
+    if body.compute_dtype == torch.float64:  # run 1's look-back
+        if g.assoc.ncomp == 2:
+            return ScanConfig(8, bn, nw, strategy="threepass", window=1, seg=256, sub=1) if long else \
+                ScanConfig(16, bn, nw, strategy="lookback", window=8, seg=256, sub=1)
+        return ScanConfig(16, bn, nw, strategy="lookback", window=16 if long else 1, seg=256, sub=1)
+    if g.assoc.ncomp == 2:  # a * h + b, (65536, 1024): fp32 1.72x floor (threepass 1.93x), bf16 2.45x (4.67x)
+        if long and narrow:
+            return ScanConfig(8, bn16, nw16, strategy="segmented", window=8, seg=32, sub=1)
+        if long:
             return ScanConfig(16, bn, nw, strategy="segmented", window=8, seg=32, sub=1)
-        if long or narrow:
+        if narrow:
             return ScanConfig(8, bn, nw, strategy="threepass", window=1, seg=256, sub=1)
-        return ScanConfig(16, bn, nw, strategy="lookback", window=8, seg=256, sub=1)
-    if g.assoc.kind == "logaddexp":  # (65536, 1024): segmented 8 x 512 7.1x floor, lookback 12.5x (run 3)
-        return ScanConfig(8, bn, nw, strategy="segmented" if long else "lookback", window=8, seg=32, sub=1)
-    if long:  # (65536, 1024): fp32 1.51x floor (lookback 1.62x), bf16 2.89x (3.34x) (run 3)
-        return ScanConfig(16, bn, nw, strategy="segmented", window=8, seg=seg, sub=1)
-    return ScanConfig(16, bn, nw, strategy="lookback", window=1, seg=256, sub=1)  # (4096, 8192): 1.40x
+        return ScanConfig(16, bn, nw, strategy="lookback", window=8, seg=256, sub=1)  # (4096, 8192): 1.68x
+    if g.assoc.kind == "logaddexp":  # (65536, 1024): segmented 64-step segments 5.7x floor, lookback 12.4x
+        return ScanConfig(8, bn, nw, strategy="segmented" if long else "lookback", window=8, seg=64, sub=1)
+    if narrow:  # bf16 (65536, 1024): 1.98x floor (16 x 512 lookback 3.42x); (4096, 8192): 2.42x (2.77x)
+        return ScanConfig(16, bn16, nw16, strategy="segmented" if long else "lookback", window=8 if long else 1,
+                          seg=32, sub=1)
+    if long:  # (65536, 1024): 1.51-1.56x floor (lookback 1.62-1.73x)
+        return ScanConfig(16, bn, nw, strategy="segmented", window=8, seg=32, sub=1)
+    return ScanConfig(16, bn, nw, strategy="lookback", window=1, seg=256, sub=1)  # (4096, 8192): 1.47x
 
 
 def heuristic(body, g, T: int, device, config: ScanConfig) -> ScanConfig:
