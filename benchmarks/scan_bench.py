@@ -270,7 +270,8 @@ def sweep(case, fn_of_cfg, shape, dtype, floor_ms, configs, ref=None, tol=1e-4, 
         tag = (f"{cfg.strategy or ''}{'/w' + str(cfg.window) if cfg.window else ''}"
                f"{'/seg' + str(cfg.seg) if cfg.seg else ''}{'/sub' + str(cfg.sub) if cfg.sub else ''}"
                f"{'/nohint' if cfg.l2hint is False else ''}{'/persist' + str(cfg.persist) if cfg.persist else ''}"
-               f"{'/maxnreg' + str(cfg.maxnreg) if cfg.maxnreg else ''}")
+               f"{'/maxnreg' + str(cfg.maxnreg) if cfg.maxnreg else ''}"
+               f"{'/keep' if getattr(cfg, 'keep', None) else ''}{'/pre' if getattr(cfg, 'prefetch', None) else ''}")
         name = f"graph {cfg.block_t},{cfg.block_n},{cfg.num_warps},d{cfg.depth} {tag}"
         try:
             ok = True

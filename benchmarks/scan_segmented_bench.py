@@ -34,8 +34,9 @@ from evtorch.scan import ScanConfig  # noqa: E402
 S, LB, TP, NC = "segmented", "lookback", "threepass", "segmented/nocarry"
 
 
-def C(bt, bn, nw, strategy, window=None, seg=None, hint=None, persist=None, sub=None):
-    return ScanConfig(bt, bn, nw, strategy=strategy, window=window, seg=seg, sub=sub, l2hint=hint, persist=persist)
+def C(bt, bn, nw, strategy, window=None, seg=None, hint=None, persist=None, sub=None, keep=None, prefetch=None):
+    return ScanConfig(bt, bn, nw, strategy=strategy, window=window, seg=seg, sub=sub, l2hint=hint, persist=persist,
+                      keep=keep, prefetch=prefetch)
 
 
 OLD = {"cumsum long": C(16, 512, 4, LB, 16, sub=1), "cumsum short": C(16, 512, 4, LB, 1, sub=1),
@@ -82,6 +83,66 @@ SWEEPS_CONFIRM = {
     "linear bf16 long": [NEW["linear bf16 long"], C(8, 1024, 4, S, 8, 32), C(8, 512, 4, S, 8, 32)],
     "lae long": [NEW["lae long"], C(8, 512, 4, S, 8, 64), C(8, 512, 4, S, 8, 16)],
 }
+# run 5 (--phase hold): the run-4 defaults against the same kernels with the segment's last tile held in
+# registers from the first read (keep), the second read's first tile loaded before the look-back (pre), both
+DEF = {"cumsum long": C(16, 512, 4, S, 8, 32, sub=1), "cumsum short": C(16, 512, 4, LB, 1, sub=1),
+       "cumsum bf16 long": C(16, 1024, 4, S, 8, 32, sub=1), "cumsum bf16 short": C(16, 1024, 4, LB, 1, sub=1),
+       "linear long": C(16, 512, 4, S, 8, 32, sub=1), "linear bf16 long": C(8, 1024, 4, S, 8, 32, sub=1)}
+K_, P_, KP = {"keep": True}, {"prefetch": True}, {"keep": True, "prefetch": True}
+SWEEPS_HOLD = {
+    "cumsum long": [DEF["cumsum long"], R_(DEF["cumsum long"], **P_), R_(DEF["cumsum long"], **K_),
+                    R_(DEF["cumsum long"], **KP), C(16, 512, 4, NC, 8, 32),
+                    R_(DEF["cumsum long"], seg=64, **KP), R_(DEF["cumsum long"], block_t=8, **KP)],
+    "cumsum bf16 long": [DEF["cumsum bf16 long"], R_(DEF["cumsum bf16 long"], **P_),
+                         R_(DEF["cumsum bf16 long"], **K_), C(8, 1024, 4, S, 8, 32, sub=1, **KP)],
+    "linear long": [DEF["linear long"], R_(DEF["linear long"], **P_), R_(DEF["linear long"], **K_),
+                    C(8, 512, 4, S, 8, 32, sub=1, **KP)],
+    "cumsum short": [DEF["cumsum short"], C(16, 512, 4, S, 8, 32, sub=1, **KP), C(16, 512, 4, S, 8, 32, sub=1, **K_)],
+    "cumsum bf16 short": [DEF["cumsum bf16 short"], C(16, 1024, 4, S, 8, 32, sub=1, **KP)],
+    "linear bf16 long": [DEF["linear bf16 long"], R_(DEF["linear bf16 long"], **P_)],
+}
+HOLD_CHECKS = [C(16, 512, 4, S, 8, 32, **K_), C(16, 512, 4, S, 8, 32, **P_), C(16, 512, 4, S, 8, 32, **KP),
+               C(8, 1024, 4, S, 8, 32, **KP), C(16, 512, 4, S, 8, 64, persist=2, **KP)]
+
+
+def hold_checks():
+    """keep / prefetch: every kind, fp32 and bf16, ragged T and lanes, init rows, post, over poisoned memory."""
+    B.log("== correctness of segmented keep / prefetch on CUDA ==")
+    g = torch.Generator(device=B.DEV).manual_seed(13)
+    dev = B.DEV
+    for dt, tol in ((torch.float32, 1e-4), (torch.bfloat16, 2e-2)):
+        tag_ = "f32" if dt == torch.float32 else "bf16"
+        for T, n in ((4099, 8191), (2053, 1000), (37, 3)):
+            T, n = B.size(T, n)
+            for name, (fn, ref) in OPS.items():
+                if (dt == torch.bfloat16 and name in ("min", "prod")) or (B.DRY and name == "logaddexp"):
+                    continue
+                X = torch.randn(T, n, device=dev, generator=g)
+                if name == "prod":
+                    X = 1.0 + 0.01 * X
+                X = X.to(dt)
+                for i, cfg in enumerate(HOLD_CHECKS[2:4] if name != "sum" else HOLD_CHECKS):
+                    B.poison((T, n), dt)
+                    B.check(f"hold {name} {tag_} {T}x{n} {tag(cfg)}", evt.scan(fn, X, config=cfg), ref(X), tol)
+            A = (0.9 + 0.1 * torch.rand(T, n, device=dev, generator=g)).to(dt)
+            X = torch.randn(T, n, device=dev, generator=g).to(dt)
+            init = torch.randn(2, n, device=dev, generator=g).to(dt)
+            for cfg in HOLD_CHECKS:
+                B.poison((T, n), dt)
+                B.check(f"hold linear {tag_} {T}x{n} {tag(cfg)}", evt.scan(B.LIN, A, X, init=X[:1], config=cfg),
+                        B.loop_ref(B.LIN, X[:1], A, X), tol)
+            B.poison((T, n), dt)
+            B.check(f"hold k=2 init sum {tag_} {T}x{n}", evt.scan(B.ADD, X, init=init, config=HOLD_CHECKS[2]),
+                    torch.cat([init.double(), init[1:].double() + X[2:].double().cumsum(0)]), tol)
+    (T, n) = B.size(1000, 300)
+    A, X, Cc = (torch.rand(T, n, device=dev, generator=g), torch.randn(T, n, device=dev, generator=g),
+                torch.randn(T, n, device=dev, generator=g))
+    P = evt.scan(lambda h, a, x, c: a * h + x, A, X, Cc, init=torch.zeros(1, n, device=dev),
+                 post=lambda h, a, x, c: c * h, config=HOLD_CHECKS[2])
+    H = B.loop_ref(lambda h, a, x, c: a * h + x, torch.zeros(1, n, device=dev), A, X, Cc)
+    B.check("hold post y = c * h (linear)", P, Cc.double() * H, 1e-4)
+
+
 # the candidates checked for correctness first (A: the expected default, B: persistent, C: short tiles)
 CHECK_A, CHECK_B, CHECK_C = C(16, 512, 4, S, 8, 32), C(16, 512, 4, S, 8, 64, persist=2), C(8, 512, 4, S, 8, 16)
 OPS = {"sum": (B.ADD, lambda X: X.double().cumsum(0)),
@@ -171,6 +232,10 @@ def tag(cfg: ScanConfig | None) -> str:
         s += f" persist{cfg.persist}"
     if cfg.maxnreg:
         s += f" maxnreg{cfg.maxnreg}"
+    if cfg.keep:
+        s += " keep"
+    if cfg.prefetch:
+        s += " pre"
     return s
 
 
@@ -180,9 +245,12 @@ def main(argv=None):
     ap.add_argument("--budget", type=float, default=240.0, help="seconds after which sweeps stop")
     ap.add_argument("--dry", action="store_true", help="tiny sizes on CPU (Triton interpreter): checks the script")
     ap.add_argument("--skip-correctness", action="store_true")
-    ap.add_argument("--phase", choices=["explore", "confirm"], default="explore",
+    ap.add_argument("--phase", choices=["explore", "confirm", "hold"], default="explore",
                     help="explore: run 3's sweeps; confirm: run 4 (the defaults, register caps, persistent grids)")
     ap.add_argument("--plain-s", type=float, default=45.0, help="seconds past the budget for the plain timings")
+    ap.add_argument("--sweep-s", type=float, default=None,
+                    help="sweep budget counted from the end of the correctness pass (replaces --budget; run 5 lost "
+                         "all its sweeps to a 150 s correctness pass under --budget 150)")
     args = ap.parse_args(argv)
     B.TIME_BUDGET_S, B.OUT_DIR = args.budget, args.out
     if args.dry:
@@ -207,6 +275,8 @@ def main(argv=None):
         try:
             if args.phase == "explore":
                 correctness()
+            elif args.phase == "hold":
+                hold_checks()
             else:
                 B.log("== scan_bench's correctness (every mode, the defaults) ==")
                 B.correctness(False)
@@ -215,6 +285,8 @@ def main(argv=None):
             R["errors"].append(traceback.format_exc())
             B.log(traceback.format_exc())
     B.log(f"(correctness took {time.time() - t0:.0f} s)")
+    if args.sweep_s is not None:
+        B.TIME_BUDGET_S = args.budget = time.time() - B.T_START + args.sweep_s
     dump()
     bws = [B.copy_bandwidth() for _ in range(2)]
     bw = max(bws)
@@ -245,13 +317,14 @@ def main(argv=None):
         "lae long": (lambda c: evt.scan(B.LAE, XL, config=c), (Tl, nl), "f32", floor(8 * XL.numel()),
                      lambda: XL.double().logcumsumexp(0), 1e-4),
     }
-    if args.phase == "confirm":
+    if args.phase in ("confirm", "hold"):
         ALb = AL.bfloat16()
         cases["linear bf16 long"] = (lambda c: evt.scan(B.LIN, ALb, XLb, init=XLb[:1], config=c), (Tl, nl), "bf16",
                                      floor(6 * XL.numel()), lambda: B.loop_ref(B.LIN, XLb[:1], ALb, XLb), 2e-2)
     best = R.setdefault("best", {})
     B.log("== sweeps (CUDA graph, median; each config checked against float64 first) ==")
-    for name, cfgs in (SWEEPS if args.phase == "explore" else SWEEPS_CONFIRM).items():
+    sweeps = {"explore": SWEEPS, "confirm": SWEEPS_CONFIRM, "hold": SWEEPS_HOLD}[args.phase]
+    for name, cfgs in sweeps.items():
         if B.DRY and name == "lae long":
             continue
         fn, shape, dt, fl, ref, tol = cases[name]
@@ -273,13 +346,15 @@ def main(argv=None):
     B.log("== old default vs best of each sweep, plain do_bench (median, L2 flushed), two rounds ==")
     plains = R.setdefault("plain", [])
     names = list(best) if args.phase == "explore" else list(cases)
+    if args.phase == "hold":  # the run-4 defaults against each sweep's best, the long fp32 cumsum first
+        names = [n for n in SWEEPS_HOLD if n in best]
     for rnd in range(2 if args.phase == "explore" else 3):
         for name in names:
             b = best.get(name, {"config": None})
             if time.time() - B.T_START > args.budget + args.plain_s:
                 continue
             fn, shape, dt, fl, _, _ = cases[name]
-            runs = [("old", OLD[name])]
+            runs = [("old", OLD[name])] if args.phase != "hold" else [("default", None)]
             if args.phase == "confirm":
                 runs.append(("default", None))
             if b["config"] is not None:
@@ -304,6 +379,8 @@ def main(argv=None):
         B.log(f"{r['case']:18s} {r['dtype']:4s} {r['variant'][6:]:60s} {r['ms'] * 1e3:8.1f} us {r['x_floor']:5.2f}x")
     import statistics
     for name in dict.fromkeys(p["case"] for p in R.get("plain", [])):
+        if name not in cases:
+            continue
         for label in ("old", "default", "best"):
             ms = [p["ms"] for p in R["plain"] if p["case"] == name and p["which"] == label]
             if ms:

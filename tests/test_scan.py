@@ -97,7 +97,17 @@ def test_parallel_strategies(cfg, name):
     (200, 3, ScanConfig(strategy="segmented", window=1, block_t=2, block_n=2, seg=2)),    # one tile a segment
     (150, 21, ScanConfig(strategy="segmented", window=2, block_t=4, block_n=8, seg=8, persist=1)),  # 8 programs
     (77, 9, ScanConfig(strategy="segmented", window=4, block_t=8, block_n=4, seg=16, persist=3, l2hint=False)),
-    (40, 6, ScanConfig(strategy="segmented", window=2, block_t=4, block_n=4, seg=8, maxnreg=96))])
+    (40, 6, ScanConfig(strategy="segmented", window=2, block_t=4, block_n=4, seg=8, maxnreg=96)),
+    # the last tile kept in registers / the first re-read tile loaded before the look-back / both
+    (75, 10, ScanConfig(strategy="segmented", window=2, block_t=4, block_n=4, seg=12, keep=True)),
+    (75, 10, ScanConfig(strategy="segmented", window=2, block_t=4, block_n=4, seg=12, prefetch=True)),
+    (75, 10, ScanConfig(strategy="segmented", window=2, block_t=4, block_n=4, seg=12, keep=True, prefetch=True)),
+    (130, 37, ScanConfig(strategy="segmented", window=8, block_t=8, block_n=16, seg=16, keep=True, prefetch=True)),
+    (9, 5, ScanConfig(strategy="segmented", window=4, block_t=4, block_n=8, seg=16, keep=True, prefetch=True)),
+    (200, 3, ScanConfig(strategy="segmented", window=1, block_t=2, block_n=2, seg=2, keep=True, prefetch=True)),
+    (150, 21, ScanConfig(strategy="segmented", window=2, block_t=4, block_n=8, seg=8, persist=1, keep=True,
+                         prefetch=True)),
+    (77, 9, ScanConfig(strategy="segmented", window=4, block_t=8, block_n=4, seg=8, persist=3, prefetch=True))])
 def test_segmented_strategy(name, T, n, cfg):
     """Each program reads a segment twice around one look-back over segments: every associative kind, T not
     a multiple of the segment, lanes not a multiple of the tile, k = 2 init rows."""
@@ -109,22 +119,24 @@ def test_segmented_strategy(name, T, n, cfg):
     close(evt.scan(fn, X, init=init, backend="triton", config=cfg), loop(fn, init, X))
 
 
-def test_segmented_post_and_broadcast_inputs():
+@pytest.mark.parametrize("extra", [{}, {"keep": True}, {"prefetch": True}, {"keep": True, "prefetch": True}])
+def test_segmented_post_and_broadcast_inputs(extra):
     T, n = 61, 11
     A, X, C = torch.rand(T, 1), torch.randn(T, n), torch.randn(T, n)
-    cfg = ScanConfig(strategy="segmented", window=2, block_t=4, block_n=8, seg=8)
+    cfg = ScanConfig(strategy="segmented", window=2, block_t=4, block_n=8, seg=8, **extra)
     fn = lambda h, a, x, c: a * h + x  # noqa: E731
     Z = evt.scan(fn, A, X, C, init=torch.zeros(1, n), post=lambda h, a, x, c: c * h, backend="triton", config=cfg)
     close(Z, C * loop(fn, torch.zeros(1, n), A.expand(T, n), X, C))
 
 
-@pytest.mark.parametrize("strategy,persist", [("lookback/nocarry", None), ("segmented/nocarry", None),
-                                              ("segmented/nocarry", 1)])
-def test_nocarry_controls_drop_the_carry(strategy, persist):
+@pytest.mark.parametrize("strategy,persist,keep", [("lookback/nocarry", None, None), ("segmented/nocarry", None, None),
+                                                   ("segmented/nocarry", 1, None), ("segmented/nocarry", None, True)])
+def test_nocarry_controls_drop_the_carry(strategy, persist, keep):
     """The timing controls skip the look-back: right inside the first chunk / segment, wrong after it."""
     X = torch.rand(64, 8) + 0.5
     Y = evt.scan(lambda h, x: h + x, X, backend="triton",
-                 config=ScanConfig(strategy=strategy, window=2, block_t=4, block_n=8, seg=8, persist=persist))
+                 config=ScanConfig(strategy=strategy, window=2, block_t=4, block_n=8, seg=8, persist=persist,
+                                   keep=keep, prefetch=keep))
     ref = X.cumsum(0)
     close(Y[:5], ref[:5])
     assert (Y[-1] < ref[-1] - 1.0).all()

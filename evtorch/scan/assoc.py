@@ -313,8 +313,20 @@ def render_lookback(em: AssocEmitter, sig: str, carry: bool = True) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- segmented
+def _stash(em: AssocEmitter, w, name: str, restore: bool = False) -> None:
+    """Copy a loaded tile to ``{name}_*`` names, or back (``restore``), so it is held in registers across other
+    code: its rows and the coefficient tiles (masked steps already identities), and the raw input loads only
+    where a post reads them; the tile mask is recomputed from the rows on restore (not held)."""
+    names = ["rows"] + ([f"l{q}" for q in range(len(em.inputs))] if em.g.post is not None else []) + list(em.comps)
+    for v in names:
+        w(f"{v} = {name}_{v}" if restore else f"{name}_{v} = {v}")
+    if restore:
+        w(f"mask = (rows < T){em.rix} & lmask{em.lix}")
+        w("rows64 = rows.to(tl.int64)")
+
+
 def render_segmented(em: AssocEmitter, sig: str, carry: bool = True, l2hint: bool = True,
-                     persist: bool = False) -> str:
+                     persist: bool = False, prefetch: bool = False, keep: bool = False) -> str:
     """One launch, one program per SEG-step segment of a lane tile (SEG / BLOCK_T tiles): the segment is read
     once for its aggregate (a reduction per tile), the carry comes from the decoupled look-back over earlier
     *segments* (the flag protocol of ``lookback``, with segments for chunks), then the segment is read again,
@@ -323,7 +335,10 @@ def render_segmented(em: AssocEmitter, sig: str, carry: bool = True, l2hint: boo
     round trips (ticket, publish, poll) are paid once per segment instead of once per tile. ``l2hint``: the
     first read asks L2 to keep the lines (evict_last), the second read and the stores to drop them first.
     ``persist``: a fixed grid of programs, each taking segment after segment (its next ticket as soon as its
-    inclusive prefix is out, before the second read), so the grid bounds the bytes waiting in L2."""
+    inclusive prefix is out, before the second read), so the grid bounds the bytes waiting in L2.
+    ``keep``: the segment's last tile stays in registers from the first read (read once, not re-read).
+    ``prefetch``: the second read's first tile is loaded before the look-back (held in registers), so its
+    L2 latency overlaps the polling. With both, the segment needs at least two tiles (the caller checks)."""
     first, again = ("evict_last", "evict_first") if l2hint else ("", "")
     w = E.Writer()
     w("@triton.jit")
@@ -332,6 +347,8 @@ def render_segmented(em: AssocEmitter, sig: str, carry: bool = True, l2hint: boo
     with w.indent():
         em.doc(w, "one-pass scan over segments of SEG steps: reduce, look back over segments, re-read and scan"
                + (" (persistent programs)" if persist else "")
+               + (" (last tile kept in registers)" if keep else "")
+               + (" (first re-read tile loaded before the look-back)" if prefetch else "")
                + ("" if carry else "\nTIMING CONTROL: no look-back, wrong results"))
         w(f"ntiles = ({em.n} + BLOCK_N - 1) // BLOCK_N")
         w("ticket = tl.atomic_add(sync, 1)  # segments start in time order: look-back only waits on started ones")
@@ -346,21 +363,42 @@ def render_segmented(em: AssocEmitter, sig: str, carry: bool = True, l2hint: boo
         em.lane_setup(w)
         em.sub = False
         em.identity_vec(w, "g")
-        w("for r0 in range(0, SEG, BLOCK_T):  # read 1: the segment's aggregate")
+        end1 = "SEG - BLOCK_T" if keep else "SEG"
+        w(f"for r0 in range(0, {end1}, BLOCK_T):  # read 1: the segment's aggregate")
         with w.indent():
             em.load_tile(w, "K + chunk * SEG + r0", evict=first)
             em.reduce(w, "", "u")
             em.combine(w, "g", "g", "u")
+        if keep:
+            w("# the last tile: read once, held in registers until the scan")
+            em.load_tile(w, "K + chunk * SEG + SEG - BLOCK_T", evict=again)
+            em.reduce(w, "", "u")
+            em.combine(w, "g", "g", "u")
+            _stash(em, w, "kt")
+        if prefetch:
+            w("# the second read's first tile, issued before the look-back (held in registers)")
+            em.load_tile(w, "K + chunk * SEG", evict=again)
+            _stash(em, w, "pt")
         _carry_in(em, w, carry)
         if persist:
             w("ticket = tl.atomic_add(sync, 1)  # the next segment (this one no longer holds anyone up)")
-        w("for r0 in range(0, SEG, BLOCK_T):  # read 2 (from L2): scan from the carry, store")
-        with w.indent():
-            em.load_tile(w, "K + chunk * SEG + r0", evict=again)
+
+        def scan_store():
             em.scan(w, "", "s")
             em.combine(w, "y", "e", "s", first_row=True)
             em.last_row(w, "y", "e")
             em.store(w, evict=again)
+        if prefetch:
+            _stash(em, w, "pt", restore=True)
+            scan_store()
+        start2 = "BLOCK_T" if prefetch else "0"
+        w(f"for r0 in range({start2}, {end1}, BLOCK_T):  # read 2 (from L2): scan from the carry, store")
+        with w.indent():
+            em.load_tile(w, "K + chunk * SEG + r0", evict=again)
+            scan_store()
+        if keep:
+            _stash(em, w, "kt", restore=True)
+            scan_store()
         if persist:
             w.depth -= 1
     return w.text()
@@ -509,7 +547,8 @@ def render_threepass(em: AssocEmitter, sig: str) -> str:
 STRATEGIES = ("lookback", "segmented", "packed", "threepass")
 
 
-def render_assoc(body, g: Group, strategy: str = "lookback", l2hint: bool = True, persist: bool = False):
+def render_assoc(body, g: Group, strategy: str = "lookback", l2hint: bool = True, persist: bool = False,
+                 prefetch: bool = False, keep: bool = False):
     """Kernels for one associative group. ``strategy`` is one of STRATEGIES; "lookback/nocarry" and
     "segmented/nocarry" are timing controls (the same kernel without the look-back: wrong results)."""
     from .kernels import Kernel, _io_args, _signature
@@ -526,7 +565,7 @@ def render_assoc(body, g: Group, strategy: str = "lookback", l2hint: bool = True
         src += render_lookback(em, sig, carry)
         names = ("scan_assoc",)
     elif base == "segmented":
-        src += render_segmented(em, sig, carry, l2hint, persist)
+        src += render_segmented(em, sig, carry, l2hint, persist, prefetch, keep)
         names = ("scan_assoc",)
     elif base == "packed":
         src += render_packed(em, sig)

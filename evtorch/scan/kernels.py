@@ -242,7 +242,8 @@ def render(body, g: Group, **options) -> Kernel:
         from .assoc import render_assoc
         hint = options.get("l2hint")
         return render_assoc(body, g, options.get("strategy") or "lookback", True if hint is None else hint,
-                            bool(options.get("persist")))
+                            bool(options.get("persist")), bool(options.get("prefetch")),
+                            bool(options.get("keep")))
     if g.mode == "lanes":
         return render_lanes(body, g, depth=options.get("depth", 4))
     return render_coupled(body, g)

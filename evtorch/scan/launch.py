@@ -36,7 +36,10 @@ class ScanConfig:
     hints (keep the first read, drop the second read and the stores first); ``persist`` (segmented): a
     persistent grid of this many programs per multiprocessor, each taking segment after segment (None or 0:
     one program per segment); ``maxnreg`` (lookback, segmented, packed): a cap on registers per thread passed
-    to Triton, so that more programs fit on a multiprocessor. The defaults are the best
+    to Triton, so that more programs fit on a multiprocessor; ``keep`` (segmented): the segment's last tile stays in
+    registers from the first read instead of being read again; ``prefetch`` (segmented): the second read's
+    first tile is loaded before the look-back, so its latency overlaps the polling (dropped where the segment
+    has one tile and ``keep`` holds it already). The defaults are the best
     measured on an H200 (docs/scan.md); "packed" and sub > 1 measured slower there.
     """
 
@@ -51,6 +54,8 @@ class ScanConfig:
     l2hint: bool | None = None
     persist: int | None = None
     maxnreg: int | None = None
+    keep: bool | None = None
+    prefetch: bool | None = None
 
 
 def _np2(x: int) -> int:
@@ -70,11 +75,13 @@ def kernel_for(body, g, config: ScanConfig):
     """(Kernel, [jit functions in launch order]) for this group and options (rendered and imported once)."""
     seg = (config.strategy or "").startswith("segmented")
     hint, persist = (config.l2hint, bool(config.persist)) if seg else (None, False)
-    key = ("kernel", g.mode, config.depth, config.strategy, hint, persist)
+    keep, pre = (bool(config.keep), bool(config.prefetch)) if seg else (False, False)
+    key = ("kernel", g.mode, config.depth, config.strategy, hint, persist, keep, pre)
     cache = g.__dict__.setdefault("_kernels", {})
     hit = cache.get(key)
     if hit is None:
-        kern = K.render(body, g, depth=config.depth, strategy=config.strategy, l2hint=hint, persist=persist)
+        kern = K.render(body, g, depth=config.depth, strategy=config.strategy, l2hint=hint, persist=persist,
+                        keep=keep, prefetch=pre)
         module = load_module(kern.source, f"scan_{kern.mode}_{body.name}")
         hit = cache[key] = (kern, [getattr(module, name) for name in (kern.names or (kern.name,))])
     return hit
@@ -140,10 +147,14 @@ def heuristic(body, g, T: int, device, config: ScanConfig) -> ScanConfig:
         if sub & (sub - 1) or bt % sub:
             raise ValueError(f"ScanConfig.sub={sub} must be a power of two dividing block_t={bt}")
         l2hint = h.l2hint if config.l2hint is None else config.l2hint
+        keep = bool(h.keep if config.keep is None else config.keep)
+        pre = bool(h.prefetch if config.prefetch is None else config.prefetch)
+        if keep and pre and seg == bt:  # one tile a segment, already held: nothing left to prefetch
+            pre = False
         return ScanConfig(bt, config.block_n or h.block_n, config.num_warps or h.num_warps, config.depth,
                           strategy, config.window or h.window, seg, sub, True if l2hint is None else l2hint,
                           h.persist if config.persist is None else config.persist,
-                          h.maxnreg if config.maxnreg is None else config.maxnreg)
+                          h.maxnreg if config.maxnreg is None else config.maxnreg, keep, pre)
     if g.mode == "lanes":
         n = math.prod(g.shape)
         if interp:
