@@ -369,7 +369,9 @@ def test_trace_cache_follows_code_closures_and_globals():
 
 
 def test_gpu_heuristic_picks_the_measured_configs():
-    """The GPU defaults of docs/scan.md (H200 runs 3-4): segmented on long scans, look-back on short ones."""
+    """The GPU defaults of docs/scan.md (H200 runs 3-6): segmented on long scans (float32 sums: 8-step tiles,
+    last tile kept, first re-read tile prefetched; the linear recurrence: last tile kept), look-back on short
+    ones."""
     from evtorch.scan.launch import heuristic
 
     class Cuda:
@@ -381,9 +383,18 @@ def test_gpu_heuristic_picks_the_measured_configs():
         c = heuristic(body, body.groups[0], T, Cuda(), ScanConfig())
         return c.strategy, c.block_t, c.block_n, c.seg if c.strategy in ("segmented", "threepass") else c.window
 
+    def held(fn, n_inputs, dtype, T, n=1024):
+        body = get_body(fn, None, [RowSpec("s0", (n,), dtype)], [RowSpec(f"x{i}", (n,), dtype)
+                                                                 for i in range(n_inputs)], 1)
+        c = heuristic(body, body.groups[0], T, Cuda(), ScanConfig())
+        return c.keep, c.prefetch
+
     add, lin = (lambda h, x: h + x), (lambda h, a, x: a * h + x)
     lae = lambda h, x: torch.logaddexp(h, x)  # noqa: E731
-    assert pick(add, 1, torch.float32, 65536) == ("segmented", 16, 512, 32)
+    assert pick(add, 1, torch.float32, 65536) == ("segmented", 8, 512, 32)
+    assert held(add, 1, torch.float32, 65536) == (True, True)
+    assert held(lin, 2, torch.float32, 65536) == (True, False)
+    assert held(add, 1, torch.bfloat16, 65536) == (False, False)  # keep spills with 16-bit tiles
     assert pick(add, 1, torch.float32, 4096, 8192) == ("lookback", 16, 512, 1)
     assert pick(add, 1, torch.bfloat16, 65536) == ("segmented", 16, 1024, 32)
     assert pick(add, 1, torch.bfloat16, 4096, 8192) == ("lookback", 16, 1024, 1)
