@@ -417,21 +417,16 @@ def main(argv=None) -> int:
 def _use_triton_backend_on_cpu():
     """In a dry run the evtorch contenders run the generated kernels (interpreter) rather than the reference."""
     import evtorch.api as api
-    real = api.gemm
-
-    def gemm(A, B, epilogue=None, **kw):
-        if kw.get("backend") is None:
-            kw["backend"] = "triton"
-        return real(A, B, epilogue, **kw)
-    api.gemm = gemm
     import evtorch.integration.function as function
-    real_prepare = function.prepare
 
-    def prepare(A, B, epilogue=None, **kw):
-        if kw.get("backend") is None:
-            kw["backend"] = "triton"
-        return real_prepare(A, B, epilogue, **kw)
-    function.prepare = prepare
+    def triton_by_default(real):
+        def call(A, B, epilogue=None, **kw):
+            if kw.get("backend") is None:
+                kw["backend"] = "triton"
+            return real(A, B, epilogue, **kw)
+        return call
+    api.gemm = triton_by_default(api.gemm)
+    function.prepare = triton_by_default(function.prepare)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@ import torch.nn.functional as F
 
 import evtorch as evt
 from evtorch.codegen import fastmath
+from evtorch.examples import bce_loss as bce
+from evtorch.examples import row_reduction as row_tanh
 from evtorch.codegen.program import build_program
 from evtorch.ops import REGISTRY
 from evtorch.runtime import gemm as rg
@@ -37,16 +39,6 @@ def _epilogue_src(prog) -> str:
 def gelu_aux(acc, bias):
     pre = acc + bias
     return F.gelu(pre, approximate="tanh"), pre
-
-
-def row_tanh(acc, C, alpha, beta):
-    D = alpha * acc + torch.tanh(beta * C)
-    return D, D.sum(1)
-
-
-def bce(acc, C, b):
-    z = acc + b[:, None]
-    return ((C - 1) * z + torch.log(torch.clamp(torch.sigmoid(z), 1e-3, 0.999))).sum()
 
 
 def dgelu(acc, pre):

@@ -124,7 +124,8 @@ POISON: Knob[bool] = Knob(
 ALL_KNOBS = ALL_KNOBS + (POISON,)
 
 
-def _parse_fusion(name: str, text: str) -> str:
+def _parse_mode(name: str, text: str) -> str:
+    """auto / always / never, with the booleans as aliases (1 = auto, 0 = never)."""
     value = text.strip().lower()
     if value in ("auto", "always", "never"):
         return value
@@ -136,10 +137,10 @@ def _parse_fusion(name: str, text: str) -> str:
 FUSE_BACKWARD: Knob[str] = Knob(
     "EVTORCH_FUSE_BACKWARD",
     lambda: "auto",
-    _parse_fusion,
+    _parse_mode,
     "cross-layer backward fusion (integration/deferred.py): auto (or 1; the default) fuses a layer's backward "
-    "epilogue into the next evtorch layer's input-gradient GEMM where timed faster (heuristic without "
-    "autotuning); always; never (or 0)",
+    "epilogue into the next evtorch layer's input-gradient GEMM where timed faster (not fused when nothing can "
+    "be timed); always; never (or 0)",
 )
 ALL_KNOBS = ALL_KNOBS + (FUSE_BACKWARD,)
 
@@ -149,19 +150,10 @@ def poison_enabled() -> bool:
     return POISON.get()
 
 
-def _parse_fast_math(name: str, text: str) -> str:
-    value = text.strip().lower()
-    if value in ("auto", "always", "never"):
-        return value
-    if value in _TRUE or value in _FALSE:
-        return "auto" if value in _TRUE else "never"
-    raise ValueError(f"environment variable {name}={text!r} is not one of auto, always, never (or 1/0)")
-
-
 FAST_MATH: Knob[str] = Knob(
     "EVTORCH_FAST_MATH",
     lambda: "auto",
-    _parse_fast_math,
+    _parse_mode,
     "hardware tanh/sigmoid approximations in kernels compiled for a GPU (never under the interpreter; "
     "codegen/fastmath.py): auto (or 1; the default) tanh where every value it produces is rounded to fp16/bf16 "
     "before it reaches an output, sigmoid everywhere (measured as accurate as the accurate one); always (every "
