@@ -94,7 +94,8 @@ def compile_workload(name: str, mode: str, config: str, out_dtype=torch.bfloat16
     consts = dict(BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=8,
                   ALLOW_TF32=False, ACC_DTYPE=triton.language.float32, DOT_UPCAST=False, NUM_PROGRAMS=132,
                   A_COL_MAJOR=False, B_COL_MAJOR=False, A_BATCHED=False, B_BATCHED=False,
-                  EPILOGUE_SUBTILE=cfg["EPILOGUE_SUBTILE"], WARP_SPECIALIZE=False, FLATTEN=cfg["FLATTEN"])
+                  EPILOGUE_SUBTILE=cfg["EPILOGUE_SUBTILE"], WARP_SPECIALIZE=False, FLATTEN=cfg["FLATTEN"],
+                  PREFETCH=cfg.get("PREFETCH", 0))
     for k in consts:
         sig[k] = "constexpr"
     attrs = {(i,): [["tt.divisibility", 16]] for i, t in enumerate(sig.values()) if t.startswith("*")}

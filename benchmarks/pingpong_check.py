@@ -52,6 +52,18 @@ def configs() -> dict:
     def tma(bm, bn, warps, stages, **flags):
         return G("persistent_tma", bm, bn, 64, 8, 1, warps, stages, tuple(flags.items()))
 
+    if CONFIG_SET == "prefetch":  # M x N epilogue inputs loaded before the K loop / slices ahead (PREFETCH)
+        return {
+            "base": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=True, PREFETCH=0),
+            "base_q4_flat": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=4, FLATTEN=True, PREFETCH=0),
+            "h_pf1": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=True, PREFETCH=1),
+            "h_pf2": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=True, PREFETCH=2),
+            "hf_pf2": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=True, FLATTEN=True, PREFETCH=2),
+            "q4f_pf1": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=4, FLATTEN=True, PREFETCH=1),
+            "q4f_pf4": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=4, FLATTEN=True, PREFETCH=4),
+            "q4_auto": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=4),
+            "q4f_auto": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=4, FLATTEN=True),
+        }
     if CONFIG_SET == "run2":
         return {
             "base": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=True),
@@ -244,11 +256,14 @@ def phase1(args, log) -> dict:
                                                     "mixed_dag"].index(w))
     jobs = [f"W:{w}:{c}" for w in heavy_first for c in cfgs]
     for ex in ("mixed_dag", "row_reduction", "bce_loss", "column_broadcast", "lincomb_relu"):
-        for c in (("pp2_h", "pp2_q4", "pp2_h_ws") if CONFIG_SET == "run1" else ("pp2_q4", "base_q4")):
+        for c in {"run1": ("pp2_h", "pp2_q4", "pp2_h_ws"), "prefetch": ("q4_auto", "q4f_auto", "h_pf2")}.get(
+                CONFIG_SET, ("pp2_q4", "base_q4")):
             for d in ("bfloat16", "float16"):
                 jobs.append(f"E:{ex}:{c}:{d}")
     if args.dry_run:
         jobs = ["W:mixed_dag:base", "W:mixed_dag:pp2_q4", "W:rowreduce_tanh:pp2_h_ws", "E:mixed_dag:pp2_h:float16"]
+        if CONFIG_SET == "prefetch":
+            jobs = ["W:mixed_dag:base", "W:mixed_dag:q4f_auto", "W:lincomb_relu:h_pf1", "E:mixed_dag:q4f_pf1:float16"]
     out = Path(args.out)
     scratch = Path(args.scratch)
     scratch.mkdir(parents=True, exist_ok=True)

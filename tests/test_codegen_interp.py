@@ -176,3 +176,50 @@ def test_random_dags_deterministic_reductions(case):
     os.environ["EVTORCH_POISON"] = "1"
     note(repr(case))
     _check_generated(case, deterministic=True)
+
+
+PREFETCH_GRID = [(s, p) for s in (1, 2, 4) for p in range(s + 1)]
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("subtile,prefetch", PREFETCH_GRID, ids=[f"S{s}-P{p}" for s, p in PREFETCH_GRID])
+def test_persistent_prefetch_schedules(subtile, prefetch, monkeypatch):
+    """Every PREFETCH schedule (slices loaded before the K loop, the rest P slices ahead) gives the same
+    results: two M x N inputs (one batched), a row and a column reduction, ragged tiles, several tiles per
+    persistent program, outputs poisoned."""
+    monkeypatch.setenv("EVTORCH_POISON", "1")
+    extra = (("EPILOGUE_SUBTILE", subtile), ("PREFETCH", prefetch))
+    cfg = GemmConfig("persistent_tma", 16, 64, 16, 2, 1, 4, 1, extra)
+    L, M, N, K = 2, 37, 152, 24  # B rows 16-byte aligned: the TMA template runs (no portable fallback)
+    A, B = torch.randn(L, M, K), torch.randn(K, N)
+    C, D = torch.randn(L, M, N), torch.randn(M, N)
+
+    def fn(acc, C, D):
+        z = torch.tanh(acc + C) * D
+        return z, z.sum(dim=-1), (acc - D).amax(dim=-2)
+    out = evt.gemm(A, B, fn, backend="triton", config=cfg, C=C, D=D)
+    ref = fn((A.double() @ B.double()), C=C.double(), D=D.double())
+    for o, r in zip(out, ref):
+        torch.testing.assert_close(o.double(), r, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.interpreter
+def test_prefetch_source_and_rule():
+    """The generated module carries the prefetch pair only for M x N inputs; the rule fills PREFETCH_BUDGET."""
+    both = evt.trace(lambda acc, C, b: acc + C + b, acc=evt.spec((8, 16)), C=evt.spec((8, 16)), b=evt.spec((16,)))
+    src = both.source()
+    assert "def epilogue_prefetch(" in src and "def epilogue_pf(" in src and "EPILOGUE_PREFETCH = 1" in src
+    assert src.count("epilogue_prefetch(") > 4  # defined, and called by the persistent template
+    vec_only = evt.trace(lambda acc, b: acc + b, acc=evt.spec((8, 16)), b=evt.spec((16,))).source()
+    assert "epilogue_prefetch" not in vec_only and "EPILOGUE_PREFETCH = 0" in vec_only
+    cfg = GemmConfig("persistent_tma", 128, 256, 64, 8, 1, 8, 3, (("EPILOGUE_SUBTILE", 4),))
+    assert cfg.prefetch_slices(0, 2) == 0
+    assert cfg.prefetch_slices(1, 2) == 4      # 64 B a slice and input: all four quarters in 256 B
+    assert cfg.prefetch_slices(2, 2) == 2
+    assert cfg.prefetch_slices(4, 4) == 1      # over budget: still the first slice, the rest one ahead
+    ws = GemmConfig("persistent_tma", 128, 256, 64, 8, 1, 8, 3, (("EPILOGUE_SUBTILE", 4), ("WARP_SPECIALIZE", True)))
+    assert ws.prefetch_slices(1, 2) == 0
+    fixed = GemmConfig("persistent_tma", 128, 256, 64, 8, 1, 8, 3, (("EPILOGUE_SUBTILE", 2), ("PREFETCH", 0)))
+    assert fixed.prefetch_slices(3, 2) == 0
+    with pytest.raises(ValueError, match="PREFETCH=4 exceeds"):
+        GemmConfig("persistent_tma", 128, 256, 64, 8, 1, 8, 3, (("EPILOGUE_SUBTILE", 2), ("PREFETCH", 4)))

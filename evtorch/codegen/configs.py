@@ -31,16 +31,24 @@ EXTRA_FLAGS: dict[str, type | tuple[type, ...]] = {
     # persistent programs per SM (default 1). 2 = "ping-pong": two co-resident programs, each owning its own output
     # tiles, so one's epilogue overlaps the other's TMA/wgmma main loop (needs 2x registers and shared memory)
     "PROGRAMS_PER_SM": int,
+    # epilogue slices whose M x N inputs are loaded before the K loop, 0 .. EPILOGUE_SUBTILE (slice i + P is then
+    # loaded before slice i runs); absent: GemmConfig.prefetch_slices' rule
+    "PREFETCH": int,
 }
 # Values allowed for the int flags, and the value each flag takes when absent (dropped from ``extra``).
-_FLAG_VALUES: dict[str, tuple[Any, ...]] = {"EPILOGUE_SUBTILE": (False, True, 1, 2, 4), "PROGRAMS_PER_SM": (1, 2, 3, 4)}
+_FLAG_VALUES: dict[str, tuple[Any, ...]] = {"EPILOGUE_SUBTILE": (False, True, 1, 2, 4), "PROGRAMS_PER_SM": (1, 2, 3, 4),
+                                           "PREFETCH": (0, 1, 2, 3, 4)}
 _FLAG_DEFAULTS: dict[str, Any] = {"EPILOGUE_SUBTILE": False, "WARP_SPECIALIZE": False, "FLATTEN": False,
-                                  "PROGRAMS_PER_SM": 1}
+                                  "PROGRAMS_PER_SM": 1, "PREFETCH": None}
 
 # Registers per SM (every NVIDIA GPU since Kepler) and the most one thread can hold: a program of w warps is
 # guaranteed co-resident with (programs_per_sm - 1) others whatever its epilogue needs only if
 # programs_per_sm * w * 32 * 256 <= REGISTERS_PER_SM (255 registers allocate as 256).
 REGISTERS_PER_SM = 65536
+
+# Bytes per thread of prefetched epilogue inputs held in registers through the K loop (64 registers: a 128 x 256
+# bf16 tile over 8 warps; the 128 x 256 fp32 accumulator takes 128 registers of the 255)
+PREFETCH_BUDGET = 256
 
 DTYPE_BYTES: dict[torch.dtype, int] = {
     torch.float16: 2,
@@ -125,6 +133,9 @@ class GemmConfig:
         if subtiles > 1 and self.BLOCK_N // subtiles < 16:
             raise ValueError(f"GemmConfig.extra EPILOGUE_SUBTILE={subtiles} needs BLOCK_N >= {16 * subtiles} "
                              f"(slices of >= 16 columns), got BLOCK_N={self.BLOCK_N}")
+        if extra.get("PREFETCH", 0) > subtiles:
+            raise ValueError(f"GemmConfig.extra PREFETCH={extra['PREFETCH']} exceeds the epilogue's slices "
+                             f"(EPILOGUE_SUBTILE gives {subtiles}); PREFETCH counts slices, 0 .. {subtiles}")
         object.__setattr__(self, "extra", tuple(sorted(extra.items())))
 
     def flag(self, name: str, default: Any = False) -> Any:
@@ -147,6 +158,19 @@ class GemmConfig:
     def programs_per_sm(self) -> int:
         """Persistent programs per SM (PROGRAMS_PER_SM; 1 for every template but persistent_tma)."""
         return int(self.flag("PROGRAMS_PER_SM", 1))
+
+    def prefetch_slices(self, tiles: int, elem_bytes: int) -> int:
+        """PREFETCH for an epilogue with ``tiles`` M x N inputs of ``elem_bytes`` each (persistent_tma): the flag
+        when given, else as many slices as fit PREFETCH_BUDGET bytes per thread (at least the first slice,
+        which the later ones then follow one slice ahead; none under warp specialization, whose partitions
+        would have to carry the values)."""
+        given = self.flag("PREFETCH", None)
+        if given is not None:
+            return given
+        if not tiles or self.template != "persistent_tma" or self.flag("WARP_SPECIALIZE"):
+            return 0
+        per_slice = tiles * elem_bytes * self.BLOCK_M * self.epilogue_block_n // (32 * self.num_warps)
+        return max(1, min(self.epilogue_subtiles, PREFETCH_BUDGET // max(1, per_slice)))
 
     def persistent_programs(self, num_sms: int) -> int:
         """Program count the persistent template strides its tile loop by (constexpr NUM_PROGRAMS)."""

@@ -61,6 +61,7 @@ class EpilogueCode:
     params: ParamList
     reductions: list[ReductionPlan] = field(default_factory=list)
     user_ops: dict = field(default_factory=dict)   # name -> @triton.jit function to inject into the module
+    prefetch: int = 0   # M x N input tiles ``<fn>_prefetch`` loads and ``<fn>_pf`` takes (0: neither exists)
 
 
 class EpilogueEmitter:
@@ -78,6 +79,8 @@ class EpilogueEmitter:
         self.var: dict[int, str] = {}
         self.reductions: list[ReductionPlan] = []
         self.user_ops: dict = {}
+        self.prefetched: list[Node] = []  # M x N input loads, in ``pf<k>`` order
+        self._pf = False  # emitting ``<fn>_pf`` (prefetched loads are arguments)
 
     # ------------------------------------------------------------------ planning
     def plan_reductions(self) -> list[ReductionPlan]:
@@ -97,14 +100,32 @@ class EpilogueEmitter:
 
     # ------------------------------------------------------------------ emission
     def emit(self) -> EpilogueCode:
+        """The epilogue function; with M x N input tiles, also ``<fn>_prefetch`` (loads them) and ``<fn>_pf``
+        (the same epilogue taking them as its last arguments): templates that can issue the loads early
+        (persistent_tma: before the K loop, or one sub-tile ahead) call the pair instead, so the loads'
+        latency and bandwidth overlap tensor-core work instead of stalling the epilogue."""
         if not self.reductions:
             self.plan_reductions()
+        self.prefetched = [n for n in self.graph.nodes
+                           if n.stage == Stage.TILE and n.op == "input" and {"M", "N"} <= set(n.axes)]
+        source = self._function(self.fn_name, prefetched=False)
+        if self.prefetched:
+            source += "\n\n" + self._prefetch_function() + "\n\n" + self._function(f"{self.fn_name}_pf", True)
+        return EpilogueCode(source, self.fn_name, self.params, self.reductions, self.user_ops,
+                            prefetch=len(self.prefetched))
+
+    def _prologue(self) -> None:
         w = self.lines.append
         w("mask_m = offs_m < M")
         w("mask_n = offs_n < N")
         w("mask = mask_m[:, None] & mask_n[None, :]")
         w("offs_m64 = offs_m.to(tl.int64)")
         w("offs_n64 = offs_n.to(tl.int64)")
+
+    def _function(self, name: str, prefetched: bool) -> str:
+        """One epilogue function; ``prefetched``: the M x N input tiles are the arguments ``pf0, pf1, ..``."""
+        self.lines, self.var, self._pf = [], {}, prefetched
+        self._prologue()
         for n in self.graph.nodes:
             if n.stage != Stage.TILE or n.op == "output":
                 continue
@@ -114,10 +135,21 @@ class EpilogueEmitter:
         for n in self.graph.nodes:
             if n.op == "output" and n.stage == Stage.TILE:
                 self._emit_store(n)
-        params = ", ".join(list(SIGNATURE) + self.params.names())
+        extra = [f"pf{k}" for k in range(len(self.prefetched))] if prefetched else []
+        params = ", ".join(list(SIGNATURE) + self.params.names() + extra)
         body = "\n".join(f"    {line}" for line in self.lines) or "    pass"
-        source = f"@triton.jit\ndef {self.fn_name}({params}):\n{body}\n"
-        return EpilogueCode(source, self.fn_name, self.params, self.reductions, self.user_ops)
+        return f"@triton.jit\ndef {name}({params}):\n{body}\n"
+
+    def _prefetch_function(self) -> str:
+        """``<fn>_prefetch(offs_m, offs_n, pid_l, M, N, L, <params>)``: the M x N input tiles of a (sub-)tile,
+        masked like the epilogue's own loads (one tensor, or a tuple in ``pf<k>`` order)."""
+        self.lines = []
+        self._prologue()
+        loads = ", ".join(self._load_expr(n) for n in self.prefetched)
+        self.lines.append(f"return {loads}")
+        params = ", ".join(["offs_m", "offs_n", "pid_l", "M", "N", "L"] + self.params.names())
+        body = "\n".join(f"    {line}" for line in self.lines)
+        return f"@triton.jit\ndef {self.fn_name}_prefetch({params}):\n{body}\n"
 
     def _assign(self, n: Node, expr: str) -> str:
         name = f"v_{n.name}"
@@ -145,6 +177,13 @@ class EpilogueEmitter:
         raise AssertionError(f"unexpected tile node {n.format()}")
 
     def _emit_load(self, n: Node) -> str:
+        if self._pf:
+            k = next((k for k, m in enumerate(self.prefetched) if m is n), None)
+            if k is not None:
+                return self._assign(n, f"pf{k}")
+        return self._assign(n, self._load_expr(n))
+
+    def _load_expr(self, n: Node) -> str:
         binding = n.attrs["binding"]
         ptr = self.params.get("in_ptr", n.target, f"in_{n.target}")
         strides = {a: self.params.get("in_stride", (n.target, binding, a), f"s_{n.target}_{a}") for a in n.axes}
@@ -153,8 +192,7 @@ class EpilogueEmitter:
         other = "0" if not n.dtype.is_floating_point else "0.0"
         if n.dtype == torch.bool:
             other = "0"
-        load = f"tl.load({address}, mask={mask}, other={other})" if mask else f"tl.load({address})"
-        return self._assign(n, load)
+        return f"tl.load({address}, mask={mask}, other={other})" if mask else f"tl.load({address})"
 
     def _emit_store(self, out: Node) -> None:
         pos = out.target

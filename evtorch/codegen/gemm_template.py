@@ -226,9 +226,10 @@ def __KERNEL__(
     NUM_PROGRAMS: tl.constexpr,
     A_COL_MAJOR: tl.constexpr, B_COL_MAJOR: tl.constexpr,
     A_BATCHED: tl.constexpr, B_BATCHED: tl.constexpr,
-    EPILOGUE_SUBTILE: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, FLATTEN: tl.constexpr,
+    EPILOGUE_SUBTILE: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, FLATTEN: tl.constexpr, PREFETCH: tl.constexpr,
 ):
-    """Persistent TMA GEMM + epilogue (Hopper); grid (min(NUM_PROGRAMS, L*tiles),), EPILOGUE_SUBTILE in 1, 2, 4."""
+    """Persistent TMA GEMM + epilogue (Hopper); grid (min(NUM_PROGRAMS, L*tiles),), EPILOGUE_SUBTILE in 1, 2, 4;
+    PREFETCH in 0 .. EPILOGUE_SUBTILE: epilogue slices whose M x N inputs are loaded before the K loop."""
     if A_BATCHED:
         if A_COL_MAJOR:
             a_desc = tl.make_tensor_descriptor(A_ptr, shape=[L, K, M], strides=[stride_al, stride_ak, 1],
@@ -278,7 +279,7 @@ def __KERNEL__(
         pid_n = (t % num_pid_in_group) // group_size_m
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC_DTYPE)
+__PREFETCH_TOP__        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC_DTYPE)
         for ki in range(k_tiles):
             off_k = ki * BLOCK_K
             if A_BATCHED:
@@ -311,36 +312,77 @@ __DOT_TMA__
         pid_m_c = first_pid_m_c + (t_c % num_pid_in_group) % group_size_m_c
         pid_n_c = (t_c % num_pid_in_group) // group_size_m_c
         offs_m = pid_m_c * BLOCK_M + tl.arange(0, BLOCK_M)
-        if EPILOGUE_SUBTILE == 4:
-            # quarters: split the halves again (register pressure of heavy epilogues scales with the slice)
-            acc3 = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
-            acc_lo, acc_hi = tl.split(acc3)
-            q3 = tl.permute(tl.reshape(acc_lo, (BLOCK_M, 2, BLOCK_N // 4)), (0, 2, 1))
-            acc_q0, acc_q1 = tl.split(q3)
-            offs_n_q = pid_n_c * BLOCK_N + tl.arange(0, BLOCK_N // 4)
-            __EPILOGUE__(acc_q0, offs_m, offs_n_q, pid_m_c, 4 * pid_n_c, pid_l_c, M, N, L__PARAMS_CALL__)
-            __EPILOGUE__(acc_q1, offs_m, offs_n_q + BLOCK_N // 4, pid_m_c, 4 * pid_n_c + 1, pid_l_c, M, N,
-                         L__PARAMS_CALL__)
-            q3 = tl.permute(tl.reshape(acc_hi, (BLOCK_M, 2, BLOCK_N // 4)), (0, 2, 1))
-            acc_q2, acc_q3 = tl.split(q3)
-            __EPILOGUE__(acc_q2, offs_m, offs_n_q + BLOCK_N // 2, pid_m_c, 4 * pid_n_c + 2, pid_l_c, M, N,
-                         L__PARAMS_CALL__)
-            __EPILOGUE__(acc_q3, offs_m, offs_n_q + 3 * (BLOCK_N // 4), pid_m_c, 4 * pid_n_c + 3, pid_l_c, M, N,
-                         L__PARAMS_CALL__)
-        elif EPILOGUE_SUBTILE == 2:
-            acc3 = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
-            acc_lo, acc_hi = tl.split(acc3)
-            offs_n_lo = pid_n_c * BLOCK_N + tl.arange(0, BLOCK_N // 2)
-            offs_n_hi = offs_n_lo + BLOCK_N // 2
-            __EPILOGUE__(acc_lo, offs_m, offs_n_lo, pid_m_c, 2 * pid_n_c, pid_l_c, M, N, L__PARAMS_CALL__)
-            __EPILOGUE__(acc_hi, offs_m, offs_n_hi, pid_m_c, 2 * pid_n_c + 1, pid_l_c, M, N, L__PARAMS_CALL__)
-        else:
-            offs_n = pid_n_c * BLOCK_N + tl.arange(0, BLOCK_N)
-            __EPILOGUE__(acc, offs_m, offs_n, pid_m_c, pid_n_c, pid_l_c, M, N, L__PARAMS_CALL__)
-'''
+__EPILOGUE_CALLS__'''
 )
 
 _PERSISTENT_TMA = _PERSISTENT_TMA.replace("__DOT_TMA__", _indent(_DOT, 12))
+
+# The persistent template's epilogue part, rendered per program: EPILOGUE_SUBTILE = S splits the accumulator
+# into S slices (quarters: the halves split again after the first two slices ran, so at most three
+# quarter-sized pieces are live at once) and calls the epilogue on each. With ``prefetch`` > 0 M x N input
+# tiles, PREFETCH = P > 0 calls ``<epi>_prefetch`` for slices 0 .. P-1 before the K loop (their loads fly
+# while the tensor cores work; the values wait in registers) and, at slice i, for slice i + P before
+# computing slice i (its latency hides behind slice i's math), then ``<epi>_pf`` takes the loaded tiles.
+_SPLITS = {
+    1: [(None, "acc_s0 = acc")],
+    2: [(None, "acc3 = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))\n"
+               "acc_s0, acc_s1 = tl.split(acc3)")],
+    4: [(None, "acc3 = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))\n"
+               "acc_lo, acc_hi = tl.split(acc3)\n"
+               "q3 = tl.permute(tl.reshape(acc_lo, (BLOCK_M, 2, BLOCK_N // 4)), (0, 2, 1))\n"
+               "acc_s0, acc_s1 = tl.split(q3)"),
+        (2, "q3 = tl.permute(tl.reshape(acc_hi, (BLOCK_M, 2, BLOCK_N // 4)), (0, 2, 1))\n"
+            "acc_s2, acc_s3 = tl.split(q3)")],
+}
+
+
+def _pf_names(slice_: int, count: int) -> str:
+    return ", ".join(f"pf{slice_}_{k}" for k in range(count))
+
+
+def _prefetch_top(prefetch: int) -> str:
+    """Before the K loop: the M x N inputs of the first PREFETCH slices (tile coordinates of the main loop)."""
+    if not prefetch:
+        return ""
+    lines = ["if PREFETCH > 0:",
+             "    offs_m_f = off_m + tl.arange(0, BLOCK_M)",
+             "    offs_n_f = off_n + tl.arange(0, BLOCK_N // EPILOGUE_SUBTILE)"]
+    for i in range(4):
+        pad = "    " * (1 + (i > 0))
+        if i:
+            lines.append(f"    if PREFETCH > {i}:")
+        shift = f" + {i} * (BLOCK_N // EPILOGUE_SUBTILE)" if i else ""
+        lines.append(f"{pad}{_pf_names(i, prefetch)} = __EPILOGUE___prefetch(offs_m_f, offs_n_f{shift}, pid_l, M, N, "
+                     "L__PARAMS_CALL__)")
+    return _indent("\n".join(lines), 8)
+
+
+def _epilogue_calls(prefetch: int) -> str:
+    """The S-way split and the epilogue calls for S = 4, 2, 1 (constexpr branches on EPILOGUE_SUBTILE)."""
+    out = []
+    for n, kw in ((4, "if"), (2, "elif"), (1, "else")):
+        out.append(f"{kw} EPILOGUE_SUBTILE == {n}:" if n != 1 else "else:")
+        body = []
+        for i in range(n):
+            width = f"(BLOCK_N // {n})" if n > 1 else "BLOCK_N"
+            body.append(f"offs_n_s{i} = pid_n_c * BLOCK_N + {i} * {width} + tl.arange(0, {width})")
+        for i in range(n):
+            body += [code for at, code in _SPLITS[n] if (at or 0) == i]
+            args = f"offs_m, offs_n_s{i}, pid_m_c, {n} * pid_n_c + {i}, pid_l_c, M, N, L__PARAMS_CALL__"
+            if not prefetch:
+                body.append(f"__EPILOGUE__(acc_s{i}, {args})")
+                continue
+            for ahead in range(1, n - i):
+                body.append(f"if PREFETCH == {ahead}:")
+                body.append(f"    {_pf_names(i + ahead, prefetch)} = __EPILOGUE___prefetch(offs_m, offs_n_s{i + ahead}, "
+                            "pid_l_c, M, N, L__PARAMS_CALL__)")
+            body += ["if PREFETCH > 0:",
+                     f"    __EPILOGUE___pf(acc_s{i}, {args}, {_pf_names(i, prefetch)})",
+                     "else:",
+                     f"    __EPILOGUE__(acc_s{i}, {args})"]
+        out += ["    " + line for code in body for line in code.split("\n")]
+    return _indent("\n".join(out), 8)
+
 
 _TEMPLATES = {
     "portable": _PORTABLE,
@@ -353,7 +395,7 @@ _TEMPLATES = {
 _RESERVED = frozenset(
     """A_ptr B_ptr W_ptr M N K L stride_al stride_am stride_ak stride_bl stride_bk stride_bn
     BLOCK_M BLOCK_N BLOCK_K GROUP_M ALLOW_TF32 ACC_DTYPE DOT_UPCAST SPLIT_K NUM_SMS NUM_PROGRAMS A_COL_MAJOR B_COL_MAJOR
-    A_BATCHED B_BATCHED EPILOGUE_SUBTILE WARP_SPECIALIZE FLATTEN PROGRAMS_PER_SM triton tl""".split()
+    A_BATCHED B_BATCHED EPILOGUE_SUBTILE WARP_SPECIALIZE FLATTEN PROGRAMS_PER_SM PREFETCH triton tl""".split()
 )
 
 
@@ -368,12 +410,15 @@ def reserved_names() -> frozenset[str]:
     return _RESERVED
 
 
-def render_gemm(kernel_name: str, epilogue_fn: str, epilogue_params: list[str], template: str) -> str:
+def render_gemm(kernel_name: str, epilogue_fn: str, epilogue_params: list[str], template: str,
+                prefetch: int = 0) -> str:
     """Source of one ``@triton.jit`` kernel named ``kernel_name`` for ``template``.
 
     ``template`` is one of ``RENDERABLE``: 'portable', 'splitk' (partial products only; it takes no
     epilogue params), 'splitk_reduce' (sum of partials + epilogue) or 'persistent_tma'. The caller puts
-    ``HEADER``, the epilogue function ``epilogue_fn`` and this text into one module.
+    ``HEADER``, the epilogue function ``epilogue_fn`` and this text into one module. ``prefetch``: how many
+    M x N input tiles ``<epilogue_fn>_prefetch`` returns (persistent_tma then calls it and ``<epilogue_fn>_pf``
+    when launched with PREFETCH > 0; both must be in the module); 0: the epilogue loads its own inputs.
     """
     _check_identifier("kernel_name", kernel_name)
     _check_identifier("epilogue_fn", epilogue_fn)
@@ -394,7 +439,12 @@ def render_gemm(kernel_name: str, epilogue_fn: str, epilogue_params: list[str], 
         )
     params_sig = "".join(f"    {p},\n" for p in params)
     params_call = "".join(f", {p}" for p in params)
+    if not isinstance(prefetch, int) or prefetch < 0:
+        raise ValueError(f"prefetch must be a non-negative int (M x N input tiles), got {prefetch!r}")
     text = _TEMPLATES[template]
+    if template == "persistent_tma":
+        text = text.replace("__PREFETCH_TOP__", _prefetch_top(prefetch)).replace("__EPILOGUE_CALLS__",
+                                                                                 _epilogue_calls(prefetch))
     return (
         text.replace("__KERNEL__", kernel_name)
         .replace("__EPILOGUE__", epilogue_fn)
@@ -416,6 +466,7 @@ def render_gemm_kernels(
     epilogue_fn: str,
     epilogue_params: list[str],
     templates: tuple[str, ...] = ("portable", "splitk", "persistent_tma"),
+    prefetch: int = 0,
 ) -> str:
     """All kernels needed to launch ``templates`` (splitk brings its reduce kernel), named by
     ``kernel_symbol(base, template)``, separated by blank lines. Without HEADER or the epilogue."""
@@ -425,5 +476,5 @@ def render_gemm_kernels(
             raise ValueError(f"templates entries must be 'portable', 'splitk' or 'persistent_tma', got {template!r}")
         parts = ("splitk", "splitk_reduce") if template == "splitk" else (template,)
         for part in parts:
-            chunks.append(render_gemm(kernel_symbol(base, part), epilogue_fn, epilogue_params, part))
+            chunks.append(render_gemm(kernel_symbol(base, part), epilogue_fn, epilogue_params, part, prefetch))
     return "\n\n".join(chunks)

@@ -73,7 +73,8 @@ def build_program(ep, dtype=None, *, deterministic: bool = False, templates=TEMP
         + "\n".join(f"    {line}" for line in str(ep.graph).splitlines() + [""]
                      + fastmath.describe(ep.graph, fast)) + '\n"""\n',
         epi.source,
-        render_gemm_kernels(KERNEL_BASE, epi.fn_name, epi.params.names(), tuple(templates)),
+        render_gemm_kernels(KERNEL_BASE, epi.fn_name, epi.params.names(), tuple(templates), epi.prefetch),
+        f"EPILOGUE_PREFETCH = {epi.prefetch}  # M x N input tiles the epilogue can take prefetched\n",
     ]
     if vec is not None:
         parts.append(vec.source)

@@ -327,6 +327,7 @@ def prepare_launch(
             EPILOGUE_SUBTILE=config.epilogue_subtiles,
             WARP_SPECIALIZE=bool(config.flag("WARP_SPECIALIZE")),
             FLATTEN=bool(config.flag("FLATTEN")),
+            PREFETCH=config.prefetch_slices(getattr(module, "EPILOGUE_PREFETCH", 0), A.element_size()),
         )
     else:  # GemmConfig validates templates; this guards future additions
         raise ValueError(f"config.template {config.template!r} has no launcher")
