@@ -403,3 +403,123 @@ def test_gpu_heuristic_picks_the_measured_configs():
     assert pick(lin, 2, torch.bfloat16, 65536) == ("segmented", 8, 1024, 32)
     assert pick(lae, 1, torch.float32, 65536) == ("segmented", 8, 512, 64)
     assert pick(add, 1, torch.float64, 65536) == ("lookback", 16, 512, 16)
+
+
+# ---------------------------------------------------------------------------------------------- one launch
+INIT_ROW_CONFIGS = [ScanConfig(strategy="lookback", window=2, block_t=4, block_n=4),
+                    ScanConfig(strategy="lookback", window=1, block_t=8, block_n=8, sub=2),
+                    ScanConfig(strategy="lookback/nocarry", window=1, block_t=4, block_n=4),
+                    ScanConfig(strategy="segmented", window=2, block_t=4, block_n=4, seg=8),
+                    ScanConfig(strategy="segmented", window=2, block_t=4, block_n=4, seg=12, keep=True, prefetch=True),
+                    ScanConfig(strategy="segmented", window=2, block_t=4, block_n=8, seg=8, persist=1),
+                    ScanConfig(strategy="segmented", window=1, block_t=4, block_n=4, seg=8, persist=1, keep=True,
+                               prefetch=True),
+                    ScanConfig(strategy="segmented/nocarry", window=1, block_t=4, block_n=4, seg=8, persist=1),
+                    ScanConfig(strategy="packed", window=2, block_t=4, block_n=4),
+                    ScanConfig(strategy="threepass", block_t=4, block_n=4, seg=8)]
+
+
+@pytest.mark.parametrize("k", [1, 2])
+@pytest.mark.parametrize("cfg", INIT_ROW_CONFIGS, ids=lambda c: f"{c.strategy}-p{c.persist}-k{c.keep}")
+@pytest.mark.parametrize("name", ["sum", "affine"])
+def test_assoc_kernels_write_the_init_rows(name, cfg, k):
+    """The kernel launch alone (``run_group``, outputs NaN-filled) writes every row, init rows [0, k) included:
+    the caller no longer copies them."""
+    from evtorch.scan.launch import run_group
+    fn, _ = ASSOC[name]
+    T, n = 41, 10
+    X, init = torch.randn(T, n), torch.randn(k, n)
+    body = get_body(fn, None, [RowSpec("s0", (n,), X.dtype)], [RowSpec("x0", (n,), X.dtype)], k)
+    Y = torch.full((T, n), float("nan"))
+    run_group(body, body.groups[0], [init], [X], [Y], [], T, cfg)
+    assert torch.equal(Y[:k], init)
+    if "nocarry" in cfg.strategy:  # right up to the first chunk's end only
+        close(Y[:k + 4], loop(fn, init, X)[:k + 4])
+    else:
+        close(Y, loop(fn, init, X))
+
+
+def test_host_copies_init_rows_only_where_no_kernel_does(monkeypatch):
+    """``run_forward`` leaves rows [0, k) of associative states to their kernels and still writes them for
+    sequential and coupled groups, post outputs, and T == k (no kernel runs)."""
+    from evtorch.scan import launch
+    real = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *a, **kw: real(*a, **kw).fill_(float("nan")))
+    monkeypatch.setattr(launch, "run_group", lambda *a, **kw: None)  # no kernels: what the host writes alone
+    X, init = torch.randn(9, 4), torch.randn(2, 4)
+    S, H = evt.scan(lambda s, h, x: (s + x, torch.tanh(h + x)), X, init=(init, init), backend="triton")
+    assert S[:2].isnan().all() and torch.equal(H[:2], init)
+    assert torch.equal(evt.scan(lambda s, x: s + x, X[:2], init=init, backend="triton"), init)  # T == k
+    P = evt.scan(lambda s, x: s + x, X, init=init, post=lambda s, x: 2 * s, backend="triton")
+    assert torch.equal(P[:2], 2 * init)
+    monkeypatch.undo()
+    monkeypatch.setattr(torch, "empty", lambda *a, **kw: real(*a, **kw).fill_(float("nan")))  # with kernels
+    S, H = evt.scan(lambda s, h, x: (s + x, torch.tanh(h + x)), X, init=(init, init), backend="triton")
+    R1, R2 = loop(lambda s, h, x: (s + x, torch.tanh(h + x)), (init, init), X)
+    close(S, R1)
+    close(H, R2)
+
+
+def _sync(device=torch.device("cpu")):
+    from evtorch.scan import launch
+    return launch._SYNC[(device, None)]
+
+
+SYNC_CASES = [  # (T, n, config, flags a launch uses): growing, so the cached buffer is replaced by larger ones
+    (20, 4, ScanConfig(strategy="lookback", window=1, block_t=4, block_n=4), 5),
+    (21, 9, ScanConfig(strategy="segmented", window=2, block_t=4, block_n=4, seg=8, keep=True, prefetch=True), 9),
+    (40, 6, ScanConfig(strategy="lookback", window=2, block_t=4, block_n=4, sub=2), 20),
+    (70, 10, ScanConfig(strategy="segmented", window=2, block_t=4, block_n=4, seg=4, persist=1), 3 * 18),
+    (45, 6, ScanConfig(strategy="lookback", window=4, block_t=2, block_n=8), 22)]
+
+
+def test_sync_buffer_resets_itself(monkeypatch):
+    """Look-back launches reuse one cached sync buffer: after each, both counters are back to 0, the epoch has
+    advanced by one, and this launch's flags read ``epoch * 4 + 2`` (inclusive prefix published). (The
+    interpreter runs programs one after another, so a look-back never meets an earlier launch's flag here:
+    that it reads as unpublished is argued in ``assoc.py``, not exercised.)"""
+    from evtorch.scan import launch
+    monkeypatch.setattr(launch, "_SYNC", {})
+    fn = lambda h, x: 0.5 * h + x  # noqa: E731
+    last = None
+    for T, n, cfg, nflags in SYNC_CASES:
+        X = torch.randn(T, n)
+        for _ in range(5):
+            close(evt.scan(fn, X, backend="triton", config=cfg), loop(fn, X[:1], X))
+            buf, launches = _sync()
+            fresh = buf is not last
+            epoch = int(buf[2])
+            assert buf[:2].tolist() == [0, 0] and epoch == launches == (1 if fresh else before + 1)
+            assert buf.numel() >= 3 + nflags and (buf[3:3 + nflags] == (epoch - 1) * 4 + 2).all()
+            last, before = buf, epoch
+    grown = last.numel()
+    assert grown == 64  # grew to the next power of two of 3 + 54 flags
+    X = torch.randn(20, 4)
+    outs = evt.scan(lambda s, m, x: (s + x, torch.maximum(m, x)), X, init=(X[:1], X[:1]), backend="triton",
+                    config=SYNC_CASES[0][2])  # two groups: two launches on the same buffer
+    for got, ref in zip(outs, loop(lambda s, m, x: (s + x, torch.maximum(m, x)), (X[:1], X[:1]), X)):
+        close(got, ref)
+    assert _sync()[0] is last and int(last[2]) == before + 2 and last[:2].tolist() == [0, 0]
+
+
+def test_sync_buffer_replaced_before_the_epoch_overflows(monkeypatch):
+    """After ``SYNC_LAUNCHES`` launches the buffer is replaced by a fresh zeroed one, so a published flag
+    (``epoch * 4 + 2``) never reaches 2**31; results stay right up to the limit and after."""
+    from evtorch.scan import launch
+    assert launch.SYNC_LAUNCHES * 4 + 2 < 2 ** 31
+    monkeypatch.setattr(launch, "_SYNC", {})
+    T, n, cfg, nflags = SYNC_CASES[1]
+    X = torch.randn(T, n)
+    fn = lambda h, x: h + x  # noqa: E731
+    close(evt.scan(fn, X, backend="triton", config=cfg), X.cumsum(0))
+    hit = _sync()
+    old = hit[0]
+    hit[1] = launch.SYNC_LAUNCHES - 2  # as if that many launches had run: the epoch follows the count
+    old[2] = launch.SYNC_LAUNCHES - 2
+    for epoch in (launch.SYNC_LAUNCHES - 1, launch.SYNC_LAUNCHES):
+        close(evt.scan(fn, X, backend="triton", config=cfg), X.cumsum(0))
+        assert _sync()[0] is old and int(old[2]) == epoch and old[:2].tolist() == [0, 0]
+        assert (old[3:3 + nflags] == (epoch - 1) * 4 + 2).all()
+    close(evt.scan(fn, X, backend="triton", config=cfg), X.cumsum(0))
+    buf, launches = _sync()
+    assert buf is not old and launches == 1 and buf[:3].tolist() == [0, 0, 1]

@@ -12,6 +12,13 @@ the whole tile going through shared memory (NSUB = 1 is the plain tile). Across 
     aggregate (flag 1), then reads the flags of the previous LB chunks at once and folds aggregates back to
     the nearest published inclusive prefix (flag 2) -- decoupled look-back with a window -- then publishes
     its own inclusive prefix and stores ``carry (+) local scan``. Reads and writes each element once.
+    The ``sync`` buffer resets itself, so a launch needs no memset kernel before it: sync[0] is the ticket
+    counter, sync[1] counts finished programs, sync[2] is an epoch, the flags start at sync + 3. A program
+    reads the epoch at its start and publishes ``epoch * 4 + 1`` / ``+ 2``; a flag below ``epoch * 4`` was
+    left by an earlier launch and reads as 0 (not yet published), so stale flags are never cleared. The
+    last program to finish (its sync[1] ticket is ``num_programs - 1``) zeroes both counters and advances
+    the epoch: every other program has then taken its last ticket and read the epoch, so nothing in this
+    launch sees the change, and the next launch on the stream starts after it (``launch.sync_buffer``).
 ``segmented`` (one launch): a program per SEG-step segment of a lane tile reads the segment once for its
     aggregate, looks back over earlier *segments* with the same flag protocol, then reads the segment again
     (from L2) and scans it from the carry: the per-program round trips are paid once per segment. The
@@ -23,6 +30,9 @@ the whole tile going through shared memory (NSUB = 1 is the plain tile). Across 
 ``threepass``: ``scan_reduce`` (aggregate of each SEG-step segment) -> ``scan_carry`` (scan of the segment
     aggregates) -> ``scan_apply`` (re-read, scan, add the carry, store), the last in reverse segment order so
     the segments ``scan_reduce`` read last are still in L2. No inter-program waiting.
+
+Every strategy writes rows [0, K) of the state's output itself (the program of chunk 0 of each lane tile,
+``copy_init``), where the caller would otherwise launch a copy kernel for them.
 """
 from __future__ import annotations
 
@@ -194,6 +204,21 @@ class AssocEmitter:
         if self.nc == 2:
             w(f"{dst}a = tl.zeros([BLOCK_N], {self.tlc})  # h -> 0 * h + h_init")
 
+    def copy_init(self, w):
+        """Rows [0, K) of the state's output from its init, stored by the program of chunk 0 of each lane tile
+        (no copy kernel on the caller's side). Emitted where chunk 0's inclusive prefix is already out, off the
+        look-back's critical path. Nothing for a scan with a post (its states are not written)."""
+        if self.body.post is not None:
+            return
+        j = self.j
+        w("if chunk == 0:  # rows [0, K) of the output: the init rows")
+        with w.indent():
+            w("for r in range(0, K):")
+            with w.indent():
+                w(f"at = tl.cast(r, tl.int64) * {self.n} + lanes")
+                w(f"tl.store(s{j}_out + at, tl.load(s{j}_init + at, mask=lmask, other=0)"
+                  f".to(s{j}_out.dtype.element_ty), mask=lmask)")
+
     def identity_vec(self, w, dst: str):
         for c in self.comps:
             w(f"{dst}{c} = tl.full([BLOCK_N], {self.ident[c]}, {self.tlc})")
@@ -248,53 +273,68 @@ def _lookback_chunk(em: AssocEmitter, w) -> None:
 def _carry_in(em: AssocEmitter, w, carry: bool = True) -> None:
     """From the chunk's aggregate ``g*``: ``e*`` = everything before the chunk (the init row folded in), by
     decoupled look-back over the flags of chunks ``chunk - 1, chunk - 2, ..`` of this lane tile, LB at a time;
-    publishes the aggregate (flag 1) first and the inclusive prefix ``e (+) g`` (flag 2) last. ``carry=False``
-    is a timing control: no flags, no waiting, ``e`` = identity (wrong results past the first chunk)."""
-    if not carry:
-        w("if chunk == 0:")
-        with w.indent():
-            em.init_element(w, "e")
-        w("else:")
-        with w.indent():
-            em.identity_vec(w, "e")
-        return
-    w("flags = sync + 1")
+    publishes the aggregate (flag 1) first and the inclusive prefix ``e (+) g`` (flag 2) last, as this
+    launch's ``epoch * 4 + flag`` (``_open_sync``). Then chunk 0 copies the init rows. ``carry=False`` is a
+    timing control: no flags, no waiting, ``e`` = identity (wrong results past the first chunk)."""
+    if carry:
+        w("flags = sync + 3")
     w("if chunk == 0:")
     with w.indent():
         em.init_element(w, "e")
     w("else:")
     with w.indent():
-        for c, name in enumerate(em.comps):
-            w(f"tl.store({em.part('part', 'chunk', c)} + lanes, g{name}, mask=lmask)")
-        w("tl.debug_barrier()")
-        w("tl.atomic_xchg(flags + chunk * ntiles + tile, 1, sem='release')  # aggregate published")
-        em.identity_vec(w, "e")
-        w("win = tl.arange(0, LB)  # window position p reads chunk j - (LB - 1) + p: ascending in time")
-        w("j = chunk - 1")
-        w("while j >= 0:")
-        with w.indent():
-            w("idx = j - (LB - 1) + win")
-            w("f = tl.atomic_add(flags + idx * ntiles + tile, 0, mask=idx >= 0, sem='acquire')")
-            w("f = tl.where(idx >= 0, f, 0)")
-            w("p2 = tl.max(tl.where(f == 2, win, -1), 0)  # nearest inclusive prefix")
-            w("p0 = tl.max(tl.where(f == 0, win, -1), 0)  # nearest chunk not yet published")
-            w("lo = tl.where(p2 > p0, p2, p0 + 1)  # fold positions lo .. LB-1")
-            w("take = (win >= lo)[:, None] & lmask[None, :]")
-            w("slot = tl.where(f == 2, 1, 0)[:, None]")
+        if not carry:
+            em.identity_vec(w, "e")
+        else:
             for c, name in enumerate(em.comps):
-                addr = (f"part + ((idx.to(tl.int64)[:, None] * 2 + slot) * {em.nc} + {c}) * {em.n} + "
-                        "lanes[None, :]")
-                w(f"v{name} = tl.where(take, tl.load({addr}, mask=take, other=0, volatile=True), "
-                  f"{em.ident[name]})")
-            em.scan(w, "v", "w")
-            em.last_row(w, "w", "t", block="LB")
-            em.combine(w, "e", "t", "e")
-            w("j = tl.where(p2 > p0, -1, j - (LB - 1) + p0)")
-    em.combine(w, "i", "e", "g")
-    for c, name in enumerate(em.comps):
-        w(f"tl.store({em.part('part', 'chunk', c, '1')} + lanes, i{name}, mask=lmask)")
-    w("tl.debug_barrier()")
-    w("tl.atomic_xchg(flags + chunk * ntiles + tile, 2, sem='release')  # inclusive prefix published")
+                w(f"tl.store({em.part('part', 'chunk', c)} + lanes, g{name}, mask=lmask)")
+            w("tl.debug_barrier()")
+            w("tl.atomic_xchg(flags + chunk * ntiles + tile, epoch * 4 + 1, sem='release')  # aggregate published")
+            em.identity_vec(w, "e")
+            w("win = tl.arange(0, LB)  # window position p reads chunk j - (LB - 1) + p: ascending in time")
+            w("j = chunk - 1")
+            w("while j >= 0:")
+            with w.indent():
+                w("idx = j - (LB - 1) + win")
+                w("f = tl.atomic_add(flags + idx * ntiles + tile, 0, mask=idx >= 0, sem='acquire')")
+                w("f = tl.where(idx >= 0, tl.maximum(f - epoch * 4, 0), 0)  # an earlier launch's flag reads as 0")
+                w("p2 = tl.max(tl.where(f == 2, win, -1), 0)  # nearest inclusive prefix")
+                w("p0 = tl.max(tl.where(f == 0, win, -1), 0)  # nearest chunk not yet published")
+                w("lo = tl.where(p2 > p0, p2, p0 + 1)  # fold positions lo .. LB-1")
+                w("take = (win >= lo)[:, None] & lmask[None, :]")
+                w("slot = tl.where(f == 2, 1, 0)[:, None]")
+                for c, name in enumerate(em.comps):
+                    addr = (f"part + ((idx.to(tl.int64)[:, None] * 2 + slot) * {em.nc} + {c}) * {em.n} + "
+                            "lanes[None, :]")
+                    w(f"v{name} = tl.where(take, tl.load({addr}, mask=take, other=0, volatile=True), "
+                      f"{em.ident[name]})")
+                em.scan(w, "v", "w")
+                em.last_row(w, "w", "t", block="LB")
+                em.combine(w, "e", "t", "e")
+                w("j = tl.where(p2 > p0, -1, j - (LB - 1) + p0)")
+    if carry:
+        em.combine(w, "i", "e", "g")
+        for c, name in enumerate(em.comps):
+            w(f"tl.store({em.part('part', 'chunk', c, '1')} + lanes, i{name}, mask=lmask)")
+        w("tl.debug_barrier()")
+        w("tl.atomic_xchg(flags + chunk * ntiles + tile, epoch * 4 + 2, sem='release')  # inclusive prefix published")
+    em.copy_init(w)
+
+
+def _open_sync(w) -> None:
+    """The look-back kernels' first line: this launch's epoch (see the module docstring)."""
+    w("epoch = tl.load(sync + 2, volatile=True)  # flags of this launch: epoch * 4 + 1 (aggregate), + 2 (inclusive)")
+
+
+def _close_sync(w) -> None:
+    """The look-back kernels' last lines: the last program to finish resets the counters for the next launch
+    and advances the epoch (every program has read the epoch and taken its last ticket by then)."""
+    w("done = tl.atomic_add(sync + 1, 1, sem='acq_rel')")
+    w("if done == tl.num_programs(0) - 1:")
+    with w.indent():
+        w("tl.store(sync, 0)")
+        w("tl.store(sync + 1, 0)")
+        w("tl.store(sync + 2, epoch + 1)")
 
 
 def render_lookback(em: AssocEmitter, sig: str, carry: bool = True) -> str:
@@ -305,10 +345,12 @@ def render_lookback(em: AssocEmitter, sig: str, carry: bool = True) -> str:
     with w.indent():
         em.doc(w, "one-pass scan with decoupled look-back over LB chunks at a time"
                + ("" if carry else "\nTIMING CONTROL: no look-back, wrong results"))
+        _open_sync(w)
         _lookback_chunk(em, w)
         _carry_in(em, w, carry)
         em.finish_sub(w)
         em.store(w)
+        _close_sync(w)
     return w.text()
 
 
@@ -350,6 +392,7 @@ def render_segmented(em: AssocEmitter, sig: str, carry: bool = True, l2hint: boo
                + (" (last tile kept in registers)" if keep else "")
                + (" (first re-read tile loaded before the look-back)" if prefetch else "")
                + ("" if carry else "\nTIMING CONTROL: no look-back, wrong results"))
+        _open_sync(w)
         w(f"ntiles = ({em.n} + BLOCK_N - 1) // BLOCK_N")
         w("ticket = tl.atomic_add(sync, 1)  # segments start in time order: look-back only waits on started ones")
         if persist:
@@ -401,6 +444,7 @@ def render_segmented(em: AssocEmitter, sig: str, carry: bool = True, l2hint: boo
             scan_store()
         if persist:
             w.depth -= 1
+        _close_sync(w)
     return w.text()
 
 
@@ -463,6 +507,7 @@ def render_packed(em: AssocEmitter, sig: str) -> str:
             w("tl.debug_barrier()")
         em.combine(w, "i", "e", "g")
         w("tl.store(word, pack(tl.full([BLOCK_N], 2, tl.int32), ib), mask=lmask)  # inclusive prefix published")
+        em.copy_init(w)
         em.finish_sub(w)
         em.store(w)
     return w.text()
@@ -541,6 +586,7 @@ def render_threepass(em: AssocEmitter, sig: str) -> str:
             em.combine(w, "y", "e", "s", first_row=True)
             em.last_row(w, "y", "e")
             em.store(w)
+        em.copy_init(w)
     return w.text()
 
 

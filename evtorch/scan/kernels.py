@@ -3,7 +3,8 @@
 All kernels read inputs, inits and write outputs as contiguous time-major tensors ``(T, *row)``; row
 shapes are literals of the source (the trace depends on them anyway), the time length ``T`` and the number
 of init steps ``K`` are runtime arguments, so one kernel serves every length. Rows ``[0, K)`` of the outputs
-are written by the caller (they are init, or ``post`` of init).
+are written by the caller (they are init, or ``post`` of init), except the states of the associative kernels,
+which copy their init rows themselves (no copy kernel before them).
 
 ``scan_lanes`` (sequential, parallel over lane tiles; states in registers)::
 

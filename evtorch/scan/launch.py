@@ -3,6 +3,13 @@
 Kernels are rendered once per (body signature, group, options), written to the kernel cache as real files
 (``runtime.source_cache.load_module``: Triton reads kernel source with ``inspect``) and launched with a
 ``ScanConfig``: the heuristics below, or one given explicitly (the benchmark sweeps a few).
+
+A scan of associative groups is one kernel launch per group and nothing else: those kernels write the init
+rows of their outputs themselves, and the look-back kernels (``lookback``, ``segmented``) reset their own
+``sync`` buffer (counters and an epoch that outdates old flags: ``assoc.py``), so it is allocated once per
+(device, stream) and reused (``sync_buffer``) instead of being zeroed by a memset kernel before each launch.
+The two small kernels and their launch gaps cost ~9 us on top of the ~92 us kernel of a (4096, 8192) float32
+cumsum on an H200 (docs/scan.md).
 """
 from __future__ import annotations
 
@@ -69,6 +76,30 @@ def _sm_count(device) -> int:
         return torch.cuda.get_device_properties(device).multi_processor_count
     except (AssertionError, RuntimeError):  # no CUDA in this process (offline compile checks)
         return 132
+
+
+SYNC_LAUNCHES = 1 << 27  # launches per sync buffer: the epoch's flags, epoch * 4 + 2, stay below 2**31
+_SYNC: dict = {}  # (device, stream id) -> [buffer, launches so far]
+
+
+def sync_buffer(device, size: int) -> torch.Tensor:
+    """A zeroed int32 ``sync`` buffer of at least ``size`` entries for a look-back kernel, which leaves it as
+    it found it but for the epoch (sync[2]) advanced by one. Cached per (device, stream): launches on one
+    stream run in order, so each finds the buffer reset by the one before. A buffer too small, or whose
+    epoch could overflow, is replaced by a fresh ``torch.zeros`` (the next power of two); dropping the old one
+    is stream-safe (the caching allocator reuses it only for work queued after it on that stream).
+    While a CUDA graph is captured, a fresh zeroed buffer per call: the captured memset then resets it at
+    every replay (the host cannot count replays), and no cached buffer's address is baked into a graph,
+    where freeing it on a later replacement would leave the graph writing to freed memory."""
+    cuda = device.type == "cuda"
+    if cuda and torch.cuda.is_current_stream_capturing():
+        return torch.zeros(size, dtype=torch.int32, device=device)
+    key = (device, torch.cuda.current_stream(device).stream_id if cuda else None)
+    hit = _SYNC.get(key)
+    if hit is None or hit[0].numel() < size or hit[1] >= SYNC_LAUNCHES:
+        hit = _SYNC[key] = [torch.zeros(_np2(size), dtype=torch.int32, device=device), 0]
+    hit[1] += 1
+    return hit[0]
 
 
 def kernel_for(body, g, config: ScanConfig):
@@ -187,7 +218,7 @@ def run_group(body, g, inits, inputs, outs, posts, T: int, config: ScanConfig):
         ntiles = math.ceil(n / cfg.block_n)
         if kern.strategy in ("lookback", "segmented"):
             nchunks = math.ceil((T - k) / (cfg.seg if kern.strategy == "segmented" else cfg.block_t))
-            extra["sync"] = torch.zeros(1 + ntiles * nchunks, dtype=torch.int32, device=device)
+            extra["sync"] = sync_buffer(device, 3 + ntiles * nchunks)  # counters, epoch, flags
             extra["part"] = torch.empty(nchunks * 2 * kern.ncomp * n, dtype=body.compute_dtype, device=device)
         elif kern.strategy == "packed":  # one zeroed (flag, value) word per chunk and lane
             nchunks = math.ceil((T - k) / cfg.block_t)
@@ -240,9 +271,11 @@ def run_forward(body, inits, inputs, T: int, backend: str, config: ScanConfig | 
     device, k = inits[0].device, body.k
     outs, posts = [], []
     if body.post is None:
-        for init, spec in zip(inits, body.states):
+        own = {j for g in body.groups if g.mode == "assoc" for j in g.states} if T > k else set()
+        for j, (init, spec) in enumerate(zip(inits, body.states)):
             out = torch.empty((T, *spec.shape), dtype=spec.dtype, device=device)
-            out[:k] = init
+            if j not in own:  # the associative kernels write their init rows themselves (assoc.copy_init)
+                out[:k] = init
             outs.append(out)
     else:
         held = [init.to(held_dtype(s.dtype, body.compute_dtype)) for init, s in zip(inits, body.states)]
