@@ -239,14 +239,52 @@ def tag(cfg: ScanConfig | None) -> str:
     return s
 
 
+def launch_phase(cases) -> None:
+    """Each case's default: checked against float64 once (poisoned output), then per round the public call with
+    plain ``do_bench`` (host work and every launch included) and its CUDA-graph replay (kernels alone)."""
+    import statistics
+    B.log("== defaults: public call (plain do_bench) vs CUDA graph, three rounds ==")
+    rows = B.RESULTS.setdefault("launch", [])
+    for name, (fn, shape, dt, fl, ref, tol) in cases.items():
+        try:
+            out = fn(None)
+            B.poison(out.shape, out.dtype)
+            B.check(f"launch {name} default", fn(None), ref(), max(tol, 1e-12))
+        except Exception as e:  # noqa: BLE001
+            B.RESULTS["errors"].append(f"launch {name}: {type(e).__name__}: {str(e)[:300]}")
+    for rnd in range(3):
+        for name, (fn, shape, dt, fl, _, _) in cases.items():
+            try:
+                plain, graph = B.bench(lambda: fn(None), graph=False), B.bench(lambda: fn(None), graph=True)
+            except Exception as e:  # noqa: BLE001
+                B.RESULTS["errors"].append(f"launch {name}: {type(e).__name__}: {str(e)[:300]}")
+                continue
+            rows.append({"case": name, "round": rnd, "plain_ms": plain, "graph_ms": graph, "floor_ms": fl})
+            B.log(f"  {name:18s} plain {plain * 1e3:8.1f} us ({plain / fl:5.2f}x floor)  graph {graph * 1e3:8.1f} us "
+                  f"({graph / fl:5.2f}x)")
+    B.log("\n== summary (median of rounds) ==")
+    for name in cases:
+        got = [r for r in rows if r["case"] == name]
+        if got:
+            p = statistics.median(r["plain_ms"] for r in got)
+            g = statistics.median(r["graph_ms"] for r in got)
+            B.log(f"{name:18s} plain {p * 1e3:8.1f} us {p / got[0]['floor_ms']:5.2f}x floor | graph {g * 1e3:8.1f} us "
+                  f"{g / got[0]['floor_ms']:5.2f}x | floor {got[0]['floor_ms'] * 1e3:.1f} us")
+    fails = [c for c in B.RESULTS["correctness"] if not c["ok"]]
+    B.log(f"correctness: {len(B.RESULTS['correctness']) - len(fails)}/{len(B.RESULTS['correctness'])} ok"
+          + (f"; FAILED {[c['case'] for c in fails]}" if fails else "") + f"; errors {len(B.RESULTS['errors'])}")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--budget", type=float, default=240.0, help="seconds after which sweeps stop")
     ap.add_argument("--dry", action="store_true", help="tiny sizes on CPU (Triton interpreter): checks the script")
     ap.add_argument("--skip-correctness", action="store_true")
-    ap.add_argument("--phase", choices=["explore", "confirm", "hold"], default="explore",
-                    help="explore: run 3's sweeps; confirm: run 4 (the defaults, register caps, persistent grids)")
+    ap.add_argument("--phase", choices=["explore", "confirm", "hold", "launch"], default="explore",
+                    help="explore: run 3's sweeps; confirm: run 4 (the defaults, register caps, persistent grids); "
+                         "launch: no sweeps, the defaults' public call (plain do_bench) against its CUDA-graph "
+                         "replay, three rounds (run 7: one launch per scan)")
     ap.add_argument("--plain-s", type=float, default=45.0, help="seconds past the budget for the plain timings")
     ap.add_argument("--sweep-s", type=float, default=None,
                     help="sweep budget counted from the end of the correctness pass (replaces --budget; run 5 lost "
@@ -321,6 +359,12 @@ def main(argv=None):
         ALb = AL.bfloat16()
         cases["linear bf16 long"] = (lambda c: evt.scan(B.LIN, ALb, XLb, init=XLb[:1], config=c), (Tl, nl), "bf16",
                                      floor(6 * XL.numel()), lambda: B.loop_ref(B.LIN, XLb[:1], ALb, XLb), 2e-2)
+    if args.phase == "launch":
+        cases["max long"] = (lambda c: evt.scan(lambda p, x: torch.maximum(p, x), XL, config=c), (Tl, nl), "f32",
+                             floor(8 * XL.numel()), lambda: XL.cummax(0).values.double(), 0.0)
+        launch_phase(cases)
+        dump()
+        return
     best = R.setdefault("best", {})
     B.log("== sweeps (CUDA graph, median; each config checked against float64 first) ==")
     sweeps = {"explore": SWEEPS, "confirm": SWEEPS_CONFIRM, "hold": SWEEPS_HOLD}[args.phase]
