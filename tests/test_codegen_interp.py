@@ -215,8 +215,12 @@ def test_prefetch_source_and_rule():
     cfg = GemmConfig("persistent_tma", 128, 256, 64, 8, 1, 8, 3, (("EPILOGUE_SUBTILE", 4),))
     assert cfg.prefetch_slices(0, 2) == 0
     assert cfg.prefetch_slices(1, 2) == 4      # 64 B a slice and input: all four quarters in 256 B
-    assert cfg.prefetch_slices(2, 2) == 2
-    assert cfg.prefetch_slices(4, 4) == 1      # over budget: still the first slice, the rest one ahead
+    assert cfg.prefetch_slices(1, 8) == 1      # 256 B a slice: one fills the budget
+    assert cfg.prefetch_slices(2, 2) == 0      # several inputs: none (they spilled on the H200)
+    whole = GemmConfig("persistent_tma", 128, 256, 64, 8, 1, 8, 3, (("EPILOGUE_SUBTILE", 1),))
+    assert whole.prefetch_slices(1, 4) == 1    # 512 B, over budget: still the (only) slice
+    flat = GemmConfig("persistent_tma", 128, 256, 64, 8, 1, 8, 3, (("EPILOGUE_SUBTILE", 4), ("FLATTEN", True)))
+    assert flat.prefetch_slices(1, 2) == 0
     ws = GemmConfig("persistent_tma", 128, 256, 64, 8, 1, 8, 3, (("EPILOGUE_SUBTILE", 4), ("WARP_SPECIALIZE", True)))
     assert ws.prefetch_slices(1, 2) == 0
     fixed = GemmConfig("persistent_tma", 128, 256, 64, 8, 1, 8, 3, (("EPILOGUE_SUBTILE", 2), ("PREFETCH", 0)))

@@ -161,15 +161,16 @@ class GemmConfig:
 
     def prefetch_slices(self, tiles: int, elem_bytes: int) -> int:
         """PREFETCH for an epilogue with ``tiles`` M x N inputs of ``elem_bytes`` each (persistent_tma): the flag
-        when given, else as many slices as fit PREFETCH_BUDGET bytes per thread (at least the first slice,
-        which the later ones then follow one slice ahead; none under warp specialization, whose partitions
-        would have to carry the values)."""
+        when given, else, for one input, as many slices as fit PREFETCH_BUDGET bytes per thread (at least the
+        first, the later ones then follow that many slices ahead). None for several inputs, under FLATTEN or
+        under warp specialization: on the H200 (docs/benchmarks.md, prefetch run) two prefetched inputs spilled
+        (mixed_dag 1.27 -> 1.35-1.52 x cuBLAS) and flattened loops with prefetched slices ran up to 50x slower."""
         given = self.flag("PREFETCH", None)
         if given is not None:
             return given
-        if not tiles or self.template != "persistent_tma" or self.flag("WARP_SPECIALIZE"):
+        if tiles != 1 or self.template != "persistent_tma" or self.flag("WARP_SPECIALIZE") or self.flag("FLATTEN"):
             return 0
-        per_slice = tiles * elem_bytes * self.BLOCK_M * self.epilogue_block_n // (32 * self.num_warps)
+        per_slice = elem_bytes * self.BLOCK_M * self.epilogue_block_n // (32 * self.num_warps)
         return max(1, min(self.epilogue_subtiles, PREFETCH_BUDGET // max(1, per_slice)))
 
     def persistent_programs(self, num_sms: int) -> int:
@@ -374,11 +375,15 @@ _SPLITK_16 = ((64, 64, 64, 3, 4), (128, 64, 64, 3, 4), (64, 128, 64, 3, 4), (32,
 # subtile 4 = the epilogue on quarters [128, 64] (benchmarks/pingpong_check.py, H200, Triton 3.6): no register
 # spills left in any bench epilogue (mixed_dag 50 -> 0, dgelu_bgrad 26 -> 0), with flatten lincomb_relu 0.90x at
 # 8192x4096x1024 and 0.95x at 8192x8192x4096 of the best halves config; the others within +-5% (noise): a tuner
-# candidate in the first five, replacing 128x256 s4 (never picked).
+# candidate in the first five, replacing 128x256 s4 (never picked). Quarters without flatten: the fifth candidate,
+# for epilogues with one M x N input, which it prefetches whole before the K loop (PREFETCH rule; prefetch run:
+# rowreduce_tanh 1.08 -> 1.05 / 1.63 -> 1.53, bce_loss 1.18 -> 1.13 / 2.08 -> 1.91, dgelu_bgrad 1.84 -> 1.68 at
+# 8192x8192x4096 / 8192x4096x1024), displacing halves + warp_specialize (within noise of halves).
 _PERSISTENT_16 = (
     (128, 256, 64, 3, 8, True, False, False),
     (128, 256, 64, 3, 8, True, False, True),
     (128, 256, 64, 3, 8, 4, False, True),
+    (128, 256, 64, 3, 8, 4, False, False),
     (128, 256, 64, 3, 8, True, True, False),
     (128, 256, 64, 4, 8, True, False, False),
     (256, 128, 64, 3, 8, True, False, False),

@@ -328,8 +328,12 @@ def _open_sync(w) -> None:
 
 def _close_sync(w) -> None:
     """The look-back kernels' last lines: the last program to finish resets the counters for the next launch
-    and advances the epoch (every program has read the epoch and taken its last ticket by then)."""
-    w("done = tl.atomic_add(sync + 1, 1, sem='acq_rel')")
+    and advances the epoch (every program has read the epoch and taken its last ticket by then). Relaxed: the
+    count orders nothing but the program's own earlier reads of sync, whose values it has already used (the
+    reset's stores reach the next launch at the kernel boundary); an acq_rel atomic here made each program wait
+    for its whole tile's stores to drain before leaving its slot (H200 run 7: fp32 cumsum (65536, 1024) 172 ->
+    192 us, (4096, 8192) 93 -> 99 us)."""
+    w("done = tl.atomic_add(sync + 1, 1, sem='relaxed')")
     w("if done == tl.num_programs(0) - 1:")
     with w.indent():
         w("tl.store(sync, 0)")
