@@ -461,65 +461,85 @@ def test_host_copies_init_rows_only_where_no_kernel_does(monkeypatch):
 
 
 def _sync(device=torch.device("cpu")):
+    """(buffer, tickets taken, epoch of the last launch) of the cached look-back buffer."""
     from evtorch.scan import launch
-    return launch._SYNC[(device, None)]
+    return tuple(launch._SYNC[(device, None)])
 
 
-SYNC_CASES = [  # (T, n, config, flags a launch uses): growing, so the cached buffer is replaced by larger ones
-    (20, 4, ScanConfig(strategy="lookback", window=1, block_t=4, block_n=4), 5),
-    (21, 9, ScanConfig(strategy="segmented", window=2, block_t=4, block_n=4, seg=8, keep=True, prefetch=True), 9),
-    (40, 6, ScanConfig(strategy="lookback", window=2, block_t=4, block_n=4, sub=2), 20),
-    (70, 10, ScanConfig(strategy="segmented", window=2, block_t=4, block_n=4, seg=4, persist=1), 3 * 18),
-    (45, 6, ScanConfig(strategy="lookback", window=4, block_t=2, block_n=8), 22)]
+SYNC_CASES = [  # (T, n, config, flags a launch uses, tickets it takes): growing, so the cached buffer is replaced
+    (20, 4, ScanConfig(strategy="lookback", window=1, block_t=4, block_n=4), 5, 5),
+    (21, 9, ScanConfig(strategy="segmented", window=2, block_t=4, block_n=4, seg=8, keep=True, prefetch=True), 9, 9),
+    (40, 6, ScanConfig(strategy="lookback", window=2, block_t=4, block_n=4, sub=2), 20, 20),
+    # persistent: 1 program per "SM" (8 under the interpreter) takes the 54 segments, then one ticket each to stop
+    (70, 10, ScanConfig(strategy="segmented", window=2, block_t=4, block_n=4, seg=4, persist=1), 3 * 18, 54 + 8),
+    (45, 6, ScanConfig(strategy="lookback", window=4, block_t=2, block_n=8), 22, 22)]
 
 
-def test_sync_buffer_resets_itself(monkeypatch):
-    """Look-back launches reuse one cached sync buffer: after each, both counters are back to 0, the epoch has
-    advanced by one, and this launch's flags read ``epoch * 4 + 2`` (inclusive prefix published). (The
+def test_sync_buffer_reused_without_clearing(monkeypatch):
+    """Look-back launches reuse one cached sync buffer that nobody clears: the host's ticket count matches the
+    device counter after each launch (so the next launch's TBASE is right), the epoch grows by one, and this
+    launch's flags read ``epoch * 4 + 2`` (inclusive prefix published) over the previous launch's. (The
     interpreter runs programs one after another, so a look-back never meets an earlier launch's flag here:
-    that it reads as unpublished is argued in ``assoc.py``, not exercised.)"""
+    that it reads as unpublished is argued in ``assoc.py`` and exercised by tests/test_scan_gpu.py.)"""
     from evtorch.scan import launch
     monkeypatch.setattr(launch, "_SYNC", {})
     fn = lambda h, x: 0.5 * h + x  # noqa: E731
     last = None
-    for T, n, cfg, nflags in SYNC_CASES:
+    for T, n, cfg, nflags, tickets in SYNC_CASES:
         X = torch.randn(T, n)
         for _ in range(5):
             close(evt.scan(fn, X, backend="triton", config=cfg), loop(fn, X[:1], X))
-            buf, launches = _sync()
+            buf, taken, epoch = _sync()
             fresh = buf is not last
-            epoch = int(buf[2])
-            assert buf[:2].tolist() == [0, 0] and epoch == launches == (1 if fresh else before + 1)
-            assert buf.numel() >= 3 + nflags and (buf[3:3 + nflags] == (epoch - 1) * 4 + 2).all()
-            last, before = buf, epoch
-    grown = last.numel()
-    assert grown == 64  # grew to the next power of two of 3 + 54 flags
+            assert taken == int(buf[0]) == (0 if fresh else before_taken) + tickets
+            assert epoch == (1 if fresh else before_epoch + 1)
+            assert buf.numel() >= 1 + nflags and (buf[1:1 + nflags] == epoch * 4 + 2).all()
+            last, before_taken, before_epoch = buf, taken, epoch
+    assert last.numel() == 64  # grew to the next power of two of 1 + 54 flags
     X = torch.randn(20, 4)
     outs = evt.scan(lambda s, m, x: (s + x, torch.maximum(m, x)), X, init=(X[:1], X[:1]), backend="triton",
                     config=SYNC_CASES[0][2])  # two groups: two launches on the same buffer
     for got, ref in zip(outs, loop(lambda s, m, x: (s + x, torch.maximum(m, x)), (X[:1], X[:1]), X)):
         close(got, ref)
-    assert _sync()[0] is last and int(last[2]) == before + 2 and last[:2].tolist() == [0, 0]
+    buf, taken, epoch = _sync()
+    assert buf is last and epoch == before_epoch + 2 and taken == int(buf[0]) == before_taken + 2 * 5
 
 
-def test_sync_buffer_replaced_before_the_epoch_overflows(monkeypatch):
-    """After ``SYNC_LAUNCHES`` launches the buffer is replaced by a fresh zeroed one, so a published flag
-    (``epoch * 4 + 2``) never reaches 2**31; results stay right up to the limit and after."""
+def test_sync_buffer_replaced_before_int32_overflow(monkeypatch):
+    """A buffer whose ticket count or epoch flag would pass int32 is replaced by a fresh zeroed one; results
+    stay right up to the limits and after, and a launch that raises takes no tickets."""
     from evtorch.scan import launch
-    assert launch.SYNC_LAUNCHES * 4 + 2 < 2 ** 31
     monkeypatch.setattr(launch, "_SYNC", {})
-    T, n, cfg, nflags = SYNC_CASES[1]
+    T, n, cfg, nflags, tickets = SYNC_CASES[1]
     X = torch.randn(T, n)
     fn = lambda h, x: h + x  # noqa: E731
     close(evt.scan(fn, X, backend="triton", config=cfg), X.cumsum(0))
-    hit = _sync()
+    hit = launch._SYNC[(torch.device("cpu"), None)]
     old = hit[0]
-    hit[1] = launch.SYNC_LAUNCHES - 2  # as if that many launches had run: the epoch follows the count
-    old[2] = launch.SYNC_LAUNCHES - 2
-    for epoch in (launch.SYNC_LAUNCHES - 1, launch.SYNC_LAUNCHES):
+    start = launch.INT32_MAX - 2 * tickets
+    old[0], hit[1] = start, start  # device counter and host agree, two launches short of the ticket limit
+    for _ in range(2):
         close(evt.scan(fn, X, backend="triton", config=cfg), X.cumsum(0))
-        assert _sync()[0] is old and int(old[2]) == epoch and old[:2].tolist() == [0, 0]
-        assert (old[3:3 + nflags] == (epoch - 1) * 4 + 2).all()
+        assert hit[0] is old and hit[1] == int(old[0])
+    assert hit[1] == launch.INT32_MAX
     close(evt.scan(fn, X, backend="triton", config=cfg), X.cumsum(0))
-    buf, launches = _sync()
-    assert buf is not old and launches == 1 and buf[:3].tolist() == [0, 0, 1]
+    buf, taken, epoch = _sync()
+    assert buf is not old and taken == tickets and epoch == 1
+    hit = launch._SYNC[(torch.device("cpu"), None)]
+    hit[2] = (launch.INT32_MAX - 2) // 4 - 1  # the next epoch's flag, epoch * 4 + 2, is the last that fits
+    close(evt.scan(fn, X, backend="triton", config=cfg), X.cumsum(0))
+    assert _sync()[0] is buf and (buf[1:1 + nflags] == launch.INT32_MAX - 1).all()
+    close(evt.scan(fn, X, backend="triton", config=cfg), X.cumsum(0))
+    assert _sync()[0] is not buf and _sync()[2] == 1
+    before = list(_sync()[1:])
+    real = launch.kernel_for
+
+    class Failing:  # a launch that raises, as Triton does before queuing anything
+        def __getitem__(self, grid):
+            def launch_(*args, **kwargs):
+                raise RuntimeError("launch failed")
+            return launch_
+    monkeypatch.setattr(launch, "kernel_for", lambda body, g, c: (real(body, g, c)[0], [Failing()]))
+    with pytest.raises(RuntimeError, match="launch failed"):
+        evt.scan(fn, X, backend="triton", config=cfg)
+    assert list(_sync()[1:]) == before

@@ -12,13 +12,13 @@ the whole tile going through shared memory (NSUB = 1 is the plain tile). Across 
     aggregate (flag 1), then reads the flags of the previous LB chunks at once and folds aggregates back to
     the nearest published inclusive prefix (flag 2) -- decoupled look-back with a window -- then publishes
     its own inclusive prefix and stores ``carry (+) local scan``. Reads and writes each element once.
-    The ``sync`` buffer resets itself, so a launch needs no memset kernel before it: sync[0] is the ticket
-    counter, sync[1] counts finished programs, sync[2] is an epoch, the flags start at sync + 3. A program
-    reads the epoch at its start and publishes ``epoch * 4 + 1`` / ``+ 2``; a flag below ``epoch * 4`` was
-    left by an earlier launch and reads as 0 (not yet published), so stale flags are never cleared. The
-    last program to finish (its sync[1] ticket is ``num_programs - 1``) zeroes both counters and advances
-    the epoch: every other program has then taken its last ticket and read the epoch, so nothing in this
-    launch sees the change, and the next launch on the stream starts after it (``launch.sync_buffer``).
+    The ``sync`` buffer is never cleared between launches, so a launch needs no memset kernel before it:
+    sync[0] counts tickets and the flags start at sync + 1. The caller passes TBASE, the tickets taken so
+    far on that buffer (a program's ticket is ``atomic_add(sync, 1) - TBASE``), and EPOCH, which grows by
+    one per launch: flags are published as ``EPOCH * 4 + 1`` / ``+ 2``, and a flag below ``EPOCH * 4`` was
+    left by an earlier launch and reads as 0 (not yet published). The host knows both numbers because
+    launches on one stream run in order (``launch.sync_args``); the device does no bookkeeping at all (a
+    last-program reset cost each program a second same-address atomic: H200 run 7, docs/scan.md).
 ``segmented`` (one launch): a program per SEG-step segment of a lane tile reads the segment once for its
     aggregate, looks back over earlier *segments* with the same flag protocol, then reads the segment again
     (from L2) and scans it from the carry: the per-program round trips are paid once per segment. The
@@ -257,7 +257,7 @@ def _lookback_chunk(em: AssocEmitter, w) -> None:
     """What both look-back kernels do first: take a ticket (chunks start in time order), find their chunk and
     lane tile, load it and scan it locally (partial ``s``)."""
     w(f"ntiles = ({em.n} + BLOCK_N - 1) // BLOCK_N")
-    w("ticket = tl.atomic_add(sync, 1)  # chunks start in time order: look-back only waits on started ones")
+    w("ticket = tl.atomic_add(sync, 1) - TBASE  # chunks start in time order: look-back only waits on started ones")
     w("chunk = ticket // ntiles")
     w("tile = ticket - chunk * ntiles")
     w("lanes = tile * BLOCK_N + tl.arange(0, BLOCK_N)")
@@ -274,10 +274,10 @@ def _carry_in(em: AssocEmitter, w, carry: bool = True) -> None:
     """From the chunk's aggregate ``g*``: ``e*`` = everything before the chunk (the init row folded in), by
     decoupled look-back over the flags of chunks ``chunk - 1, chunk - 2, ..`` of this lane tile, LB at a time;
     publishes the aggregate (flag 1) first and the inclusive prefix ``e (+) g`` (flag 2) last, as this
-    launch's ``epoch * 4 + flag`` (``_open_sync``). Then chunk 0 copies the init rows. ``carry=False`` is a
+    launch's ``EPOCH * 4 + flag`` (module docstring). Then chunk 0 copies the init rows. ``carry=False`` is a
     timing control: no flags, no waiting, ``e`` = identity (wrong results past the first chunk)."""
     if carry:
-        w("flags = sync + 3")
+        w("flags = sync + 1")
     w("if chunk == 0:")
     with w.indent():
         em.init_element(w, "e")
@@ -289,7 +289,7 @@ def _carry_in(em: AssocEmitter, w, carry: bool = True) -> None:
             for c, name in enumerate(em.comps):
                 w(f"tl.store({em.part('part', 'chunk', c)} + lanes, g{name}, mask=lmask)")
             w("tl.debug_barrier()")
-            w("tl.atomic_xchg(flags + chunk * ntiles + tile, epoch * 4 + 1, sem='release')  # aggregate published")
+            w("tl.atomic_xchg(flags + chunk * ntiles + tile, EPOCH * 4 + 1, sem='release')  # aggregate published")
             em.identity_vec(w, "e")
             w("win = tl.arange(0, LB)  # window position p reads chunk j - (LB - 1) + p: ascending in time")
             w("j = chunk - 1")
@@ -297,7 +297,7 @@ def _carry_in(em: AssocEmitter, w, carry: bool = True) -> None:
             with w.indent():
                 w("idx = j - (LB - 1) + win")
                 w("f = tl.atomic_add(flags + idx * ntiles + tile, 0, mask=idx >= 0, sem='acquire')")
-                w("f = tl.where(idx >= 0, tl.maximum(f - epoch * 4, 0), 0)  # an earlier launch's flag reads as 0")
+                w("f = tl.where(idx >= 0, tl.maximum(f - EPOCH * 4, 0), 0)  # an earlier launch's flag reads as 0")
                 w("p2 = tl.max(tl.where(f == 2, win, -1), 0)  # nearest inclusive prefix")
                 w("p0 = tl.max(tl.where(f == 0, win, -1), 0)  # nearest chunk not yet published")
                 w("lo = tl.where(p2 > p0, p2, p0 + 1)  # fold positions lo .. LB-1")
@@ -317,44 +317,22 @@ def _carry_in(em: AssocEmitter, w, carry: bool = True) -> None:
         for c, name in enumerate(em.comps):
             w(f"tl.store({em.part('part', 'chunk', c, '1')} + lanes, i{name}, mask=lmask)")
         w("tl.debug_barrier()")
-        w("tl.atomic_xchg(flags + chunk * ntiles + tile, epoch * 4 + 2, sem='release')  # inclusive prefix published")
+        w("tl.atomic_xchg(flags + chunk * ntiles + tile, EPOCH * 4 + 2, sem='release')  # inclusive prefix published")
     em.copy_init(w)
-
-
-def _open_sync(w) -> None:
-    """The look-back kernels' first line: this launch's epoch (see the module docstring)."""
-    w("epoch = tl.load(sync + 2, volatile=True)  # flags of this launch: epoch * 4 + 1 (aggregate), + 2 (inclusive)")
-
-
-def _close_sync(w) -> None:
-    """The look-back kernels' last lines: the last program to finish resets the counters for the next launch
-    and advances the epoch (every program has read the epoch and taken its last ticket by then). Relaxed: the
-    count orders nothing but the program's own earlier reads of sync, whose values it has already used (the
-    reset's stores reach the next launch at the kernel boundary); an acq_rel atomic here made each program wait
-    for its whole tile's stores to drain before leaving its slot (H200 run 7: fp32 cumsum (65536, 1024) 172 ->
-    192 us, (4096, 8192) 93 -> 99 us)."""
-    w("done = tl.atomic_add(sync + 1, 1, sem='relaxed')")
-    w("if done == tl.num_programs(0) - 1:")
-    with w.indent():
-        w("tl.store(sync, 0)")
-        w("tl.store(sync + 1, 0)")
-        w("tl.store(sync + 2, epoch + 1)")
 
 
 def render_lookback(em: AssocEmitter, sig: str, carry: bool = True) -> str:
     w = E.Writer()
     w("@triton.jit")
-    w(f"def scan_assoc({sig}, T, K, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, LB: tl.constexpr, "
+    w(f"def scan_assoc({sig}, T, K, TBASE, EPOCH, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, LB: tl.constexpr, "
       "NSUB: tl.constexpr):")
     with w.indent():
         em.doc(w, "one-pass scan with decoupled look-back over LB chunks at a time"
                + ("" if carry else "\nTIMING CONTROL: no look-back, wrong results"))
-        _open_sync(w)
         _lookback_chunk(em, w)
         _carry_in(em, w, carry)
         em.finish_sub(w)
         em.store(w)
-        _close_sync(w)
     return w.text()
 
 
@@ -388,7 +366,7 @@ def render_segmented(em: AssocEmitter, sig: str, carry: bool = True, l2hint: boo
     first, again = ("evict_last", "evict_first") if l2hint else ("", "")
     w = E.Writer()
     w("@triton.jit")
-    w(f"def scan_assoc({sig}, T, K, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, LB: tl.constexpr, "
+    w(f"def scan_assoc({sig}, T, K, TBASE, EPOCH, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, LB: tl.constexpr, "
       "SEG: tl.constexpr):")
     with w.indent():
         em.doc(w, "one-pass scan over segments of SEG steps: reduce, look back over segments, re-read and scan"
@@ -396,9 +374,8 @@ def render_segmented(em: AssocEmitter, sig: str, carry: bool = True, l2hint: boo
                + (" (last tile kept in registers)" if keep else "")
                + (" (first re-read tile loaded before the look-back)" if prefetch else "")
                + ("" if carry else "\nTIMING CONTROL: no look-back, wrong results"))
-        _open_sync(w)
         w(f"ntiles = ({em.n} + BLOCK_N - 1) // BLOCK_N")
-        w("ticket = tl.atomic_add(sync, 1)  # segments start in time order: look-back only waits on started ones")
+        w("ticket = tl.atomic_add(sync, 1) - TBASE  # segments start in time order: look-back only waits on started ones")
         if persist:
             w("total = ntiles * ((T - K + SEG - 1) // SEG)")
             w("while ticket < total:")
@@ -428,7 +405,7 @@ def render_segmented(em: AssocEmitter, sig: str, carry: bool = True, l2hint: boo
             _stash(em, w, "pt")
         _carry_in(em, w, carry)
         if persist:
-            w("ticket = tl.atomic_add(sync, 1)  # the next segment (this one no longer holds anyone up)")
+            w("ticket = tl.atomic_add(sync, 1) - TBASE  # the next segment (this one no longer holds anyone up)")
 
         def scan_store():
             em.scan(w, "", "s")
@@ -448,7 +425,6 @@ def render_segmented(em: AssocEmitter, sig: str, carry: bool = True, l2hint: boo
             scan_store()
         if persist:
             w.depth -= 1
-        _close_sync(w)
     return w.text()
 
 
@@ -474,7 +450,7 @@ def render_packed(em: AssocEmitter, sig: str) -> str:
         w("return (flag.to(tl.int64) << 32) | (v.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF)")
     w()
     w("@triton.jit")
-    w(f"def scan_assoc({sig}, T, K, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, LB: tl.constexpr, "
+    w(f"def scan_assoc({sig}, T, K, TBASE, EPOCH, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, LB: tl.constexpr, "
       "NSUB: tl.constexpr):")
     with w.indent():
         em.doc(w, "one-pass scan, decoupled look-back over LB chunks at a time, flag and value in one word")

@@ -5,9 +5,9 @@ Kernels are rendered once per (body signature, group, options), written to the k
 ``ScanConfig``: the heuristics below, or one given explicitly (the benchmark sweeps a few).
 
 A scan of associative groups is one kernel launch per group and nothing else: those kernels write the init
-rows of their outputs themselves, and the look-back kernels (``lookback``, ``segmented``) reset their own
-``sync`` buffer (counters and an epoch that outdates old flags: ``assoc.py``), so it is allocated once per
-(device, stream) and reused (``sync_buffer``) instead of being zeroed by a memset kernel before each launch.
+rows of their outputs themselves, and the look-back kernels (``lookback``, ``segmented``) need no zeroed
+``sync`` buffer (a ticket base and an epoch that outdates old flags: ``assoc.py``), so it is allocated once
+per (device, stream) and reused (``sync_args``) instead of being zeroed by a memset kernel before each launch.
 The two small kernels and their launch gaps cost ~9 us on top of the ~92 us kernel of a (4096, 8192) float32
 cumsum on an H200 (docs/scan.md).
 """
@@ -78,28 +78,33 @@ def _sm_count(device) -> int:
         return 132
 
 
-SYNC_LAUNCHES = 1 << 27  # launches per sync buffer: the epoch's flags, epoch * 4 + 2, stay below 2**31
-_SYNC: dict = {}  # (device, stream id) -> [buffer, launches so far]
+INT32_MAX = 2 ** 31 - 1
+_SYNC: dict = {}  # (device, stream id) -> [buffer, tickets taken so far, epoch of the last launch]
 
 
-def sync_buffer(device, size: int) -> torch.Tensor:
-    """A zeroed int32 ``sync`` buffer of at least ``size`` entries for a look-back kernel, which leaves it as
-    it found it but for the epoch (sync[2]) advanced by one. Cached per (device, stream): launches on one
-    stream run in order, so each finds the buffer reset by the one before. A buffer too small, or whose
-    epoch could overflow, is replaced by a fresh ``torch.zeros`` (the next power of two); dropping the old one
-    is stream-safe (the caching allocator reuses it only for work queued after it on that stream).
-    While a CUDA graph is captured, a fresh zeroed buffer per call: the captured memset then resets it at
-    every replay (the host cannot count replays), and no cached buffer's address is baked into a graph,
-    where freeing it on a later replacement would leave the graph writing to freed memory."""
+def sync_args(device, size: int, tickets: int):
+    """``(buffer, TBASE, EPOCH, done)`` for a look-back launch that takes ``tickets`` tickets and uses ``size``
+    entries of ``sync`` (assoc.py's protocol); call ``done()`` once the launch is queued. Cached per (device,
+    stream): launches on one stream run in order, so the host knows how many tickets earlier launches took
+    and which epoch their flags carry. A buffer too small, or whose ticket count or epoch would pass int32,
+    is replaced by a fresh ``torch.zeros`` (the next power of two; dropping the old one is stream-safe: the
+    caching allocator reuses it only for work queued after it on that stream). A launch that raises before
+    ``done()`` took no tickets (Triton raises before queuing). While a CUDA graph is captured, a fresh
+    zeroed buffer per call with TBASE 0 and EPOCH 1: the captured memset resets it at every replay (the host
+    cannot count replays), and no cached buffer's address is baked into a graph, where freeing it on a later
+    replacement would leave the graph writing to freed memory."""
     cuda = device.type == "cuda"
     if cuda and torch.cuda.is_current_stream_capturing():
-        return torch.zeros(size, dtype=torch.int32, device=device)
+        return torch.zeros(size, dtype=torch.int32, device=device), 0, 1, lambda: None
     key = (device, torch.cuda.current_stream(device).stream_id if cuda else None)
     hit = _SYNC.get(key)
-    if hit is None or hit[0].numel() < size or hit[1] >= SYNC_LAUNCHES:
-        hit = _SYNC[key] = [torch.zeros(_np2(size), dtype=torch.int32, device=device), 0]
-    hit[1] += 1
-    return hit[0]
+    if hit is None or hit[0].numel() < size or hit[1] + tickets > INT32_MAX or (hit[2] + 1) * 4 + 2 > INT32_MAX:
+        hit = _SYNC[key] = [torch.zeros(_np2(size), dtype=torch.int32, device=device), 0, 0]
+    base, epoch = hit[1], hit[2] + 1
+
+    def done():
+        hit[1], hit[2] = base + tickets, epoch
+    return hit[0], base, epoch, done
 
 
 def kernel_for(body, g, config: ScanConfig):
@@ -213,12 +218,16 @@ def run_group(body, g, inits, inputs, outs, posts, T: int, config: ScanConfig):
     kern, fns = kernel_for(body, g, cfg)
     tensors = {"x": inputs, "init": inits, "out": outs, "post": posts}
     n = math.prod(g.shape) if g.shape is not None else 0
-    extra = {}
+    extra, tbase, epoch, synced = {}, 0, 1, None
     if kern.mode == "assoc":
         ntiles = math.ceil(n / cfg.block_n)
         if kern.strategy in ("lookback", "segmented"):
             nchunks = math.ceil((T - k) / (cfg.seg if kern.strategy == "segmented" else cfg.block_t))
-            extra["sync"] = sync_buffer(device, 3 + ntiles * nchunks)  # counters, epoch, flags
+            grid = work = ntiles * nchunks
+            persist = kern.strategy == "segmented" and bool(cfg.persist)
+            if persist:  # each program also takes one ticket past the work, which ends its loop
+                grid = min(work, cfg.persist * _sm_count(device))
+            extra["sync"], tbase, epoch, synced = sync_args(device, 1 + work, work + (grid if persist else 0))
             extra["part"] = torch.empty(nchunks * 2 * kern.ncomp * n, dtype=body.compute_dtype, device=device)
         elif kern.strategy == "packed":  # one zeroed (flag, value) word per chunk and lane
             nchunks = math.ceil((T - k) / cfg.block_t)
@@ -235,13 +244,11 @@ def run_group(body, g, inits, inputs, outs, posts, T: int, config: ScanConfig):
     if kern.mode == "assoc" and cfg.maxnreg:
         opts["maxnreg"] = cfg.maxnreg
     if kern.mode == "assoc" and kern.strategy == "segmented":
-        grid = ntiles * nchunks
-        if cfg.persist:
-            grid = min(grid, cfg.persist * _sm_count(device))
-        fns[0][(grid,)](*args, T, k, BLOCK_T=cfg.block_t, BLOCK_N=cfg.block_n, LB=cfg.window, SEG=cfg.seg, **opts)
+        fns[0][(grid,)](*args, T, k, tbase, epoch, BLOCK_T=cfg.block_t, BLOCK_N=cfg.block_n, LB=cfg.window,
+                        SEG=cfg.seg, **opts)
     elif kern.mode == "assoc" and kern.strategy in ("lookback", "packed"):
-        fns[0][(ntiles * nchunks,)](*args, T, k, BLOCK_T=cfg.block_t, BLOCK_N=cfg.block_n, LB=cfg.window,
-                                    NSUB=cfg.sub, **opts)
+        fns[0][(ntiles * nchunks,)](*args, T, k, tbase, epoch, BLOCK_T=cfg.block_t, BLOCK_N=cfg.block_n,
+                                    LB=cfg.window, NSUB=cfg.sub, **opts)
     elif kern.mode == "assoc":
         reduce_, carry, apply_ = fns
         reduce_[(ntiles * nseg,)](*args, T, k, BLOCK_T=cfg.block_t, BLOCK_N=cfg.block_n, SEG=cfg.seg,
@@ -255,6 +262,8 @@ def run_group(body, g, inits, inputs, outs, posts, T: int, config: ScanConfig):
         fns[0][(math.ceil(n / cfg.block_n),)](*args, T, k, BLOCK=cfg.block_n, num_warps=cfg.num_warps)
     else:
         fns[0][(1,)](*args, T, k, BLOCK=cfg.block_n, num_warps=cfg.num_warps)
+    if synced is not None:
+        synced()
 
 
 def run_forward(body, inits, inputs, T: int, backend: str, config: ScanConfig | None = None) -> list:
