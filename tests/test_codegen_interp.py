@@ -220,7 +220,8 @@ def test_prefetch_source_and_rule():
     whole = GemmConfig("persistent_tma", 128, 256, 64, 8, 1, 8, 3, (("EPILOGUE_SUBTILE", 1),))
     assert whole.prefetch_slices(1, 4) == 1    # 512 B, over budget: still the (only) slice
     flat = GemmConfig("persistent_tma", 128, 256, 64, 8, 1, 8, 3, (("EPILOGUE_SUBTILE", 4), ("FLATTEN", True)))
-    assert flat.prefetch_slices(1, 2) == 0
+    assert flat.prefetch_slices(1, 2) == 1      # flattened loops: the first slice only
+    assert flat.prefetch_slices(2, 2) == 0
     ws = GemmConfig("persistent_tma", 128, 256, 64, 8, 1, 8, 3, (("EPILOGUE_SUBTILE", 4), ("WARP_SPECIALIZE", True)))
     assert ws.prefetch_slices(1, 2) == 0
     fixed = GemmConfig("persistent_tma", 128, 256, 64, 8, 1, 8, 3, (("EPILOGUE_SUBTILE", 2), ("PREFETCH", 0)))

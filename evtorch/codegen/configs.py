@@ -162,14 +162,17 @@ class GemmConfig:
     def prefetch_slices(self, tiles: int, elem_bytes: int) -> int:
         """PREFETCH for an epilogue with ``tiles`` M x N inputs of ``elem_bytes`` each (persistent_tma): the flag
         when given, else, for one input, as many slices as fit PREFETCH_BUDGET bytes per thread (at least the
-        first, the later ones then follow that many slices ahead). None for several inputs, under FLATTEN or
-        under warp specialization: on the H200 (docs/benchmarks.md, prefetch run) two prefetched inputs spilled
-        (mixed_dag 1.27 -> 1.35-1.52 x cuBLAS) and flattened loops with prefetched slices ran up to 50x slower."""
+        first, the later ones then follow that many slices ahead); under FLATTEN only the first. None for
+        several inputs or under warp specialization. On the H200 (docs/benchmarks.md, prefetch run) two
+        prefetched inputs spilled (mixed_dag 1.27 -> 1.35-1.52 x cuBLAS), flattened loops with two or more
+        slices prefetched ran 4.5-60 x slower, and with one slice they were the best configs of three rows.)"""
         given = self.flag("PREFETCH", None)
         if given is not None:
             return given
-        if tiles != 1 or self.template != "persistent_tma" or self.flag("WARP_SPECIALIZE") or self.flag("FLATTEN"):
+        if tiles != 1 or self.template != "persistent_tma" or self.flag("WARP_SPECIALIZE"):
             return 0
+        if self.flag("FLATTEN"):
+            return 1
         per_slice = elem_bytes * self.BLOCK_M * self.epilogue_block_n // (32 * self.num_warps)
         return max(1, min(self.epilogue_subtiles, PREFETCH_BUDGET // max(1, per_slice)))
 

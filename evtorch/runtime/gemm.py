@@ -386,7 +386,7 @@ def _choose_config(ep, prog, A, B, inputs, out_dtype, deterministic, allow_tf32)
     candidates = candidate_configs(M, N, K, A.dtype, A.device, L=L, tma_ok=tma_ok, allow_tf32=allow_tf32)
 
     def bench(cfg: GemmConfig) -> float:
-        return time_ms(lambda: _execute(ep, prog, A, B, inputs, out_dtype, allow_tf32, cfg))
+        return time_ms(lambda: _execute(ep, prog, A, B, inputs, out_dtype, allow_tf32, cfg), graph=True)
 
     limit = {} if MAX_TUNE_CANDIDATES is None else {"max_candidates": MAX_TUNE_CANDIDATES}
     best = pick_config(candidates, bench, key=key, heuristic=heuristic, device=A.device, **limit)
