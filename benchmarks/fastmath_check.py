@@ -25,7 +25,6 @@ version through the Triton interpreter on CPU (checks the script only: every mod
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -37,6 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.pingpong_check import SHAPES, WORKLOADS, kernel_rows, max_error, workload  # noqa: E402
+from benchmarks.experiment import ROOT, finish_workers, parser, start_workers, worker_env, worker_share  # noqa: E402
 
 T0 = time.time()
 MODES = ("never", "auto", "always")
@@ -189,8 +189,6 @@ def worker(args) -> int:
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     kw_backend = {} if dev == "cuda" else {"backend": "triton"}
     dtype16 = torch.bfloat16 if dev == "cuda" else torch.float16
-    jobs = json.loads(Path(args.jobs).read_text())
-    i, n = (int(x) for x in args.worker.split("/"))
     cases = {c.name: c for c in all_cases()}
     templates = {"portable": GemmConfig("portable", 64, 64, 32, 8, 1, 4, 3),
                  "splitk": GemmConfig("splitk", 64, 64, 64, 8, 4, 4, 3),
@@ -198,7 +196,7 @@ def worker(args) -> int:
                                               (("EPILOGUE_SUBTILE", True),))}
     results = []
     shapes = SHAPES if not args.dry_run else ((64, 64, 32), (64, 32, 32))
-    for job in jobs[i::n]:
+    for job in worker_share(args):
         rec = {"job": job}
         parts = job.split("|")
         t = time.time()
@@ -301,42 +299,18 @@ def make_jobs(dry: bool) -> tuple[list, dict]:
 
 
 def phase1_start(args, log, jobs):
-    out, scratch = Path(args.out), Path(args.scratch)
-    scratch.mkdir(parents=True, exist_ok=True)
-    (scratch / "jobs.json").write_text(json.dumps(jobs))
-    env = dict(os.environ, PYTHONUNBUFFERED="1", EVTORCH_AUTOTUNE="0")
-    logf = open(out / "workers_log.txt", "w")
-    procs = []
-    root = str(Path(__file__).resolve().parents[1])
-    for i in range(args.workers):
-        cmd = [sys.executable, "-m", "benchmarks.fastmath_check", "--worker", f"{i}/{args.workers}", "--jobs",
-               str(scratch / "jobs.json"), "--result", str(scratch / f"w{i}.json"), "--out", str(out)]
-        if args.dry_run:
-            cmd.append("--dry-run")
-        procs.append(subprocess.Popen(cmd, env=env, stdout=logf, stderr=subprocess.STDOUT, cwd=root))
+    procs, logf = start_workers("benchmarks.fastmath_check", args, jobs, log)
     if not args.dry_run:
-        genv = dict(env, TRITON_INTERPRET="0")
         procs.append(subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu",
-                                       "tests/test_fast_math.py"], env=genv, cwd=root,
-                                      stdout=open(scratch / "pytest_gpu.log", "w"), stderr=subprocess.STDOUT))
-    log(f"phase 1: {len(jobs)} jobs on {args.workers} workers")
+                                       "tests/test_fast_math.py"], env=worker_env(TRITON_INTERPRET="0"), cwd=ROOT,
+                                      stdout=open(Path(args.scratch) / "pytest_gpu.log", "w"),
+                                      stderr=subprocess.STDOUT))
     return procs, logf
 
 
 def phase1_finish(args, log, procs, logf, t_start) -> dict:
-    for p in procs:
-        try:
-            p.wait(timeout=max(5.0, args.phase1_s - (time.time() - t_start)))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            log("phase 1: killed a process at the phase deadline")
-    logf.close()
+    res = finish_workers(args, procs, logf, t_start, log)
     scratch = Path(args.scratch)
-    res = []
-    for i in range(args.workers):
-        f = scratch / f"w{i}.json"
-        if f.exists():
-            res += json.loads(f.read_text())
     pt = scratch / "pytest_gpu.log"
     gpu_tests = pt.read_text()[-600:] if pt.exists() else "not run"
     log(f"phase 1: {len(res)} jobs done in {time.time() - t_start:.0f} s; pytest -m gpu: "
@@ -429,16 +403,7 @@ def phase2(args, b, results, modes) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.environ.get("OUT") or "fastmath_out")
-    ap.add_argument("--deadline-s", type=float, default=310.0)
-    ap.add_argument("--phase1-s", type=float, default=165.0)
-    ap.add_argument("--workers", type=int, default=14)
-    ap.add_argument("--scratch", default="/tmp/fastmath_scratch")
-    ap.add_argument("--dry-run", action="store_true")
-    ap.add_argument("--worker")
-    ap.add_argument("--jobs")
-    ap.add_argument("--result")
+    ap = parser("fastmath", deadline_s=310.0, phase1_s=165.0, workers=14)
     args = ap.parse_args()
     if args.dry_run:
         os.environ["TRITON_INTERPRET"] = "1"

@@ -21,7 +21,6 @@ Writes pingpong.json, pingpong_log.txt, workers_log.txt and selftest logs under 
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -31,6 +30,8 @@ import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.experiment import ROOT, finish_workers, parser, start_workers, worker_env, worker_share  # noqa: E402
 
 T0 = time.time()
 
@@ -158,9 +159,7 @@ def worker(args) -> int:
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     kw_backend = {} if dev == "cuda" else {"backend": "triton"}
     cfgs = configs()
-    jobs = json.loads(Path(args.jobs).read_text())
-    i, n = (int(x) for x in args.worker.split("/"))
-    mine = jobs[i::n]
+    mine = worker_share(args)
     results = []
     shapes = SHAPES if not args.dry_run else ((64, 64, 32), (64, 32, 32))
     seen_by_module: dict = {}
@@ -264,39 +263,15 @@ def phase1(args, log) -> dict:
         jobs = ["W:mixed_dag:base", "W:mixed_dag:pp2_q4", "W:rowreduce_tanh:pp2_h_ws", "E:mixed_dag:pp2_h:float16"]
         if CONFIG_SET == "prefetch":
             jobs = ["W:mixed_dag:base", "W:mixed_dag:q4f_auto", "W:lincomb_relu:h_pf1", "E:mixed_dag:q4f_pf1:float16"]
-    out = Path(args.out)
-    scratch = Path(args.scratch)
-    scratch.mkdir(parents=True, exist_ok=True)
-    (scratch / "jobs.json").write_text(json.dumps(jobs))
-    env = dict(os.environ, PYTHONUNBUFFERED="1", EVTORCH_AUTOTUNE="0")
-    procs = []
-    logf = open(out / "workers_log.txt", "w")
-    n = args.workers
-    for i in range(n):
-        cmd = [sys.executable, "-m", "benchmarks.pingpong_check", "--worker", f"{i}/{n}", "--jobs",
-               str(scratch / "jobs.json"), "--result", str(scratch / f"w{i}.json"), "--out", str(out)]
-        if args.dry_run:
-            cmd.append("--dry-run")
-        procs.append(subprocess.Popen(cmd, env=env, stdout=logf, stderr=subprocess.STDOUT,
-                                      cwd=str(Path(__file__).resolve().parents[1])))
+    out, scratch = Path(args.out), Path(args.scratch)
+    t = time.time()
+    procs, logf = start_workers("benchmarks.pingpong_check", args, jobs, log)
     st = args.selftest_shards if not args.dry_run else 0
     for i in range(st):
         cmd = [sys.executable, "-m", "benchmarks.pingpong_check", "--selftest", f"{i}/{st}", "--out", str(out)]
-        procs.append(subprocess.Popen(cmd, env=env, stdout=open(scratch / f"selftest_{i}.log", "w"),
-                                      stderr=subprocess.STDOUT, cwd=str(Path(__file__).resolve().parents[1])))
-    t = time.time()
-    for p in procs:
-        try:
-            p.wait(timeout=max(10.0, args.phase1_s - (time.time() - t)))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            log("phase 1: killed a worker at the phase deadline")
-    logf.close()
-    res = []
-    for i in range(n):
-        f = scratch / f"w{i}.json"
-        if f.exists():
-            res += json.loads(f.read_text())
+        procs.append(subprocess.Popen(cmd, env=worker_env(), stdout=open(scratch / f"selftest_{i}.log", "w"),
+                                      stderr=subprocess.STDOUT, cwd=ROOT))
+    res = finish_workers(args, procs, logf, t, log)
     selftest = []
     for i in range(st):
         f = out / f"selftest_{i}.json"
@@ -359,17 +334,8 @@ def phase2(args, b, results) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.environ.get("OUT") or "pingpong_out")
-    ap.add_argument("--deadline-s", type=float, default=380.0)
-    ap.add_argument("--phase1-s", type=float, default=170.0)
-    ap.add_argument("--workers", type=int, default=10)
+    ap = parser("pingpong", deadline_s=380.0, phase1_s=170.0, workers=10)
     ap.add_argument("--selftest-shards", type=int, default=6)
-    ap.add_argument("--scratch", default="/tmp/pingpong_scratch")
-    ap.add_argument("--dry-run", action="store_true")
-    ap.add_argument("--worker")
-    ap.add_argument("--jobs")
-    ap.add_argument("--result")
     ap.add_argument("--selftest")
     args = ap.parse_args()
     if args.dry_run:

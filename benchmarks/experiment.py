@@ -1,0 +1,83 @@
+"""Scaffolding of the one-lease device experiments (``fastmath_check``, ``pingpong_check``): the common command
+line, and phase 1's pool of worker processes.
+
+Why workers: Triton compiles on the CPU, one kernel at a time per process, and an experiment compiles dozens of
+(workload, config) kernels; N processes sharing the on-disk Triton and evtorch caches compile them N at a time,
+so the timing phase that follows (one process, the GPU to itself) only loads binaries. A worker is the
+experiment's own module run as ``python -m <module> --worker i/N --jobs FILE --result FILE``: it takes every N-th
+job of the JSON list and writes its records as JSON.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = str(Path(__file__).resolve().parents[1])
+
+
+def parser(name: str, deadline_s: float, phase1_s: float, workers: int) -> argparse.ArgumentParser:
+    """Options every experiment takes (more can be added to the returned parser)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT") or f"{name}_out")
+    ap.add_argument("--deadline-s", type=float, default=deadline_s)
+    ap.add_argument("--phase1-s", type=float, default=phase1_s)
+    ap.add_argument("--workers", type=int, default=workers)
+    ap.add_argument("--scratch", default=f"/tmp/{name}_scratch")
+    ap.add_argument("--dry-run", action="store_true", help="tiny sizes through the Triton interpreter on CPU")
+    ap.add_argument("--worker", help="i/N: run as worker i of N (internal)")
+    ap.add_argument("--jobs", help="the job list (internal)")
+    ap.add_argument("--result", help="where a worker writes its records (internal)")
+    return ap
+
+
+def start_workers(module: str, args, jobs: list, log) -> tuple[list, object]:
+    """Write ``jobs`` and start ``args.workers`` workers of ``module`` (their output in OUT/workers_log.txt).
+    Returns (processes, log file); add other processes to the list to have ``finish_workers`` wait for them."""
+    out, scratch = Path(args.out), Path(args.scratch)
+    scratch.mkdir(parents=True, exist_ok=True)
+    (scratch / "jobs.json").write_text(json.dumps(jobs))
+    logf = open(out / "workers_log.txt", "w")
+    procs = []
+    for i in range(args.workers):
+        cmd = [sys.executable, "-m", module, "--worker", f"{i}/{args.workers}", "--jobs", str(scratch / "jobs.json"),
+               "--result", str(scratch / f"w{i}.json"), "--out", str(out)]
+        if args.dry_run:
+            cmd.append("--dry-run")
+        procs.append(subprocess.Popen(cmd, env=worker_env(), stdout=logf, stderr=subprocess.STDOUT, cwd=ROOT))
+    log(f"phase 1: {len(jobs)} jobs on {args.workers} workers")
+    return procs, logf
+
+
+def worker_env(**extra) -> dict:
+    """Environment of phase-1 processes: unbuffered, no autotuning (each job names its config)."""
+    return dict(os.environ, PYTHONUNBUFFERED="1", EVTORCH_AUTOTUNE="0", **extra)
+
+
+def finish_workers(args, procs: list, logf, t_start: float, log) -> list:
+    """Wait for ``procs`` until ``args.phase1_s`` after ``t_start`` (then kill what is left), and return the
+    workers' records."""
+    for p in procs:
+        try:
+            p.wait(timeout=max(5.0, args.phase1_s - (time.time() - t_start)))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            log("phase 1: killed a process at the phase deadline")
+    logf.close()
+    res = []
+    for i in range(args.workers):
+        f = Path(args.scratch) / f"w{i}.json"
+        if f.exists():
+            res += json.loads(f.read_text())
+    return res
+
+
+def worker_share(args) -> list:
+    """The jobs of this worker (``--worker i/N``): every N-th, from i."""
+    jobs = json.loads(Path(args.jobs).read_text())
+    i, n = (int(x) for x in args.worker.split("/"))
+    return jobs[i::n]
