@@ -36,8 +36,9 @@ from benchmarks.experiment import ROOT, finish_workers, parser, start_workers, w
 T0 = time.time()
 
 SHAPES = ((8192, 8192, 4096), (8192, 4096, 1024))
-WORKLOADS = ("identity", "lincomb_relu", "bias_gelu_aux", "colbcast_leaky", "rowreduce_tanh", "bce_loss",
-             "dgelu_bgrad", "mixed_dag")
+WORKLOADS = tuple(os.environ.get("PINGPONG_WORKLOADS", "").split(",")) if os.environ.get("PINGPONG_WORKLOADS") else (
+    "identity", "lincomb_relu", "bias_gelu_aux", "colbcast_leaky", "rowreduce_tanh", "bce_loss", "dgelu_bgrad",
+    "mixed_dag")
 
 
 CONFIG_SET = os.environ.get("PINGPONG_SET", "run1")
@@ -64,6 +65,13 @@ def configs() -> dict:
             "q4f_pf4": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=4, FLATTEN=True, PREFETCH=4),
             "q4_auto": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=4),
             "q4f_auto": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=4, FLATTEN=True),
+        }
+    if CONFIG_SET == "prefetch2":  # two M x N inputs (mixed_dag): one quarter slice ahead holds 32 registers
+        return {
+            "base": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=True, PREFETCH=0),
+            "base_q4": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=4, PREFETCH=0),
+            "q4_pf1": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=4, PREFETCH=1),
+            "q4_pf2": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=4, PREFETCH=2),
         }
     if CONFIG_SET == "run2":
         return {
@@ -255,7 +263,8 @@ def phase1(args, log) -> dict:
                                                     "mixed_dag"].index(w))
     jobs = [f"W:{w}:{c}" for w in heavy_first for c in cfgs]
     for ex in ("mixed_dag", "row_reduction", "bce_loss", "column_broadcast", "lincomb_relu"):
-        for c in {"run1": ("pp2_h", "pp2_q4", "pp2_h_ws"), "prefetch": ("q4_auto", "q4f_auto", "h_pf2")}.get(
+        for c in {"run1": ("pp2_h", "pp2_q4", "pp2_h_ws"), "prefetch": ("q4_auto", "q4f_auto", "h_pf2"),
+                  "prefetch2": ("q4_pf1",)}.get(
                 CONFIG_SET, ("pp2_q4", "base_q4")):
             for d in ("bfloat16", "float16"):
                 jobs.append(f"E:{ex}:{c}:{d}")
