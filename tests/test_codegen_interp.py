@@ -14,6 +14,7 @@ import triton.language as tl  # noqa: F401  (Triton wants it visible to @triton.
 
 import evtorch as evt
 from evtorch.codegen.configs import GemmConfig
+from evtorch.runtime.gemm_launch import resolve_config
 from evtorch.testing import all_cases, check
 
 CASES = [c for c in all_cases() if not c.gpu_only]
@@ -133,6 +134,7 @@ def test_user_defined_op_through_interpreter():
 
 # ------------------------------------------------------------------------------------------ random DAGs
 from hypothesis import HealthCheck, given, note, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
 from test_random_dags import dag_cases  # noqa: E402  (tests/ is on sys.path under pytest's rootdir)
 
@@ -179,6 +181,29 @@ def test_random_dags_deterministic_reductions(case):
 
 
 PREFETCH_GRID = [(s, p) for s in (1, 2, 4) for p in range(s + 1)]
+
+
+@pytest.mark.interpreter
+@settings(max_examples=30, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(case=dag_cases(dtypes=(torch.float32, torch.float16), exclude_ops=frozenset({"cast"}), n_range=(17, 70)),
+       schedule=st.sampled_from(PREFETCH_GRID))
+def test_random_dags_through_the_persistent_template(case, schedule):
+    """Random DAGs through persistent_tma with every epilogue split and prefetch schedule (M x N inputs taken
+    by ``epilogue_pf`` from loads issued before the K loop or slices ahead), poisoned outputs. The random
+    cases' odd sizes would send the operands to the portable template (TMA needs 16-byte row strides), so A
+    and B are redrawn with K = 16 and B column-major, which TMA takes whatever M and N are; N spans 17..70, so
+    the 64-wide tile's halves and quarters hold real columns."""
+    import types
+    os.environ["EVTORCH_POISON"] = "1"
+    subtile, prefetch = schedule
+    note(f"{case!r} EPILOGUE_SUBTILE={subtile} PREFETCH={prefetch}")
+    A = torch.randn(*case.A.shape[:-1], 16, dtype=case.A.dtype) / 4
+    N = case.B.shape[-1]
+    B = torch.randn(*case.B.shape[:-2], N, 16, dtype=case.B.dtype).transpose(-1, -2) / 4
+    cfg = GemmConfig("persistent_tma", 16, 64, 16, 2, 1, 4, 1, (("EPILOGUE_SUBTILE", subtile), ("PREFETCH", prefetch)))
+    assert resolve_config(A, B, cfg).template == "persistent_tma"
+    _check_generated(types.SimpleNamespace(A=A, B=B, fn=case.fn, inputs=case.inputs), config=cfg)
 
 
 @pytest.mark.interpreter

@@ -165,16 +165,17 @@ def _meta(t):
 
 @st.composite
 def dag_cases(draw, *, batched=None, dtypes=(torch.float32, torch.float16, torch.bfloat16, torch.float64),
-              max_steps=10, max_outputs=3, edge=None, exclude_ops=frozenset()) -> DagCase:
+              max_steps=10, max_outputs=3, edge=None, exclude_ops=frozenset(), n_range=(2, 9)) -> DagCase:
     """A random epilogue DAG and the data to run it on (see the module docstring).
 
     ``batched``/``edge``: force batched problems / edge values in the inputs (None: drawn); ``dtypes``: of A and
     B; ``max_steps``: ops drawn; ``max_outputs``: 1..max outputs; ``exclude_ops``: registry names never drawn
-    (``where``, ``clamp``, ``pow``, ``cast`` included)."""
+    (``where``, ``clamp``, ``pow``, ``cast`` included); ``n_range``: the range N is drawn from (M stays 2..9: a
+    wider N puts several epilogue sub-tiles inside the problem)."""
     batched = draw(st.booleans()) if batched is None else batched
     dtype = draw(st.sampled_from(dtypes))
     M = draw(st.integers(2, 9))
-    N = draw(st.integers(2, 9).filter(lambda n: n != M))
+    N = draw(st.integers(*n_range).filter(lambda n: n != M))
     L = draw(st.integers(2, 4).filter(lambda v: v not in (M, N))) if batched else 1
     K = draw(st.integers(1, 6))
     seed = draw(st.integers(0, 2 ** 16))
