@@ -81,3 +81,22 @@ def worker_share(args) -> list:
     jobs = json.loads(Path(args.jobs).read_text())
     i, n = (int(x) for x in args.worker.split("/"))
     return jobs[i::n]
+
+
+def workload_rows(b, shapes, names, workload, skip_s: float, dtype=None, tag: str = "SKIP"):
+    """Phase 2's loop: per shape (operands drawn once, seed 0; bf16 on a GPU, fp16 under the interpreter) and
+    workload, ``(M, N, K, A, B, name, fn, inputs)``; a workload that would start with less than ``skip_s``
+    seconds of the deadline left is logged and skipped. ``workload(name)`` gives ``(fn, make_inputs)``."""
+    import torch
+
+    from evtorch.examples import operands
+
+    for (M, N, K) in shapes:
+        torch.manual_seed(0)
+        A, B = operands(M, N, K, b.dev, dtype or (torch.bfloat16 if b.cuda else torch.float16))
+        for name in names:
+            if b.time_left() < skip_s:
+                b.log(tag, name, (M, N, K), "deadline")
+                continue
+            fn, make_inputs = workload(name)
+            yield M, N, K, A, B, name, fn, make_inputs(M, N, b.dev, A.dtype)

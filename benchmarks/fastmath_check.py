@@ -36,7 +36,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.pingpong_check import SHAPES, WORKLOADS, kernel_rows, max_error, workload  # noqa: E402
-from benchmarks.experiment import ROOT, finish_workers, parser, start_workers, worker_env, worker_share  # noqa: E402
+from benchmarks.experiment import (ROOT, finish_workers, parser, start_workers, worker_env,  # noqa: E402
+                                  worker_share, workload_rows)
 
 T0 = time.time()
 MODES = ("never", "auto", "always")
@@ -325,7 +326,6 @@ def phase2(args, b, results, modes) -> None:
     import evtorch as evt
     import evtorch.runtime.gemm as rg
     from evtorch.api import get_epilogue
-    from evtorch.examples import operands
 
     cfg = base_config()
     shapes = SHAPES if not args.dry_run else ((64, 64, 32),)
@@ -340,66 +340,50 @@ def phase2(args, b, results, modes) -> None:
         finally:
             os.environ.pop("EVTORCH_FAST_MATH", None)
 
-    for (M, N, K) in shapes:  # forced config, modes interleaved twice
-        torch.manual_seed(0)
-        A, B = operands(M, N, K, b.dev, torch.bfloat16 if b.cuda else torch.float16)
-        for name in names:
-            if b.time_left() < 25:
-                b.log("SKIP", name, (M, N, K), "deadline")
-                continue
-            fn, mk = workload(name)
-            inputs = mk(M, N, b.dev, A.dtype)
-            row = {"workload": name, "shape": [M, N, K], "modes": modes[name], "forced": {}, "tuned": {}}
-            rows[(name, M, N, K)] = row
-            results["timing"].append(row)
-            row["cublas_ms"] = b.timer(lambda: torch.matmul(A, B))
-            for rep in range(2):
-                for m in modes[name]:
-                    row["forced"].setdefault(m, []).append(
-                        timed(lambda: evt.gemm(A, B, fn, config=cfg, **kw, **inputs), m))
-            row["cublas_ms_after"] = b.timer(lambda: torch.matmul(A, B))
-            c = row["cublas_ms"]
-            b.log(f"{name:15s} {M}x{N}x{K} cuBLAS {c:.4f} | " + " ".join(
-                f"{m}=" + "/".join(f"{v / c:.3f}" if v else "FAIL" for v in vs) for m, vs in row["forced"].items()))
-            b.save()
-            del inputs
-        del A, B
+    # forced config, modes interleaved twice
+    for M, N, K, A, B, name, fn, inputs in workload_rows(b, shapes, names, workload, skip_s=25):
+        row = {"workload": name, "shape": [M, N, K], "modes": modes[name], "forced": {}, "tuned": {}}
+        rows[(name, M, N, K)] = row
+        results["timing"].append(row)
+        row["cublas_ms"] = b.timer(lambda: torch.matmul(A, B))
+        for rep in range(2):
+            for m in modes[name]:
+                row["forced"].setdefault(m, []).append(
+                    timed(lambda: evt.gemm(A, B, fn, config=cfg, **kw, **inputs), m))
+        row["cublas_ms_after"] = b.timer(lambda: torch.matmul(A, B))
+        c = row["cublas_ms"]
+        b.log(f"{name:15s} {M}x{N}x{K} cuBLAS {c:.4f} | " + " ".join(
+            f"{m}=" + "/".join(f"{v / c:.3f}" if v else "FAIL" for v in vs) for m, vs in row["forced"].items()))
+        b.save()
     if args.dry_run or not b.cuda:
         return
     os.environ["EVTORCH_AUTOTUNE"] = "1"
     rg.MAX_TUNE_CANDIDATES = 5
-    for (M, N, K) in shapes:  # tuned default (fresh tuning: workers ran with EVTORCH_AUTOTUNE=0)
-        torch.manual_seed(0)
-        A, B = operands(M, N, K, b.dev, torch.bfloat16)
-        for name in names:
-            if len(modes[name]) < 2 or (name, M, N, K) not in rows:
-                continue
-            if b.time_left() < 20:
-                b.log("SKIP tuned", name, (M, N, K), "deadline")
-                continue
-            fn, mk = workload(name)
-            inputs = mk(M, N, b.dev, A.dtype)
-            row = rows[(name, M, N, K)]
-            ep = get_epilogue(fn, (M, N), torch.float32, inputs)
-            for m in modes[name]:
-                os.environ["EVTORCH_FAST_MATH"] = m
-                try:
-                    t = time.time()
-                    evt.gemm(A, B, fn, **inputs)
-                    launch = rg._launches.get(rg.launch_key(ep, A, B, inputs, A.dtype, False, False, None))
-                    rec = {"tune_s": round(time.time() - t, 1),
-                           "config": launch.config.short() if launch is not None else None}
-                finally:
-                    os.environ.pop("EVTORCH_FAST_MATH", None)
-                rec["ms"] = timed(lambda: evt.gemm(A, B, fn, **inputs), m)
-                row["tuned"][m] = rec
-            row["cublas_ms_after_tuned"] = b.timer(lambda: torch.matmul(A, B))
-            b.log(f"{name:15s} {M}x{N}x{K} tuned: " + " ".join(
-                f"{m}={r['ms'] / row['cublas_ms']:.3f} ({r['config']})" if r.get("ms") else f"{m}=FAIL"
-                for m, r in row["tuned"].items()))
-            b.save()
-            del inputs
-        del A, B
+    tuned = [name for name in names if len(modes[name]) >= 2]
+    # tuned default (fresh tuning: workers ran with EVTORCH_AUTOTUNE=0)
+    for M, N, K, A, B, name, fn, inputs in workload_rows(b, shapes, tuned, workload, skip_s=20, dtype=torch.bfloat16,
+                                                         tag="SKIP tuned"):
+        if (name, M, N, K) not in rows:
+            continue
+        row = rows[(name, M, N, K)]
+        ep = get_epilogue(fn, (M, N), torch.float32, inputs)
+        for m in modes[name]:
+            os.environ["EVTORCH_FAST_MATH"] = m
+            try:
+                t = time.time()
+                evt.gemm(A, B, fn, **inputs)
+                launch = rg._launches.get(rg.launch_key(ep, A, B, inputs, A.dtype, False, False, None))
+                rec = {"tune_s": round(time.time() - t, 1),
+                       "config": launch.config.short() if launch is not None else None}
+            finally:
+                os.environ.pop("EVTORCH_FAST_MATH", None)
+            rec["ms"] = timed(lambda: evt.gemm(A, B, fn, **inputs), m)
+            row["tuned"][m] = rec
+        row["cublas_ms_after_tuned"] = b.timer(lambda: torch.matmul(A, B))
+        b.log(f"{name:15s} {M}x{N}x{K} tuned: " + " ".join(
+            f"{m}={r['ms'] / row['cublas_ms']:.3f} ({r['config']})" if r.get("ms") else f"{m}=FAIL"
+            for m, r in row["tuned"].items()))
+        b.save()
 
 
 def main() -> int:

@@ -31,7 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.experiment import ROOT, finish_workers, parser, start_workers, worker_env, worker_share  # noqa: E402
+from benchmarks.experiment import (ROOT, finish_workers, parser, start_workers, worker_env,  # noqa: E402
+                                  worker_share, workload_rows)
 
 T0 = time.time()
 
@@ -303,43 +304,32 @@ def phase2(args, b, results) -> None:
     import torch
 
     import evtorch as evt
-    from evtorch.examples import operands
 
     cfgs = configs()
     order = ["base"] + [c for c in cfgs if c != "base"] + ["base#2"]
     shapes = SHAPES if not args.dry_run else ((64, 64, 32),)
     names = WORKLOADS if not args.dry_run else ("identity", "mixed_dag")
     kw = {} if b.cuda else {"backend": "triton"}
-    for (M, N, K) in shapes:
-        torch.manual_seed(0)
-        A, B = operands(M, N, K, b.dev, torch.bfloat16 if b.cuda else torch.float16)
-        for name in names:
-            if b.time_left() < 20:
-                b.log("SKIP", name, (M, N, K), "deadline")
-                continue
-            fn, mk = workload(name)
-            inputs = mk(M, N, b.dev, A.dtype)
-            row = {"workload": name, "shape": [M, N, K], "ms": {}}
-            results["timing"].append(row)
-            row["cublas_ms"] = b.timer(lambda: torch.matmul(A, B))
-            for cname in order:
-                cfg = cfgs[cname.split("#")[0]]
-                try:
-                    ms = b.graph_timer(lambda: evt.gemm(A, B, fn, config=cfg, **kw, **inputs)) if b.cuda else \
-                        b.timer(lambda: evt.gemm(A, B, fn, config=cfg, **kw, **inputs))
-                except Exception as exc:  # noqa: BLE001
-                    ms = None
-                    row.setdefault("errors", {})[cname] = f"{type(exc).__name__}: {exc}"[:300]
-                row["ms"][cname] = ms
-            row["cublas_ms_after"] = b.timer(lambda: torch.matmul(A, B))
-            base = min(v for k, v in row["ms"].items() if k.startswith("base") and v)
-            best = min((v, k) for k, v in row["ms"].items() if v)
-            b.log(f"{name:15s} {M}x{N}x{K} cuBLAS {row['cublas_ms']:.4f} | " + " ".join(
-                f"{k}={v / row['cublas_ms']:.3f}" if v else f"{k}=FAIL" for k, v in row["ms"].items())
-                + f" | best {best[1]} {best[0] / base:.3f} of best base")
-            b.save()
-            del inputs
-        del A, B
+    for M, N, K, A, B, name, fn, inputs in workload_rows(b, shapes, names, workload, skip_s=20):
+        row = {"workload": name, "shape": [M, N, K], "ms": {}}
+        results["timing"].append(row)
+        row["cublas_ms"] = b.timer(lambda: torch.matmul(A, B))
+        for cname in order:
+            cfg = cfgs[cname.split("#")[0]]
+            try:
+                ms = b.graph_timer(lambda: evt.gemm(A, B, fn, config=cfg, **kw, **inputs)) if b.cuda else \
+                    b.timer(lambda: evt.gemm(A, B, fn, config=cfg, **kw, **inputs))
+            except Exception as exc:  # noqa: BLE001
+                ms = None
+                row.setdefault("errors", {})[cname] = f"{type(exc).__name__}: {exc}"[:300]
+            row["ms"][cname] = ms
+        row["cublas_ms_after"] = b.timer(lambda: torch.matmul(A, B))
+        base = min(v for k, v in row["ms"].items() if k.startswith("base") and v)
+        best = min((v, k) for k, v in row["ms"].items() if v)
+        b.log(f"{name:15s} {M}x{N}x{K} cuBLAS {row['cublas_ms']:.4f} | " + " ".join(
+            f"{k}={v / row['cublas_ms']:.3f}" if v else f"{k}=FAIL" for k, v in row["ms"].items())
+            + f" | best {best[1]} {best[0] / base:.3f} of best base")
+        b.save()
 
 
 def main() -> int:

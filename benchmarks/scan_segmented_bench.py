@@ -105,6 +105,29 @@ HOLD_CHECKS = [C(16, 512, 4, S, 8, 32, **K_), C(16, 512, 4, S, 8, 32, **P_), C(1
                C(8, 1024, 4, S, 8, 32, **KP), C(16, 512, 4, S, 8, 64, persist=2, **KP)]
 
 
+def _op_inputs(T, n, dt, g):
+    """(name, body, float64 reference, X) for each one-component kind that runs in ``dt`` (not min / prod in
+    bf16; not logaddexp under the interpreter, which takes minutes for its reduce over a 16 x 512 tile)."""
+    for name, (fn, ref) in OPS.items():
+        if (dt == torch.bfloat16 and name in ("min", "prod")) or (B.DRY and name == "logaddexp"):
+            continue
+        X = torch.randn(T, n, device=B.DEV, generator=g)
+        if name == "prod":
+            X = 1.0 + 0.01 * X
+        yield name, fn, ref, X.to(dt)
+
+
+def _check_post(label: str, cfg, g) -> None:
+    """A post fused after the linear recurrence (``y = c * h``) against the float64 loop."""
+    (T, n) = B.size(1000, 300)
+    A, X, Cc = (torch.rand(T, n, device=B.DEV, generator=g), torch.randn(T, n, device=B.DEV, generator=g),
+                torch.randn(T, n, device=B.DEV, generator=g))
+    P = evt.scan(lambda h, a, x, c: a * h + x, A, X, Cc, init=torch.zeros(1, n, device=B.DEV),
+                 post=lambda h, a, x, c: c * h, config=cfg)
+    H = B.loop_ref(lambda h, a, x, c: a * h + x, torch.zeros(1, n, device=B.DEV), A, X, Cc)
+    B.check(f"{label} post y = c * h (linear)", P, Cc.double() * H, 1e-4)
+
+
 def hold_checks():
     """keep / prefetch: every kind, fp32 and bf16, ragged T and lanes, init rows, post, over poisoned memory."""
     B.log("== correctness of segmented keep / prefetch on CUDA ==")
@@ -114,13 +137,7 @@ def hold_checks():
         tag_ = "f32" if dt == torch.float32 else "bf16"
         for T, n in ((4099, 8191), (2053, 1000), (37, 3)):
             T, n = B.size(T, n)
-            for name, (fn, ref) in OPS.items():
-                if (dt == torch.bfloat16 and name in ("min", "prod")) or (B.DRY and name == "logaddexp"):
-                    continue
-                X = torch.randn(T, n, device=dev, generator=g)
-                if name == "prod":
-                    X = 1.0 + 0.01 * X
-                X = X.to(dt)
+            for name, fn, ref, X in _op_inputs(T, n, dt, g):
                 for i, cfg in enumerate(HOLD_CHECKS[2:4] if name != "sum" else HOLD_CHECKS):
                     B.poison((T, n), dt)
                     B.check(f"hold {name} {tag_} {T}x{n} {tag(cfg)}", evt.scan(fn, X, config=cfg), ref(X), tol)
@@ -134,13 +151,7 @@ def hold_checks():
             B.poison((T, n), dt)
             B.check(f"hold k=2 init sum {tag_} {T}x{n}", evt.scan(B.ADD, X, init=init, config=HOLD_CHECKS[2]),
                     torch.cat([init.double(), init[1:].double() + X[2:].double().cumsum(0)]), tol)
-    (T, n) = B.size(1000, 300)
-    A, X, Cc = (torch.rand(T, n, device=dev, generator=g), torch.randn(T, n, device=dev, generator=g),
-                torch.randn(T, n, device=dev, generator=g))
-    P = evt.scan(lambda h, a, x, c: a * h + x, A, X, Cc, init=torch.zeros(1, n, device=dev),
-                 post=lambda h, a, x, c: c * h, config=HOLD_CHECKS[2])
-    H = B.loop_ref(lambda h, a, x, c: a * h + x, torch.zeros(1, n, device=dev), A, X, Cc)
-    B.check("hold post y = c * h (linear)", P, Cc.double() * H, 1e-4)
+    _check_post("hold", HOLD_CHECKS[2], g)
 
 
 # the candidates checked for correctness first (A: the expected default, B: persistent, C: short tiles)
@@ -160,13 +171,7 @@ def correctness():
         tag = "f32" if dt == torch.float32 else "bf16"
         for T, n in ((4099, 8191), (2053, 1000), (37, 3), (3, 700)):
             T, n = B.size(T, n)
-            for name, (fn, ref) in OPS.items():
-                if (dt == torch.bfloat16 and name in ("min", "prod")) or (B.DRY and name == "logaddexp"):
-                    continue  # (the interpreter takes minutes for a reduce with logaddexp over a 16 x 512 tile)
-                X = torch.randn(T, n, device=dev, generator=g)
-                if name == "prod":
-                    X = 1.0 + 0.01 * X
-                X = X.to(dt)
+            for name, fn, ref, X in _op_inputs(T, n, dt, g):
                 B.poison((T, n), dt)
                 B.check(f"segmented {name} {tag} {T}x{n}", evt.scan(fn, X, config=CHECK_A), ref(X), tol)
             A = (0.9 + 0.1 * torch.rand(T, n, device=dev, generator=g)).to(dt)
@@ -181,15 +186,10 @@ def correctness():
                         X.double().cumsum(0), tol)
     (T, n) = B.size(1000, 300)
     X = torch.randn(T, n, device=dev, generator=g)
-    A = torch.rand(T, n, device=dev, generator=g)
-    Cc = torch.randn(T, n, device=dev, generator=g)
     init = torch.randn(2, n, device=dev, generator=g)
     B.check("segmented k=2 init sum", evt.scan(B.ADD, X, init=init, config=CHECK_A),
             torch.cat([init.double(), init[1:].double() + X[2:].double().cumsum(0)]), 1e-4)
-    P = evt.scan(lambda h, a, x, c: a * h + x, A, X, Cc, init=torch.zeros(1, n, device=dev),
-                 post=lambda h, a, x, c: c * h, config=CHECK_A)
-    H = B.loop_ref(lambda h, a, x, c: a * h + x, torch.zeros(1, n, device=dev), A, X, Cc)
-    B.check("segmented post y = c * h (linear)", P, Cc.double() * H, 1e-4)
+    _check_post("segmented", CHECK_A, g)
     Ab = torch.rand(T, 1, device=dev, generator=g)
     B.check("segmented broadcast a (T, 1)", evt.scan(B.LIN, Ab, X, init=X[:1], config=CHECK_A),
             B.loop_ref(B.LIN, X[:1], Ab, X), 1e-4)

@@ -321,11 +321,17 @@ def _carry_in(em: AssocEmitter, w, carry: bool = True) -> None:
     em.copy_init(w)
 
 
-def render_lookback(em: AssocEmitter, sig: str, carry: bool = True) -> str:
-    w = E.Writer()
+def _def_one_pass(w, sig: str, last: str) -> None:
+    """The header of the one-launch kernels (lookback, packed: NSUB; segmented: SEG): TBASE and EPOCH are the
+    sync protocol's ticket base and epoch (module docstring)."""
     w("@triton.jit")
     w(f"def scan_assoc({sig}, T, K, TBASE, EPOCH, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, LB: tl.constexpr, "
-      "NSUB: tl.constexpr):")
+      f"{last}: tl.constexpr):")
+
+
+def render_lookback(em: AssocEmitter, sig: str, carry: bool = True) -> str:
+    w = E.Writer()
+    _def_one_pass(w, sig, "NSUB")
     with w.indent():
         em.doc(w, "one-pass scan with decoupled look-back over LB chunks at a time"
                + ("" if carry else "\nTIMING CONTROL: no look-back, wrong results"))
@@ -365,9 +371,7 @@ def render_segmented(em: AssocEmitter, sig: str, carry: bool = True, l2hint: boo
     L2 latency overlaps the polling. With both, the segment needs at least two tiles (the caller checks)."""
     first, again = ("evict_last", "evict_first") if l2hint else ("", "")
     w = E.Writer()
-    w("@triton.jit")
-    w(f"def scan_assoc({sig}, T, K, TBASE, EPOCH, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, LB: tl.constexpr, "
-      "SEG: tl.constexpr):")
+    _def_one_pass(w, sig, "SEG")
     with w.indent():
         em.doc(w, "one-pass scan over segments of SEG steps: reduce, look back over segments, re-read and scan"
                + (" (persistent programs)" if persist else "")
@@ -449,9 +453,7 @@ def render_packed(em: AssocEmitter, sig: str) -> str:
     with w.indent():
         w("return (flag.to(tl.int64) << 32) | (v.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF)")
     w()
-    w("@triton.jit")
-    w(f"def scan_assoc({sig}, T, K, TBASE, EPOCH, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, LB: tl.constexpr, "
-      "NSUB: tl.constexpr):")
+    _def_one_pass(w, sig, "NSUB")
     with w.indent():
         em.doc(w, "one-pass scan, decoupled look-back over LB chunks at a time, flag and value in one word")
         _lookback_chunk(em, w)
