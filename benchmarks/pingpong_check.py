@@ -67,6 +67,19 @@ def configs() -> dict:
             "q4_auto": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=4),
             "q4f_auto": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=4, FLATTEN=True),
         }
+    if CONFIG_SET == "gluon":  # the Gluon ping-pong template (two consumer warpgroups, ordered main loops)
+        def gl(stages, sub):
+            return G("pingpong", 128, 128, 64, 8, 1, 4, stages, (("EPILOGUE_SUBTILE", sub),))
+
+        return {
+            "base": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=True),
+            "base_q4_flat": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=4, FLATTEN=True),
+            "base_q4": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=4),
+            "g_1": gl(5, 1),
+            "g_h_s6": gl(6, 2),
+            "g_h": gl(5, 2),
+            "g_q4": gl(5, 4),
+        }
     if CONFIG_SET == "prefetch2":  # two M x N inputs (mixed_dag): one quarter slice ahead holds 32 registers
         return {
             "base": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=True, PREFETCH=0),
@@ -265,7 +278,7 @@ def phase1(args, log) -> dict:
     jobs = [f"W:{w}:{c}" for w in heavy_first for c in cfgs]
     for ex in ("mixed_dag", "row_reduction", "bce_loss", "column_broadcast", "lincomb_relu"):
         for c in {"run1": ("pp2_h", "pp2_q4", "pp2_h_ws"), "prefetch": ("q4_auto", "q4f_auto", "h_pf2"),
-                  "prefetch2": ("q4_pf1",)}.get(
+                  "prefetch2": ("q4_pf1",), "gluon": ("g_h", "g_q4")}.get(
                 CONFIG_SET, ("pp2_q4", "base_q4")):
             for d in ("bfloat16", "float16"):
                 jobs.append(f"E:{ex}:{c}:{d}")
@@ -273,6 +286,8 @@ def phase1(args, log) -> dict:
         jobs = ["W:mixed_dag:base", "W:mixed_dag:pp2_q4", "W:rowreduce_tanh:pp2_h_ws", "E:mixed_dag:pp2_h:float16"]
         if CONFIG_SET == "prefetch":
             jobs = ["W:mixed_dag:base", "W:mixed_dag:q4f_auto", "W:lincomb_relu:h_pf1", "E:mixed_dag:q4f_pf1:float16"]
+        if CONFIG_SET == "gluon":
+            jobs = ["W:mixed_dag:base", "W:mixed_dag:g_q4", "W:lincomb_relu:g_h", "E:mixed_dag:g_h:float16"]
     out, scratch = Path(args.out), Path(args.scratch)
     t = time.time()
     procs, logf = start_workers("benchmarks.pingpong_check", args, jobs, log)

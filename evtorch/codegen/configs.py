@@ -20,9 +20,9 @@ import torch
 
 from evtorch.runtime import knobs
 
-TEMPLATES: tuple[str, ...] = ("portable", "splitk", "persistent_tma")
+TEMPLATES: tuple[str, ...] = ("portable", "splitk", "persistent_tma", "pingpong")
 
-# Flags a config may carry in ``extra``; all apply to persistent_tma only.
+# Flags a config may carry in ``extra``; all apply to persistent_tma, EPILOGUE_SUBTILE also to pingpong.
 EXTRA_FLAGS: dict[str, type | tuple[type, ...]] = {
     # call the epilogue on S [BM, BN/S] slices (less register/smem pressure): True (= 2) or 4; False / 1: whole tile
     "EPILOGUE_SUBTILE": (bool, int),
@@ -127,7 +127,17 @@ class GemmConfig:
             elif value != _FLAG_DEFAULTS[key]:
                 canon[key] = value
         extra = canon
-        if extra and self.template != "persistent_tma":
+        if self.template == "pingpong":
+            if set(extra) - {"EPILOGUE_SUBTILE"}:
+                raise ValueError(f"GemmConfig.extra flags {sorted(set(extra) - {'EPILOGUE_SUBTILE'})} do not apply to "
+                                 "template='pingpong' (only EPILOGUE_SUBTILE does)")
+            if self.num_warps != 4:
+                raise ValueError(f"GemmConfig.num_warps must be 4 for template='pingpong' (one warpgroup per "
+                                 f"consumer), got {self.num_warps}")
+            if self.BLOCK_M % 64 or self.BLOCK_N > 256:
+                raise ValueError(f"template='pingpong' needs BLOCK_M a multiple of 64 (wgmma rows per warpgroup) and "
+                                 f"BLOCK_N <= 256 (wgmma width), got {self.BLOCK_M}x{self.BLOCK_N}")
+        elif extra and self.template != "persistent_tma":
             raise ValueError(f"GemmConfig.extra flags {sorted(extra)} only apply to template='persistent_tma'")
         subtiles = _subtile_count(extra.get("EPILOGUE_SUBTILE", False))
         if subtiles > 1 and self.BLOCK_N // subtiles < 16:
@@ -175,6 +185,11 @@ class GemmConfig:
             return 1
         per_slice = elem_bytes * self.BLOCK_M * self.epilogue_block_n // (32 * self.num_warps)
         return max(1, min(self.epilogue_subtiles, PREFETCH_BUDGET // max(1, per_slice)))
+
+    @property
+    def is_persistent(self) -> bool:
+        """One program per SM looping over tiles (persistent_tma, pingpong): grid from ``persistent_grid``."""
+        return self.template in ("persistent_tma", "pingpong")
 
     def persistent_programs(self, num_sms: int) -> int:
         """Program count the persistent template strides its tile loop by (constexpr NUM_PROGRAMS)."""
@@ -409,6 +424,10 @@ _PERSISTENT_16 = (
 # epilogues and short K loops, where the epilogue is a large share of each tile's time.
 _PINGPONG_16 = ((128, 128, 64, 3, 4),)
 
+# The Gluon ping-pong template (gluon_template.py): two consumer warpgroups alternate 128x128 tiles over a 5-deep
+# TMA ring (5 x 32 KiB), so one's epilogue runs under the other's main loop. (BM, BN, BK, stages, subtile).
+_PINGPONG_GLUON_16 = ((128, 128, 64, 5, 2), (128, 128, 64, 5, 4), (128, 128, 64, 5, 1))
+
 # fp32 without TF32 has no tensor-core path: tl.dot becomes FMA loops whose register use grows with the
 # tile. On the H200 run, 128x256 / 128x128 persistent fp32-IEEE kernels spilled 24 to 3052 registers
 # (col-major operands worst), so IEEE fp32 keeps tiles at <= 128x64 and never uses persistent_tma.
@@ -446,6 +465,15 @@ def _persistent_space(dtype: torch.dtype) -> list[GemmConfig]:
     return out
 
 
+def pingpong_allowed(dtype: torch.dtype, info: DeviceInfo, tma_ok: bool) -> bool:
+    """The Gluon ping-pong template (``gluon_template``) is offered on Hopper for TMA-able fp16/bf16 operands when
+    the installed Triton has Gluon's Hopper API; the launcher still falls back to persistent_tma for layouts it
+    does not take (column-major A, batched operands: ``gemm_launch.resolve_config``)."""
+    from .gluon_template import available
+
+    return tma_ok and info.is_hopper and DTYPE_BYTES.get(dtype) == 2 and available()
+
+
 def tma_template_allowed(dtype: torch.dtype, info: DeviceInfo, tma_ok: bool, allow_tf32: bool = False) -> bool:
     """persistent_tma is offered only on Hopper (capability 9.x), for fp16/bf16 operands, or fp32 with TF32
     allowed (its value is feeding wgmma; IEEE fp32 runs on FMA units and spills), whose layout passed the
@@ -457,7 +485,7 @@ def tma_template_allowed(dtype: torch.dtype, info: DeviceInfo, tma_ok: bool, all
 
 def _fits_precision(config: GemmConfig, dtype: torch.dtype, allow_tf32: bool) -> bool:
     if dtype == torch.float32 and not allow_tf32:
-        return config.template != "persistent_tma" and config.BLOCK_M * config.BLOCK_N <= _IEEE_FP32_MAX_TILE
+        return config.template == "portable" and config.BLOCK_M * config.BLOCK_N <= _IEEE_FP32_MAX_TILE
     return True
 
 
@@ -503,7 +531,9 @@ def candidate_configs(
         persistent = _persistent_space(dtype)
         pingpong = [GemmConfig("portable", bm, bn, bk, 8, 1, warps, stages)
                     for bm, bn, bk, stages, warps in _PINGPONG_16] if DTYPE_BYTES[dtype] == 2 else []
-        space += persistent[:2] + pingpong + persistent[2:]
+        gluon = [GemmConfig("pingpong", bm, bn, bk, 8, 1, 4, stages, (("EPILOGUE_SUBTILE", sub),))
+                 for bm, bn, bk, stages, sub in _PINGPONG_GLUON_16] if pingpong_allowed(dtype, info, tma_ok) else []
+        space += persistent[:2] + gluon[:1] + pingpong + persistent[2:] + gluon[1:]
     if splitk_worthwhile(M, N, K, L, info):
         for cfg in _portable_space(dtype, "splitk"):
             split = choose_split_k(M, N, K, L, cfg, info)

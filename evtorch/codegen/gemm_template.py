@@ -455,9 +455,10 @@ def render_gemm(kernel_name: str, epilogue_fn: str, epilogue_params: list[str], 
 
 def kernel_symbol(base: str, template: str) -> str:
     """Name ``render_gemm_kernels`` gives the kernel of ``template`` (e.g. 'fused3_portable',
-    'fused3_splitk', 'fused3_splitk_reduce'); ``gemm_launch.launch_gemm`` looks kernels up by it."""
-    if template not in _TEMPLATES:
-        raise ValueError(f"template must be one of {RENDERABLE}, got {template!r}")
+    'fused3_splitk', 'fused3_splitk_reduce'; 'pingpong' for ``gluon_template.render_pingpong``);
+    ``gemm_launch.launch_gemm`` looks kernels up by it."""
+    if template not in _TEMPLATES and template != "pingpong":
+        raise ValueError(f"template must be one of {RENDERABLE + ('pingpong',)}, got {template!r}")
     return f"{_check_identifier('base', base)}_{template}"
 
 

@@ -17,12 +17,13 @@ from types import ModuleType
 import torch
 
 from ..runtime.source_cache import kernel_path, load_module, write_text_atomic
-from . import fastmath
+from . import fastmath, gluon_template
 from .epilogue import EpilogueCode, EpilogueEmitter
-from .gemm_template import HEADER, render_gemm_kernels
+from .gemm_template import HEADER, kernel_symbol, render_gemm_kernels
 from .vector_stage import VBLOCK, VectorCode, VectorEmitter
 
-TEMPLATES = ("portable", "splitk", "persistent_tma")
+# Every template the installed Triton can build: the Gluon ping-pong kernel only where Gluon's Hopper API exists.
+TEMPLATES = ("portable", "splitk", "persistent_tma") + (("pingpong",) if gluon_template.available() else ())
 KERNEL_BASE = "gemm"
 
 
@@ -67,15 +68,20 @@ def build_program(ep, dtype=None, *, deterministic: bool = False, templates=TEMP
     epi = EpilogueEmitter(ep.graph, ep.acc_dtype, deterministic, ep.batched, fast=fast).emit()
     vec_emitter = VectorEmitter(ep.graph, epi.reductions, ep.acc_dtype)
     vec = None if vec_emitter.empty() else vec_emitter.emit()
+    pingpong = "pingpong" in templates
     parts = [
-        HEADER + "from evtorch.codegen import tlmath\n",
+        HEADER + (gluon_template.HEADER if pingpong else "") + "from evtorch.codegen import tlmath\n",
         f'"""evtorch generated kernels for epilogue {ep.name!r} (IR hash {key[0]}).\n\n'
         + "\n".join(f"    {line}" for line in str(ep.graph).splitlines() + [""]
                      + fastmath.describe(ep.graph, fast)) + '\n"""\n',
         epi.source,
-        render_gemm_kernels(KERNEL_BASE, epi.fn_name, epi.params.names(), tuple(templates), epi.prefetch),
+        render_gemm_kernels(KERNEL_BASE, epi.fn_name, epi.params.names(),
+                            tuple(t for t in templates if t != "pingpong"), epi.prefetch),
         f"EPILOGUE_PREFETCH = {epi.prefetch}  # M x N input tiles the epilogue can take prefetched\n",
     ]
+    if pingpong:
+        parts.append(gluon_template.render_pingpong(kernel_symbol(KERNEL_BASE, "pingpong"), epi.fn_name,
+                                                    epi.params.names()))
     if vec is not None:
         parts.append(vec.source)
         parts.append(f"VBLOCK = {VBLOCK}\n")

@@ -304,13 +304,13 @@ class _Launch:
 
         gemm = self.gemm
         args = arguments(self.args, self.slots, "_c")
-        if gemm.mode in ("portable", "persistent_tma"):
+        if gemm.mode in ("portable", "persistent_tma", "pingpong"):
             # PreparedLaunch's kernel call, spelled out
             if gemm.device_index is not None:
                 # Triton launches on the current device: off A's, run again under a device guard
                 ns["_cuda"], ns["_guarded"] = torch.cuda, self._guarded
                 lines.insert(1, f"    if _cuda.current_device() != {gemm.device_index}: return _guarded(A, B, inputs)")
-                if gemm.mode == "persistent_tma":
+                if gemm.mode in ("persistent_tma", "pingpong"):
                     ns["_tma_allocator"] = install_tma_allocator
                     lines.append("    _tma_allocator()")
             ns["_kernel"], ns["_common"] = gemm.fn, gemm.common
@@ -381,8 +381,7 @@ def _choose_config(ep, prog, A, B, inputs, out_dtype, deterministic, allow_tf32)
         return hit
     tma_ok = tma_eligible(A, B)
     heuristic = heuristic_config(M, N, K, A.dtype, A.device, L=L, tma_ok=tma_ok, allow_tf32=allow_tf32)
-    key = make_tune_key(A, B, prog.key[0] + ("det" if deterministic else ""), ("portable", "splitk",
-                                                                              "persistent_tma"), (out_dtype,))
+    key = make_tune_key(A, B, prog.key[0] + ("det" if deterministic else ""), prog.key[4], (out_dtype,))
     candidates = candidate_configs(M, N, K, A.dtype, A.device, L=L, tma_ok=tma_ok, allow_tf32=allow_tf32)
 
     def bench(cfg: GemmConfig) -> float:

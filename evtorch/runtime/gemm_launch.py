@@ -132,13 +132,29 @@ def layout_class(A: torch.Tensor, B: torch.Tensor) -> str:
 
 
 def resolve_config(A: torch.Tensor, B: torch.Tensor, config: GemmConfig) -> GemmConfig:
-    """The config that will actually run: persistent_tma becomes portable (same tile sizes) when the
+    """The config that will actually run: pingpong becomes persistent_tma (same tiles and sub-tiling, 8 warps)
+    outside its scope (``pingpong_eligible``), and persistent_tma becomes portable (same tile sizes) when the
     operands or the device don't allow TMA. Call it before ``grid_tiles`` to size per-tile workspaces."""
     if not isinstance(config, GemmConfig):
         raise TypeError(f"config must be a GemmConfig, got {type(config).__name__}")
+    if config.template == "pingpong" and not pingpong_eligible(A, B):
+        config = GemmConfig("persistent_tma", config.BLOCK_M, config.BLOCK_N, config.BLOCK_K, config.GROUP_M, 1, 8,
+                            min(config.num_stages, 3), config.extra)
     if config.template == "persistent_tma" and not tma_eligible(A, B):
         return dataclasses.replace(config, template="portable", extra=())
     return config
+
+
+def pingpong_eligible(A: torch.Tensor, B: torch.Tensor) -> bool:
+    """Whether the Gluon ping-pong template takes these operands: TMA-able on a Hopper GPU, fp16/bf16, A
+    row-major, no batch, K > 0 (``gluon_template`` scope), and the installed Triton has Gluon's Hopper API."""
+    from evtorch.codegen.gluon_template import available
+
+    if not device_info(A.device).is_hopper or A.dtype not in (torch.float16, torch.bfloat16):
+        return False
+    p = gemm_problem(A, B)
+    ok, a_col, _ = tma_layout(A, B)
+    return ok and not a_col and p.L == 1 and p.K > 0 and available()
 
 
 def grid_tiles(M: int, N: int, config: GemmConfig) -> tuple[int, int]:
@@ -151,7 +167,7 @@ def grid_tiles(M: int, N: int, config: GemmConfig) -> tuple[int, int]:
         raise TypeError(f"config must be a GemmConfig, got {type(config).__name__}")
     tiles_m = cdiv(M, config.BLOCK_M)
     tiles_n = cdiv(N, config.BLOCK_N)
-    if config.template == "persistent_tma":
+    if config.is_persistent:
         tiles_n *= config.epilogue_subtiles
     return tiles_m, tiles_n
 
@@ -245,7 +261,7 @@ class PreparedLaunch:
         mode = self.mode
         if mode == "portable":
             self.fn(A, B, *self.tail, *epilogue_args, **self.common)
-        elif mode == "persistent_tma":
+        elif mode in ("persistent_tma", "pingpong"):
             if self.device_index is not None:
                 install_tma_allocator()
             self.fn(A, B, *self.tail, *epilogue_args, **self.common)
@@ -329,6 +345,14 @@ def prepare_launch(
             FLATTEN=bool(config.flag("FLATTEN")),
             PREFETCH=config.prefetch_slices(getattr(module, "EPILOGUE_PREFETCH", 0), A.element_size()),
         )
+    elif config.template == "pingpong":
+        from evtorch.codegen.gluon_template import MAXNREG
+
+        num_sms = device_info(A.device).num_sms
+        out.fn = _kernel(module, kernel_name, "pingpong")[(config.persistent_grid(num_sms, tiles),)]
+        del common["num_stages"]  # the ring depth is the STAGES constexpr; Gluon does no software pipelining
+        common.update(NUM_PROGRAMS=config.persistent_programs(num_sms), STAGES=config.num_stages,
+                      B_COL_MAJOR=tma_layout(A, B)[2], EPILOGUE_SUBTILE=config.epilogue_subtiles, maxnreg=MAXNREG)
     else:  # GemmConfig validates templates; this guards future additions
         raise ValueError(f"config.template {config.template!r} has no launcher")
     out.common = common

@@ -1,0 +1,244 @@
+"""Gluon source text for the Hopper ping-pong GEMM: one epilogue overlaps the other consumer's main loop.
+
+Why a second language: the persistent TMA template (``gemm_template.persistent_tma``) runs the epilogue after
+the main loop in the same warps, so the tensor cores idle while it runs (docs/benchmarks.md measures 4-20 us per
+wave of 132 tiles). Triton's SPMD model cannot give two warpgroups of one program different tiles; Gluon (Triton's
+explicit-layout dialect, ``triton.experimental.gluon``, in both Triton 3.6 and 3.9) can, through
+``gl.warp_specialize``. This is CUTLASS's "ping-pong" schedule:
+
+- a **loader** partition (1 warp) walks the program's tiles in order and fills a STAGES-deep ring of A/B shared
+  memory buffers with TMA copies (``ready`` barriers: bytes arrived; ``empty`` barriers: slot consumed);
+- two **consumer** partitions (one warpgroup each) take alternate tiles (consumer c: the program's tiles
+  ``2j + c``); each runs wgmma over the ring into its own [BLOCK_M, BLOCK_N] register accumulator and then the
+  generated epilogue on it;
+- a **turn** barrier pair orders the consumers' main loops: consumer c starts its main loop only after the other
+  finished its previous one, so the main loops run back to back at the full tensor-core rate and each epilogue
+  runs while the other consumer's main loop keeps the tensor cores busy.
+
+The epilogue is the same ``@triton.jit`` function the other templates call (Gluon calls Triton functions; the
+accumulator arrives in the wgmma register layout and ``offs_m`` / ``offs_n`` in its slice layouts, so every
+broadcast, load, store, reduction and atomic in the epilogue takes the accumulator's layout). With
+EPILOGUE_SUBTILE = S the accumulator is split into S [BLOCK_M, BLOCK_N/S] slices (``pid_n`` = S * pid_n + s), as
+in the persistent template, so the epilogue's temporaries fit the registers left beside the accumulator.
+
+Scope: 16-bit operands (wgmma from shared memory), row-major A, row- or column-major B, no batch (L == 1); the
+launcher offers the template only then (``configs.pingpong_allowed``). Register budget: 12 warps (two consumer
+warpgroups and the loader's warpgroup) share 64K registers: launched with ``maxnreg`` = 168, the loader drops to
+40 and each consumer rises to 232 (``setmaxnreg``), i.e. 104 registers beside a 128-register accumulator.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from .gemm_template import _check_identifier, _indent
+
+HEADER = ("from triton.experimental import gluon\n"
+          "from triton.experimental.gluon import language as gl\n"
+          "from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, "
+          "warpgroup_mma_wait\n")
+
+# Registers per thread (setmaxnreg): consumers, loader; the kernel is launched with MAXNREG so that
+# 128 * (2 * CONSUMER_REGS + LOADER_REGS) <= 65536 and MAXNREG * 384 <= 65536.
+CONSUMER_REGS = 232
+LOADER_REGS = 40
+MAXNREG = 168
+WORKER_WARPS = (4, 1)  # consumer 1, loader; consumer 0 is the default partition (num_warps = 4)
+
+_SWIZZLE = """\
+group_id = t // num_pid_in_group
+first_pid_m = group_id * GROUP_M
+group_size_m = gl.minimum(num_pid_m - first_pid_m, GROUP_M)
+pid_m = first_pid_m + (t % num_pid_in_group) % group_size_m
+pid_n = (t % num_pid_in_group) // group_size_m
+"""
+
+_ARGS = ("a_desc, b_desc, a_bufs, b_bufs, ready, empty, turn, M, N, K, L, start_pid__PARAMS_CALL__, "
+         "BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, STAGES, B_COL_MAJOR, EPILOGUE_SUBTILE")
+
+_PARTITION_SIG = """\
+    a_desc, b_desc, a_bufs, b_bufs, ready, empty, turn, M, N, K, L, start_pid,
+__PARAMS_SIG__    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
+    NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, B_COL_MAJOR: gl.constexpr, EPILOGUE_SUBTILE: gl.constexpr,
+"""
+
+_PINGPONG = '''\
+@gluon.jit
+def __KERNEL___load(
+''' + _PARTITION_SIG + '''\
+):
+    """Loader partition: TMA copies of every (tile, K step) of this program into the ring, in consumption order."""
+    num_pid_m = gl.cdiv(M, BLOCK_M)
+    num_pid_n = gl.cdiv(N, BLOCK_N)
+    num_pid_in_group = GROUP_M * num_pid_n
+    num_tiles = num_pid_m * num_pid_n
+    k_tiles = gl.cdiv(K, BLOCK_K)
+    nbytes: gl.constexpr = (BLOCK_M * BLOCK_K + BLOCK_K * BLOCK_N) * a_desc.dtype.primitive_bitwidth // 8
+    cnt = 0
+    for t in range(start_pid, num_tiles, NUM_PROGRAMS):
+''' + _indent(_SWIZZLE, 8) + '''\
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        for ki in range(k_tiles):
+            slot = cnt % STAGES
+            mbarrier.wait(empty.index(slot), ((cnt // STAGES) & 1) ^ 1)
+            mbarrier.expect(ready.index(slot), nbytes)
+            tma.async_copy_global_to_shared(a_desc, [off_m, ki * BLOCK_K], ready.index(slot), a_bufs.index(slot))
+            if B_COL_MAJOR:
+                tma.async_copy_global_to_shared(b_desc, [off_n, ki * BLOCK_K], ready.index(slot), b_bufs.index(slot))
+            else:
+                tma.async_copy_global_to_shared(b_desc, [ki * BLOCK_K, off_n], ready.index(slot), b_bufs.index(slot))
+            cnt += 1
+
+
+@gluon.jit
+def __KERNEL___consume(
+''' + _PARTITION_SIG + '''\
+    WHICH: gl.constexpr,
+):
+    """Consumer WHICH (0 or 1): the program's tiles 2j + WHICH; main loop after the other consumer's, then epilogue."""
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                         instr_shape=[16, BLOCK_N, 16])
+    num_pid_m = gl.cdiv(M, BLOCK_M)
+    num_pid_n = gl.cdiv(N, BLOCK_N)
+    num_pid_in_group = GROUP_M * num_pid_n
+    num_tiles = num_pid_m * num_pid_n
+    k_tiles = gl.cdiv(K, BLOCK_K)
+    j = 0
+    for t in range(start_pid + WHICH * NUM_PROGRAMS, num_tiles, 2 * NUM_PROGRAMS):
+''' + _indent(_SWIZZLE, 8) + '''\
+        cnt = (2 * j + WHICH) * k_tiles
+        if WHICH == 0:
+            mbarrier.wait(turn.index(0), (j & 1) ^ 1)
+        else:
+            mbarrier.wait(turn.index(1), j & 1)
+        acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, acc_layout)
+        for ki in range(k_tiles):
+            slot = cnt % STAGES
+            mbarrier.wait(ready.index(slot), (cnt // STAGES) & 1)
+            if B_COL_MAJOR:
+                b = b_bufs.index(slot).permute((1, 0))
+            else:
+                b = b_bufs.index(slot)
+            acc = warpgroup_mma(a_bufs.index(slot), b, acc, is_async=True)
+            acc = warpgroup_mma_wait(num_outstanding=1, deps=[acc])
+            if ki > 0:
+                mbarrier.arrive(empty.index((cnt - 1) % STAGES), count=1)
+            cnt += 1
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc])
+        mbarrier.arrive(empty.index((cnt + STAGES - 1) % STAGES), count=1, pred=k_tiles > 0)
+        mbarrier.arrive(turn.index(1 - WHICH), count=1)
+__EPILOGUE_CALLS__        j += 1
+
+
+@gluon.jit
+def __KERNEL___consume0(
+''' + _PARTITION_SIG + '''\
+):
+    __KERNEL___consume(''' + _ARGS + ''', 0)
+
+
+@gluon.jit
+def __KERNEL___consume1(
+''' + _PARTITION_SIG + '''\
+):
+    __KERNEL___consume(''' + _ARGS + ''', 1)
+
+
+@gluon.jit
+def __KERNEL__(
+    A_ptr, B_ptr,
+    M, N, K, L,
+    stride_al, stride_am, stride_ak,
+    stride_bl, stride_bk, stride_bn,
+__PARAMS_SIG__    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
+    ALLOW_TF32: gl.constexpr, ACC_DTYPE: gl.constexpr, DOT_UPCAST: gl.constexpr,
+    NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, B_COL_MAJOR: gl.constexpr, EPILOGUE_SUBTILE: gl.constexpr,
+):
+    """Ping-pong GEMM + epilogue (Hopper, Gluon); grid (min(NUM_PROGRAMS, tiles),), launched with num_warps=4
+    and maxnreg=MAXNREG; 16-bit A row-major (M, K), B (K, N) row-major or, with B_COL_MAJOR, column-major."""
+    smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+    a_desc = tma.make_tensor_descriptor(A_ptr, shape=[M, K], strides=[stride_am, 1],
+                                        block_shape=[BLOCK_M, BLOCK_K], layout=smem)
+    if B_COL_MAJOR:
+        b_desc = tma.make_tensor_descriptor(B_ptr, shape=[N, K], strides=[stride_bn, 1],
+                                            block_shape=[BLOCK_N, BLOCK_K], layout=smem)
+        b_bufs = gl.allocate_shared_memory(B_ptr.dtype.element_ty, [STAGES, BLOCK_N, BLOCK_K], smem)
+    else:
+        b_desc = tma.make_tensor_descriptor(B_ptr, shape=[K, N], strides=[stride_bk, 1],
+                                            block_shape=[BLOCK_K, BLOCK_N], layout=smem)
+        b_bufs = gl.allocate_shared_memory(B_ptr.dtype.element_ty, [STAGES, BLOCK_K, BLOCK_N], smem)
+    a_bufs = gl.allocate_shared_memory(A_ptr.dtype.element_ty, [STAGES, BLOCK_M, BLOCK_K], smem)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=1)
+    for i in gl.static_range(2):
+        mbarrier.init(turn.index(i), count=1)
+    start_pid = gl.program_id(0)
+    gl.warp_specialize([
+        (__KERNEL___consume0, (''' + _ARGS + ''')),
+        (__KERNEL___consume1, (''' + _ARGS + ''')),
+        (__KERNEL___load, (''' + _ARGS + ''')),
+    ], [__WORKER_WARPS__], [__WORKER_REGS__])
+'''
+
+
+def _epilogue_calls() -> str:
+    """The S-way split of the accumulator (constexpr branches on EPILOGUE_SUBTILE) and one epilogue call per slice."""
+    splits = {
+        2: ["acc3 = gl.permute(gl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))",
+            "acc_s0, acc_s1 = gl.split(acc3)"],
+        4: ["acc3 = gl.permute(gl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))",
+            "acc_lo, acc_hi = gl.split(acc3)",
+            "q3 = gl.permute(gl.reshape(acc_lo, (BLOCK_M, 2, BLOCK_N // 4)), (0, 2, 1))",
+            "acc_s0, acc_s1 = gl.split(q3)",
+            "q3 = gl.permute(gl.reshape(acc_hi, (BLOCK_M, 2, BLOCK_N // 4)), (0, 2, 1))",
+            "acc_s2, acc_s3 = gl.split(q3)"],
+    }
+    out = []
+    for n, kw in ((4, "if"), (2, "elif"), (1, "else")):
+        out.append(f"{kw} EPILOGUE_SUBTILE == {n}:" if n != 1 else "else:")
+        body = list(splits.get(n, ["acc_s0 = acc"]))
+        width = f"(BLOCK_N // {n})" if n > 1 else "BLOCK_N"
+        for i in range(n):
+            body.append(f"offs_n_s{i} = pid_n * BLOCK_N + {i} * {width} + "
+                        f"gl.arange(0, {width}, layout=gl.SliceLayout(0, acc_s{i}.type.layout))")
+            body.append(f"offs_m_s{i} = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, acc_s{i}.type.layout))")
+            body.append(f"__EPILOGUE__(acc_s{i}, offs_m_s{i}, offs_n_s{i}, pid_m, "
+                        f"{n} * pid_n + {i}, 0, M, N, L__PARAMS_CALL__)")
+        out += ["    " + line for line in body]
+    return _indent("\n".join(out), 8)
+
+
+def render_pingpong(kernel_name: str, epilogue_fn: str, epilogue_params: list[str]) -> str:
+    """Source of the Gluon ping-pong kernel ``kernel_name`` (and its partition functions ``<kernel_name>_*``)
+    calling ``epilogue_fn``; the caller puts ``HEADER``, the Triton header and the epilogue into one module."""
+    _check_identifier("kernel_name", kernel_name)
+    _check_identifier("epilogue_fn", epilogue_fn)
+    params = [_check_identifier("epilogue_params entry", p) for p in epilogue_params]
+    text = _PINGPONG.replace("__EPILOGUE_CALLS__", _epilogue_calls())
+    return (text.replace("__KERNEL__", kernel_name)
+            .replace("__EPILOGUE__", epilogue_fn)
+            .replace("__PARAMS_SIG__", "".join(f"    {p},\n" for p in params))
+            .replace("__PARAMS_CALL__", "".join(f", {p}" for p in params))
+            .replace("__WORKER_WARPS__", ", ".join(str(w) for w in WORKER_WARPS))
+            .replace("__WORKER_REGS__", f"{CONSUMER_REGS}, {LOADER_REGS}"))
+
+
+@functools.lru_cache(maxsize=None)
+def available() -> bool:
+    """Whether the installed Triton has what the template uses (Gluon with Hopper TMA, wgmma, mbarriers and
+    ``gl.warp_specialize`` taking a list of (partition, args); Triton 3.6 and 3.9 do)."""
+    try:
+        import inspect
+
+        from triton.experimental.gluon import language as gl
+        from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma  # noqa: F401
+
+        params = list(inspect.signature(gl.warp_specialize).parameters)
+        return params[:2] == ["functions_and_args", "worker_num_warps"] and hasattr(tma, "make_tensor_descriptor")
+    except Exception:  # noqa: BLE001 - any import or API mismatch means: not offered
+        return False

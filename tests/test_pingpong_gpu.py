@@ -1,0 +1,120 @@
+"""The Gluon ping-pong template on a Hopper GPU: what neither the interpreter nor an offline compile can show.
+
+Gluon kernels do not run under the Triton interpreter, so the CPU tests only render and compile the template
+(tests/test_pingpong.py). Here every epilogue kind (stores, several outputs, row / column / full reductions,
+broadcast inputs) runs through the ping-pong kernel on ragged sizes (tiles cut by M, N and K), on a tile count
+below and far above the SM count (consumers with unequal tile counts, many ring wraps), with column-major B,
+each sub-tiling, and outputs poisoned with NaN, against the fp32 eager reference; and a sequence of launches
+and a CUDA-graph replay on fresh data. Run: ``TRITON_INTERPRET=0 pytest -m gpu tests``.
+"""
+import pytest
+import torch
+
+import evtorch as evt
+from evtorch.codegen.configs import GemmConfig, device_info
+from evtorch.examples import EXAMPLES, eager_reference, operands
+from evtorch.runtime.gemm_launch import pingpong_eligible, resolve_config
+from evtorch.testing import rel_error
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+
+def _hopper_with_gluon():
+    if not torch.cuda.is_available() or not device_info().is_hopper:
+        return False
+    from evtorch.codegen.gluon_template import available
+
+    return available()
+
+
+needs_hopper = pytest.mark.skipif(not _hopper_with_gluon(), reason="needs a Hopper GPU and Gluon's Hopper API")
+
+
+def pp(sub: int, stages: int = 5) -> GemmConfig:
+    return GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, stages, (("EPILOGUE_SUBTILE", sub),))
+
+
+def _check(name, M, N, K, cfg, dtype=torch.bfloat16, b_col=False, seed=0, deterministic=False):
+    torch.manual_seed(seed)
+    ex = EXAMPLES[name]
+    A, B = operands(M, N, K, "cuda", dtype)
+    if b_col:
+        B = B.t().contiguous().t()
+    assert resolve_config(A, B, cfg).template == "pingpong"
+    inputs = ex.make_inputs(M, N, "cuda", dtype)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EVTORCH_POISON", "1")
+        out = evt.gemm(A, B, ex.fn, config=cfg, deterministic=deterministic, **inputs)
+    ref = eager_reference(ex.fn, A, B, **inputs)
+    out = out if isinstance(out, tuple) else (out,)
+    ref = ref if isinstance(ref, tuple) else (ref,)
+    for i, (o, r) in enumerate(zip(out, ref)):
+        assert not torch.isnan(o).any(), f"{name} output {i}: unwritten elements"
+        err = rel_error(o, r.to(o.dtype))
+        assert err < 1e-2, (name, i, err)
+
+
+@needs_hopper
+@pytest.mark.parametrize("sub", [1, 2, 4])
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_examples_ragged(name, sub):
+    # 1000 x 776: the last tile row and column are partial; K = 520 ends mid-tile (TMA zero fill)
+    _check(name, 1000, 776, 520, pp(sub))
+
+
+@needs_hopper
+@pytest.mark.parametrize("M,N,K,b_col", [(128, 128, 64, False), (300, 2000, 64, True), (4096, 2048, 1000, False),
+                                         (2048, 4096, 4096, True)])
+def test_tile_counts_and_layouts(M, N, K, b_col):
+    # one tile; fewer tiles than SMs (consumer 1 idle in most programs); many tiles per program (the ring wraps
+    # many times, consumers alternate); column-major B
+    for name in ("mixed_dag", "row_reduction"):
+        _check(name, M, N, K, pp(2), b_col=b_col)
+
+
+@needs_hopper
+def test_fp16_deterministic_and_six_stages():
+    _check("mixed_dag", 1500, 1000, 700, pp(4, stages=6), dtype=torch.float16, deterministic=True)
+    _check("bce_loss", 1500, 1000, 700, pp(2), dtype=torch.float16, deterministic=True)
+
+
+@needs_hopper
+def test_repeated_launches_and_graph_replay():
+    ex = EXAMPLES["column_broadcast"]
+    cfg = pp(2)
+    M, N, K = 2048, 1536, 768
+    A, B = operands(M, N, K, "cuda", torch.bfloat16)
+    inputs = ex.make_inputs(M, N, "cuda", torch.bfloat16)
+    for _ in range(3):
+        A.copy_(torch.randn_like(A) * K ** -0.25)
+        Z, T = evt.gemm(A, B, ex.fn, config=cfg, **inputs)
+        rz, rt = eager_reference(ex.fn, A, B, **inputs)
+        assert rel_error(Z, rz.to(Z.dtype)) < 1e-2 and rel_error(T, rt.to(T.dtype)) < 1e-2
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        evt.gemm(A, B, ex.fn, config=cfg, **inputs)  # warm: compile outside the capture
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        Z, T = evt.gemm(A, B, ex.fn, config=cfg, **inputs)
+    for _ in range(3):
+        A.copy_(torch.randn_like(A) * K ** -0.25)
+        g.replay()
+        torch.cuda.synchronize()
+        rz, rt = eager_reference(ex.fn, A, B, **inputs)
+        assert rel_error(Z, rz.to(Z.dtype)) < 1e-2 and rel_error(T, rt.to(T.dtype)) < 1e-2
+
+
+@needs_hopper
+def test_out_of_scope_operands_fall_back():
+    A, B = operands(512, 512, 256, "cuda", torch.bfloat16)
+    assert pingpong_eligible(A, B)
+    At = A.t().contiguous().t()  # column-major A
+    assert not pingpong_eligible(At, B) and resolve_config(At, B, pp(2)).template == "persistent_tma"
+    A3 = torch.stack([A, A])
+    assert resolve_config(A3, B, pp(2)).template == "persistent_tma"
+    ex = EXAMPLES["lincomb_relu"]
+    inputs = ex.make_inputs(512, 512, "cuda", torch.bfloat16)
+    out = evt.gemm(At, B, ex.fn, config=pp(2), **inputs)
+    assert rel_error(out, eager_reference(ex.fn, At, B, **inputs).to(out.dtype)) < 1e-2
