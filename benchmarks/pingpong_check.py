@@ -68,15 +68,16 @@ def configs() -> dict:
             "q4f_auto": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=4, FLATTEN=True),
         }
     if CONFIG_SET == "gluon":  # the Gluon ping-pong template (two consumer warpgroups, ordered main loops)
-        def gl(stages, sub):
-            return G("pingpong", 128, 128, 64, 8, 1, 4, stages, (("EPILOGUE_SUBTILE", sub),))
+        def gl(stages, sub, **flags):
+            return G("pingpong", 128, 128, 64, 8, 1, 4, stages, (("EPILOGUE_SUBTILE", sub),) + tuple(flags.items()))
 
-        return {
+        return {  # run 2 (epilogue in a 16-byte blocked layout, PREFETCH rule: one slice ahead for one input)
             "base": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=True),
             "base_q4_flat": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=4, FLATTEN=True),
             "base_q4": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=4),
-            "g_1": gl(5, 1),
-            "g_h_s6": gl(6, 2),
+            "g_h_p0": gl(5, 2, PREFETCH=0),
+            "g_q4_p0": gl(5, 4, PREFETCH=0),
+            "g_q4_s6": gl(6, 4),
             "g_h": gl(5, 2),
             "g_q4": gl(5, 4),
         }

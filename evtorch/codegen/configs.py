@@ -22,7 +22,8 @@ from evtorch.runtime import knobs
 
 TEMPLATES: tuple[str, ...] = ("portable", "splitk", "persistent_tma", "pingpong")
 
-# Flags a config may carry in ``extra``; all apply to persistent_tma, EPILOGUE_SUBTILE also to pingpong.
+# Flags a config may carry in ``extra``; all apply to persistent_tma, EPILOGUE_SUBTILE and PREFETCH (0 / 1) also to
+# pingpong.
 EXTRA_FLAGS: dict[str, type | tuple[type, ...]] = {
     # call the epilogue on S [BM, BN/S] slices (less register/smem pressure): True (= 2) or 4; False / 1: whole tile
     "EPILOGUE_SUBTILE": (bool, int),
@@ -128,9 +129,12 @@ class GemmConfig:
                 canon[key] = value
         extra = canon
         if self.template == "pingpong":
-            if set(extra) - {"EPILOGUE_SUBTILE"}:
-                raise ValueError(f"GemmConfig.extra flags {sorted(set(extra) - {'EPILOGUE_SUBTILE'})} do not apply to "
-                                 "template='pingpong' (only EPILOGUE_SUBTILE does)")
+            if set(extra) - {"EPILOGUE_SUBTILE", "PREFETCH"}:
+                raise ValueError(f"GemmConfig.extra flags {sorted(set(extra) - {'EPILOGUE_SUBTILE', 'PREFETCH'})} do "
+                                 "not apply to template='pingpong' (EPILOGUE_SUBTILE and PREFETCH do)")
+            if extra.get("PREFETCH", 0) > 1:
+                raise ValueError(f"GemmConfig.extra PREFETCH={extra['PREFETCH']}: template='pingpong' prefetches one "
+                                 "slice ahead at most (0 or 1)")
             if self.num_warps != 4:
                 raise ValueError(f"GemmConfig.num_warps must be 4 for template='pingpong' (one warpgroup per "
                                  f"consumer), got {self.num_warps}")
@@ -179,6 +183,8 @@ class GemmConfig:
         given = self.flag("PREFETCH", None)
         if given is not None:
             return given
+        if self.template == "pingpong":
+            return 1 if tiles == 1 else 0
         if tiles != 1 or self.template != "persistent_tma" or self.flag("WARP_SPECIALIZE"):
             return 0
         if self.flag("FLATTEN"):

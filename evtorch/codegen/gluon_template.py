@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import functools
 
-from .gemm_template import _check_identifier, _indent
+from .gemm_template import _check_identifier, _indent, _pf_names
 
 HEADER = ("from triton.experimental import gluon\n"
           "from triton.experimental.gluon import language as gl\n"
@@ -54,12 +54,13 @@ pid_n = (t % num_pid_in_group) // group_size_m
 """
 
 _ARGS = ("a_desc, b_desc, a_bufs, b_bufs, ready, empty, turn, M, N, K, L, start_pid__PARAMS_CALL__, "
-         "BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, STAGES, B_COL_MAJOR, EPILOGUE_SUBTILE")
+         "BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, STAGES, B_COL_MAJOR, EPILOGUE_SUBTILE, PREFETCH")
 
 _PARTITION_SIG = """\
     a_desc, b_desc, a_bufs, b_bufs, ready, empty, turn, M, N, K, L, start_pid,
 __PARAMS_SIG__    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
     NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, B_COL_MAJOR: gl.constexpr, EPILOGUE_SUBTILE: gl.constexpr,
+    PREFETCH: gl.constexpr,
 """
 
 _PINGPONG = '''\
@@ -99,6 +100,11 @@ def __KERNEL___consume(
     """Consumer WHICH (0 or 1): the program's tiles 2j + WHICH; main loop after the other consumer's, then epilogue."""
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                          instr_shape=[16, BLOCK_N, 16])
+    # The epilogue's layout: 8 consecutive columns per thread (16-byte loads and stores of 16-bit tiles), a warp's
+    # threads along a slice row first. The wgmma layout gives each thread pairs of columns in 8 rows, so loads and
+    # stores in it are 4-byte accesses over many rows.
+    EPI_N: gl.constexpr = BLOCK_N // EPILOGUE_SUBTILE
+    epi_layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (EPI_N // 8), EPI_N // 8], [4, 1], [1, 0])
     num_pid_m = gl.cdiv(M, BLOCK_M)
     num_pid_n = gl.cdiv(N, BLOCK_N)
     num_pid_in_group = GROUP_M * num_pid_n
@@ -107,7 +113,9 @@ def __KERNEL___consume(
     j = 0
     for t in range(start_pid + WHICH * NUM_PROGRAMS, num_tiles, 2 * NUM_PROGRAMS):
 ''' + _indent(_SWIZZLE, 8) + '''\
-        cnt = (2 * j + WHICH) * k_tiles
+        offs_m = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, epi_layout))
+        offs_n = pid_n * BLOCK_N + gl.arange(0, EPI_N, layout=gl.SliceLayout(0, epi_layout))
+__PREFETCH_TOP__        cnt = (2 * j + WHICH) * k_tiles
         if WHICH == 0:
             mbarrier.wait(turn.index(0), (j & 1) ^ 1)
         else:
@@ -154,6 +162,7 @@ def __KERNEL__(
 __PARAMS_SIG__    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
     ALLOW_TF32: gl.constexpr, ACC_DTYPE: gl.constexpr, DOT_UPCAST: gl.constexpr,
     NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, B_COL_MAJOR: gl.constexpr, EPILOGUE_SUBTILE: gl.constexpr,
+    PREFETCH: gl.constexpr,
 ):
     """Ping-pong GEMM + epilogue (Hopper, Gluon); grid (min(NUM_PROGRAMS, tiles),), launched with num_warps=4
     and maxnreg=MAXNREG; 16-bit A row-major (M, K), B (K, N) row-major or, with B_COL_MAJOR, column-major."""
@@ -186,8 +195,10 @@ __PARAMS_SIG__    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.cons
 '''
 
 
-def _epilogue_calls() -> str:
-    """The S-way split of the accumulator (constexpr branches on EPILOGUE_SUBTILE) and one epilogue call per slice."""
+def _epilogue_calls(prefetch: int) -> str:
+    """The S-way split of the accumulator (constexpr branches on EPILOGUE_SUBTILE), each slice moved to the
+    epilogue's layout and handed to the epilogue; with ``prefetch`` M x N inputs and PREFETCH = 1, slice i + 1's
+    inputs are loaded before slice i runs (slice 0's before the main loop: ``_prefetch_top``)."""
     splits = {
         2: ["acc3 = gl.permute(gl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))",
             "acc_s0, acc_s1 = gl.split(acc3)"],
@@ -202,24 +213,44 @@ def _epilogue_calls() -> str:
     for n, kw in ((4, "if"), (2, "elif"), (1, "else")):
         out.append(f"{kw} EPILOGUE_SUBTILE == {n}:" if n != 1 else "else:")
         body = list(splits.get(n, ["acc_s0 = acc"]))
-        width = f"(BLOCK_N // {n})" if n > 1 else "BLOCK_N"
         for i in range(n):
-            body.append(f"offs_n_s{i} = pid_n * BLOCK_N + {i} * {width} + "
-                        f"gl.arange(0, {width}, layout=gl.SliceLayout(0, acc_s{i}.type.layout))")
-            body.append(f"offs_m_s{i} = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, acc_s{i}.type.layout))")
-            body.append(f"__EPILOGUE__(acc_s{i}, offs_m_s{i}, offs_n_s{i}, pid_m, "
-                        f"{n} * pid_n + {i}, 0, M, N, L__PARAMS_CALL__)")
-        out += ["    " + line for line in body]
+            args = f"offs_m, offs_n + {i} * EPI_N, pid_m, {n} * pid_n + {i}, 0, M, N, L__PARAMS_CALL__"
+            body.append(f"acc_e = gl.convert_layout(acc_s{i}, epi_layout)")
+            if not prefetch:
+                body.append(f"__EPILOGUE__(acc_e, {args})")
+                continue
+            if i + 1 < n:
+                body += ["if PREFETCH > 0:",
+                         f"    {_pf_names(i + 1, prefetch)} = __EPILOGUE___prefetch(offs_m, offs_n + {i + 1} * EPI_N, 0, "
+                         "M, N, L__PARAMS_CALL__)"]
+            body += ["if PREFETCH > 0:",
+                     f"    __EPILOGUE___pf(acc_e, {args}, {_pf_names(i, prefetch)})",
+                     "else:",
+                     f"    __EPILOGUE__(acc_e, {args})"]
+        out += ["    " + line for code in body for line in code.split("\n")]
     return _indent("\n".join(out), 8)
 
 
-def render_pingpong(kernel_name: str, epilogue_fn: str, epilogue_params: list[str]) -> str:
+def _prefetch_top(prefetch: int) -> str:
+    """Before the consumer's main loop: slice 0's M x N inputs (in flight through the other consumer's main loop
+    and this one's)."""
+    if not prefetch:
+        return ""
+    return _indent(f"if PREFETCH > 0:\n    {_pf_names(0, prefetch)} = __EPILOGUE___prefetch(offs_m, offs_n, 0, M, N, "
+                   "L__PARAMS_CALL__)", 8)
+
+
+def render_pingpong(kernel_name: str, epilogue_fn: str, epilogue_params: list[str], prefetch: int = 0) -> str:
     """Source of the Gluon ping-pong kernel ``kernel_name`` (and its partition functions ``<kernel_name>_*``)
-    calling ``epilogue_fn``; the caller puts ``HEADER``, the Triton header and the epilogue into one module."""
+    calling ``epilogue_fn``; the caller puts ``HEADER``, the Triton header and the epilogue into one module.
+    ``prefetch``: how many M x N input tiles ``<epilogue_fn>_prefetch`` returns (as for ``render_gemm``)."""
     _check_identifier("kernel_name", kernel_name)
     _check_identifier("epilogue_fn", epilogue_fn)
     params = [_check_identifier("epilogue_params entry", p) for p in epilogue_params]
-    text = _PINGPONG.replace("__EPILOGUE_CALLS__", _epilogue_calls())
+    if not isinstance(prefetch, int) or prefetch < 0:
+        raise ValueError(f"prefetch must be a non-negative int (M x N input tiles), got {prefetch!r}")
+    text = (_PINGPONG.replace("__EPILOGUE_CALLS__", _epilogue_calls(prefetch))
+            .replace("__PREFETCH_TOP__", _prefetch_top(prefetch)))
     return (text.replace("__KERNEL__", kernel_name)
             .replace("__EPILOGUE__", epilogue_fn)
             .replace("__PARAMS_SIG__", "".join(f"    {p},\n" for p in params))

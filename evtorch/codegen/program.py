@@ -81,7 +81,7 @@ def build_program(ep, dtype=None, *, deterministic: bool = False, templates=TEMP
     ]
     if pingpong:
         parts.append(gluon_template.render_pingpong(kernel_symbol(KERNEL_BASE, "pingpong"), epi.fn_name,
-                                                    epi.params.names()))
+                                                    epi.params.names(), epi.prefetch))
     if vec is not None:
         parts.append(vec.source)
         parts.append(f"VBLOCK = {VBLOCK}\n")

@@ -352,7 +352,8 @@ def prepare_launch(
         out.fn = _kernel(module, kernel_name, "pingpong")[(config.persistent_grid(num_sms, tiles),)]
         del common["num_stages"]  # the ring depth is the STAGES constexpr; Gluon does no software pipelining
         common.update(NUM_PROGRAMS=config.persistent_programs(num_sms), STAGES=config.num_stages,
-                      B_COL_MAJOR=tma_layout(A, B)[2], EPILOGUE_SUBTILE=config.epilogue_subtiles, maxnreg=MAXNREG)
+                      B_COL_MAJOR=tma_layout(A, B)[2], EPILOGUE_SUBTILE=config.epilogue_subtiles, maxnreg=MAXNREG,
+                      PREFETCH=config.prefetch_slices(getattr(module, "EPILOGUE_PREFETCH", 0), A.element_size()))
     else:  # GemmConfig validates templates; this guards future additions
         raise ValueError(f"config.template {config.template!r} has no launcher")
     out.common = common
