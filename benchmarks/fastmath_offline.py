@@ -1,8 +1,10 @@
 """Compile the benchmark workloads' fused GEMM kernels for sm_90 offline (no GPU; Triton's bundled ptxas) in the
 accurate and the fast-math emission and count what the epilogue costs in SASS: instructions, MUFU ops, registers,
-spills. For predictions before a device run (docs/benchmarks.md, "Fast math").
+spills. For predictions before a device run (docs/benchmarks.md, "Fast math"), and to check that the Gluon
+ping-pong template compiles with the installed Triton (tests/test_pingpong.py).
 
-    python -m benchmarks.fastmath_offline [--workloads a,b] [--config base|q4flat] [--json FILE]
+    python -m benchmarks.fastmath_offline [--workloads a,b] [--config base|q4flat|pp_h|pp_q4_p0|...] [--modes auto]
+                                          [--json FILE]
 
 Runs with TRITON_INTERPRET unset. Stride arguments are compiled as plain i32 (at launch Triton specialises those
 equal to 1), so address arithmetic differs slightly from the launched kernel; the epilogue math does not.
@@ -33,6 +35,10 @@ CONFIGS = {"base": dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_s
                         FLATTEN=False),
            "q4flat": dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3, EPILOGUE_SUBTILE=4,
                           FLATTEN=True)}
+# the Gluon ping-pong template's constexprs (launched with num_warps=4, maxnreg=gluon_template.MAXNREG)
+PINGPONG_CONFIGS = {f"pp_{name}": dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, STAGES=5, EPILOGUE_SUBTILE=sub,
+                                       PREFETCH=pf)
+                    for name, sub, pf in (("h", 2, 1), ("h_p0", 2, 0), ("q4", 4, 1), ("q4_p0", 4, 0))}
 
 
 def _tool(name):
@@ -57,25 +63,12 @@ def sass_stats(cubin: bytes) -> dict:
             "regs": int(m.group(1)) if m else None, "stack": int(m.group(2)) if m else None}
 
 
-def compile_workload(name: str, mode: str, config: str, out_dtype=torch.bfloat16) -> dict:
-    from benchmarks.pingpong_check import workload
-    from evtorch.api import get_epilogue
-    from evtorch.codegen.fastmath import select_for
-    from evtorch.codegen.program import build_program
-    from evtorch.codegen.gemm_template import kernel_symbol
-
-    fn, mk = workload(name)
-    M, N = 256, 512
-    inputs = mk(M, N, "cpu", torch.bfloat16)
-    ep = get_epilogue(fn, (M, N), torch.float32, inputs)
-    prog = build_program(ep, out_dtype=out_dtype, fast_math=mode)
-    fast = [ep.graph.nodes[i].target for i in sorted(select_for(ep, out_dtype, mode))]
-    module = prog.module
-    kern = getattr(module, kernel_symbol("gemm", "persistent_tma"))
+def _signature(prog, ep, inputs) -> dict:
+    """Kernel argument types of ``prog``'s GEMM kernels for bf16 operands and ``inputs`` (strides as plain i32)."""
     sig = {"A_ptr": "*bf16", "B_ptr": "*bf16"}
     for s in ("M", "N", "K", "L", "stride_al", "stride_am", "stride_ak", "stride_bl", "stride_bk", "stride_bn"):
         sig[s] = "i32"
-    outs = {o.position: ep.output_dtype(o, out_dtype) for o in ep.outputs}
+    outs = {o.position: ep.output_dtype(o, torch.bfloat16) for o in ep.outputs}
     bufs = {(r.rid, p): r.buffer_dtype() for r in prog.epilogue.reductions for p in r.parts()}
     for p in prog.epilogue.params.params:
         if p.kind == "in_ptr":
@@ -90,40 +83,73 @@ def compile_workload(name: str, mode: str, config: str, out_dtype=torch.bfloat16
             sig[p.name] = "fp32"
         else:
             sig[p.name] = "i32"
-    cfg = CONFIGS[config]
-    consts = dict(BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=8,
-                  ALLOW_TF32=False, ACC_DTYPE=triton.language.float32, DOT_UPCAST=False, NUM_PROGRAMS=132,
-                  A_COL_MAJOR=False, B_COL_MAJOR=False, A_BATCHED=False, B_BATCHED=False,
-                  EPILOGUE_SUBTILE=cfg["EPILOGUE_SUBTILE"], WARP_SPECIALIZE=False, FLATTEN=cfg["FLATTEN"],
-                  PREFETCH=cfg.get("PREFETCH", 0))
+    return sig
+
+
+def compile_workload(name: str, mode: str, config: str, out_dtype=torch.bfloat16) -> dict:
+    """Compile workload ``name``'s kernel for ``config`` (a CONFIGS key: persistent_tma, or PINGPONG_CONFIGS: the
+    Gluon ping-pong template) in fast-math ``mode`` for sm_90; SASS statistics."""
+    from benchmarks.pingpong_check import workload
+    from evtorch.api import get_epilogue
+    from evtorch.codegen.fastmath import select_for
+    from evtorch.codegen.program import build_program
+    from evtorch.codegen.gemm_template import kernel_symbol
+
+    fn, mk = workload(name)
+    M, N = 256, 512
+    inputs = mk(M, N, "cpu", torch.bfloat16)
+    ep = get_epilogue(fn, (M, N), torch.float32, inputs)
+    prog = build_program(ep, out_dtype=out_dtype, fast_math=mode)
+    fast = [ep.graph.nodes[i].target for i in sorted(select_for(ep, out_dtype, mode))]
+    sig = _signature(prog, ep, inputs)
+    base = dict(GROUP_M=8, ALLOW_TF32=False, ACC_DTYPE=triton.language.float32, DOT_UPCAST=False, NUM_PROGRAMS=132)
+    if config in PINGPONG_CONFIGS:
+        from triton.experimental.gluon._runtime import GluonASTSource
+
+        from evtorch.codegen.gluon_template import MAXNREG
+
+        kern = getattr(prog.module, kernel_symbol("gemm", "pingpong"))
+        consts = dict(base, B_COL_MAJOR=False, **PINGPONG_CONFIGS[config])
+        options = {"num_warps": 4, "maxnreg": MAXNREG}
+        source = GluonASTSource
+    else:
+        cfg = CONFIGS[config]
+        kern = getattr(prog.module, kernel_symbol("gemm", "persistent_tma"))
+        consts = dict(base, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
+                      A_COL_MAJOR=False, B_COL_MAJOR=False, A_BATCHED=False, B_BATCHED=False,
+                      EPILOGUE_SUBTILE=cfg["EPILOGUE_SUBTILE"], WARP_SPECIALIZE=False, FLATTEN=cfg["FLATTEN"],
+                      PREFETCH=cfg.get("PREFETCH", 0))
+        options = {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
+        source = ASTSource
     for k in consts:
         sig[k] = "constexpr"
     attrs = {(i,): [["tt.divisibility", 16]] for i, t in enumerate(sig.values()) if t.startswith("*")}
-    src = ASTSource(kern, signature=sig, constexprs=consts, attrs=attrs)
-    c = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                       options={"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]})
+    c = triton.compile(source(kern, signature=sig, constexprs=consts, attrs=attrs), target=GPUTarget("cuda", 90, 32),
+                       options=options)
     st = sass_stats(c.asm["cubin"])
-    st.update(workload=name, mode=mode, config=config, fast_nodes=fast, program=prog.key[0])
+    st.update(workload=name, mode=mode, config=config, fast_nodes=fast, program=prog.key[0],
+              shared=c.metadata.shared)
     return st
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--workloads", default="identity,bias_gelu_aux,rowreduce_tanh,dgelu_bgrad,bce_loss")
-    ap.add_argument("--config", default="base")
+    ap.add_argument("--config", default="base", help=f"one of {sorted(CONFIGS) + sorted(PINGPONG_CONFIGS)}")
+    ap.add_argument("--modes", default="never,auto,always")
     ap.add_argument("--json")
     args = ap.parse_args()
     os.environ.setdefault("EVTORCH_CACHE_DIR", "/tmp/evtorch_fastmath_offline")
     rows = []
     for name in args.workloads.split(","):
-        for mode in ("never", "auto", "always"):
+        for mode in args.modes.split(","):
             st = compile_workload(name, mode, args.config)
             if rows and rows[-1]["workload"] == name and any(r["program"] == st["program"] for r in rows
                                                            if r["workload"] == name):
                 continue
             rows.append(st)
             print(f"{name:15s} {mode:6s} {st['instructions']:6d} SASS instr, MUFU {st['mufu_kinds']}, "
-                  f"regs {st['regs']}, stack {st['stack']}, fast {st['fast_nodes']}", flush=True)
+                  f"regs {st['regs']}, stack {st['stack']}, shared {st['shared']}, fast {st['fast_nodes']}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0

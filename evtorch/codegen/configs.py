@@ -237,7 +237,7 @@ class GemmConfig:
         for key, value in self.extra:
             if value is True:
                 text += f"_{key.lower()}"
-            elif value:
+            elif value or key == "PREFETCH":  # PREFETCH=0 differs from no flag (the rule)
                 text += f"_{key.lower()}{value}"
         return text
 
@@ -431,8 +431,13 @@ _PERSISTENT_16 = (
 _PINGPONG_16 = ((128, 128, 64, 3, 4),)
 
 # The Gluon ping-pong template (gluon_template.py): two consumer warpgroups alternate 128x128 tiles over a 5-deep
-# TMA ring (5 x 32 KiB), so one's epilogue runs under the other's main loop. (BM, BN, BK, stages, subtile).
-_PINGPONG_GLUON_16 = ((128, 128, 64, 5, 2), (128, 128, 64, 5, 4), (128, 128, 64, 5, 1))
+# TMA ring (5 x 32 KiB), so one's epilogue runs under the other's main loop. (BM, BN, BK, stages, subtile, PREFETCH
+# or None for the rule). H200 run 2 (docs/benchmarks.md, "Gluon ping-pong"): halves with the rule's one-slice-ahead
+# prefetch were the fastest config of lincomb_relu / bias_gelu_aux at 8192x4096x1024 (1.38 / 1.35 -> 1.26 x cuBLAS),
+# halves without prefetch of colbcast_leaky / rowreduce_tanh / dgelu_bgrad (-6 to -7%); quarters without prefetch
+# matched or beat the persistent configs at 8192x8192x4096 on four rows; bce_loss and mixed_dag lost (spills,
+# reductions): the tuner decides per epilogue.
+_PINGPONG_GLUON_16 = ((128, 128, 64, 5, 2, None), (128, 128, 64, 5, 2, 0), (128, 128, 64, 5, 4, 0))
 
 # fp32 without TF32 has no tensor-core path: tl.dot becomes FMA loops whose register use grows with the
 # tile. On the H200 run, 128x256 / 128x128 persistent fp32-IEEE kernels spilled 24 to 3052 registers
@@ -537,9 +542,16 @@ def candidate_configs(
         persistent = _persistent_space(dtype)
         pingpong = [GemmConfig("portable", bm, bn, bk, 8, 1, warps, stages)
                     for bm, bn, bk, stages, warps in _PINGPONG_16] if DTYPE_BYTES[dtype] == 2 else []
-        gluon = [GemmConfig("pingpong", bm, bn, bk, 8, 1, 4, stages, (("EPILOGUE_SUBTILE", sub),))
-                 for bm, bn, bk, stages, sub in _PINGPONG_GLUON_16] if pingpong_allowed(dtype, info, tma_ok) else []
-        space += persistent[:2] + gluon[:1] + pingpong + persistent[2:] + gluon[1:]
+        if pingpong_allowed(dtype, info, tma_ok):
+            gluon = [GemmConfig("pingpong", bm, bn, bk, 8, 1, 4, stages,
+                                (("EPILOGUE_SUBTILE", sub),) + ((("PREFETCH", pf),) if pf is not None else ()))
+                     for bm, bn, bk, stages, sub, pf in _PINGPONG_GLUON_16]
+            # five candidates (the bench's default): halves, ping-pong halves with / without prefetch, quarters +
+            # flatten, ping-pong quarters
+            space += persistent[:1] + gluon[:2] + persistent[2:3] + gluon[2:] + persistent[1:2] + persistent[3:]
+            space += pingpong
+        else:
+            space += persistent[:2] + pingpong + persistent[2:]
     if splitk_worthwhile(M, N, K, L, info):
         for cfg in _portable_space(dtype, "splitk"):
             split = choose_split_k(M, N, K, L, cfg, info)

@@ -36,7 +36,12 @@ from .gemm_template import _check_identifier, _indent, _pf_names
 HEADER = ("from triton.experimental import gluon\n"
           "from triton.experimental.gluon import language as gl\n"
           "from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, "
-          "warpgroup_mma_wait\n")
+          "warpgroup_mma_wait\n"
+          "try:  # Triton >= 3.7 calls the TMA load async_load (async_copy_global_to_shared raises there)\n"
+          "    from triton.experimental.gluon.language.nvidia.hopper.tma import async_load as tma_load\n"
+          "except ImportError:  # Triton 3.6\n"
+          "    from triton.experimental.gluon.language.nvidia.hopper.tma import async_copy_global_to_shared "
+          "as tma_load\n")
 
 # Registers per thread (setmaxnreg): consumers, loader; the kernel is launched with MAXNREG so that
 # 128 * (2 * CONSUMER_REGS + LOADER_REGS) <= 65536 and MAXNREG * 384 <= 65536.
@@ -84,11 +89,11 @@ def __KERNEL___load(
             slot = cnt % STAGES
             mbarrier.wait(empty.index(slot), ((cnt // STAGES) & 1) ^ 1)
             mbarrier.expect(ready.index(slot), nbytes)
-            tma.async_copy_global_to_shared(a_desc, [off_m, ki * BLOCK_K], ready.index(slot), a_bufs.index(slot))
+            tma_load(a_desc, [off_m, ki * BLOCK_K], ready.index(slot), a_bufs.index(slot))
             if B_COL_MAJOR:
-                tma.async_copy_global_to_shared(b_desc, [off_n, ki * BLOCK_K], ready.index(slot), b_bufs.index(slot))
+                tma_load(b_desc, [off_n, ki * BLOCK_K], ready.index(slot), b_bufs.index(slot))
             else:
-                tma.async_copy_global_to_shared(b_desc, [ki * BLOCK_K, off_n], ready.index(slot), b_bufs.index(slot))
+                tma_load(b_desc, [ki * BLOCK_K, off_n], ready.index(slot), b_bufs.index(slot))
             cnt += 1
 
 

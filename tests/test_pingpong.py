@@ -1,0 +1,112 @@
+"""The Gluon ping-pong template without a GPU: rendering, config rules, launcher fallback, and an sm_90 compile.
+
+Gluon kernels do not run under the Triton interpreter; the GPU tests (tests/test_pingpong_gpu.py) run them. Here
+the template must render for every epilogue, compile for sm_90 with the installed Triton (Triton's bundled
+ptxas; this is what catches a Gluon API change), and a ping-pong config must run everywhere else by falling
+back to the persistent TMA template.
+"""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import evtorch as evt
+from evtorch.codegen import gluon_template
+from evtorch.codegen.configs import DeviceInfo, GemmConfig, candidate_configs
+from evtorch.examples import EXAMPLES, eager_reference
+from evtorch.runtime.gemm_launch import grid_tiles, resolve_config
+
+ROOT = Path(__file__).resolve().parents[1]
+H200 = DeviceInfo("cuda", "H200", (9, 0), 132, 232448)
+needs_gluon = pytest.mark.skipif(not gluon_template.available(), reason="installed Triton lacks Gluon's Hopper API")
+
+
+def pp(sub=2, **flags):
+    return GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 5, (("EPILOGUE_SUBTILE", sub),) + tuple(flags.items()))
+
+
+def test_config_rules():
+    assert pp(4, PREFETCH=0).short() == "pingpong_128x128x64_g8_w4_s5_epilogue_subtile4_prefetch0"
+    assert pp(2) != pp(2, PREFETCH=0)
+    with pytest.raises(ValueError, match="num_warps must be 4"):
+        GemmConfig("pingpong", 128, 128, 64, 8, 1, 8, 5)
+    with pytest.raises(ValueError, match="FLATTEN"):
+        pp(2, FLATTEN=True)
+    with pytest.raises(ValueError, match="one slice ahead"):
+        pp(4, PREFETCH=2)
+    with pytest.raises(ValueError, match="multiple of 64"):
+        GemmConfig("pingpong", 32, 128, 64, 8, 1, 4, 5)
+    # the rule: one slice ahead for one M x N input, none for two (their registers spill), the flag wins
+    assert (pp(2).prefetch_slices(1, 2), pp(2).prefetch_slices(2, 2), pp(2).prefetch_slices(0, 2)) == (1, 0, 0)
+    assert pp(4, PREFETCH=0).prefetch_slices(1, 2) == 0
+    assert pp(4).is_persistent and grid_tiles(1000, 1000, pp(4)) == (8, 32)
+
+
+def test_candidates_offer_pingpong_only_where_it_runs():
+    cands = candidate_configs(8192, 4096, 1024, torch.bfloat16, H200, tma_ok=True)
+    templates = [c.template for c in cands[:5]]
+    assert templates.count("pingpong") == (3 if gluon_template.available() else 0)
+    for dtype, kw in ((torch.float32, dict(allow_tf32=True)), (torch.float16, dict(tma_ok=False))):
+        others = candidate_configs(8192, 4096, 1024, dtype, H200, **{"tma_ok": True, **kw})
+        assert "pingpong" not in {c.template for c in others}
+    A100 = DeviceInfo("cuda", "A100", (8, 0), 108, 166912)
+    assert "pingpong" not in {c.template for c in candidate_configs(8192, 4096, 1024, torch.bfloat16, A100,
+                                                                    tma_ok=True)}
+
+
+def test_render_validates_and_names_partitions():
+    text = gluon_template.render_pingpong("k", "epi", ["in_C", "s_C_M"], prefetch=1)
+    for name in ("def k(", "def k_load(", "def k_consume(", "def k_consume0(", "def k_consume1(", "epi_prefetch(",
+                 "epi_pf(", "gl.warp_specialize("):
+        assert name in text
+    assert "epi_prefetch" not in gluon_template.render_pingpong("k", "epi", ["in_C"], prefetch=0)
+    with pytest.raises(ValueError, match="kernel_name"):
+        gluon_template.render_pingpong("1k", "epi", [])
+    with pytest.raises(ValueError, match="prefetch"):
+        gluon_template.render_pingpong("k", "epi", [], prefetch=-1)
+    budget = 128 * (2 * gluon_template.CONSUMER_REGS + gluon_template.LOADER_REGS)
+    assert budget <= 65536 and gluon_template.MAXNREG * 384 <= 65536
+
+
+@pytest.mark.parametrize("name", ["mixed_dag", "row_reduction", "bce_loss"])
+def test_falls_back_to_persistent_off_hopper(name):
+    """Under the interpreter (no Hopper, no Gluon execution) a ping-pong config runs the persistent TMA template
+    with the same tile and sub-tiling: same results, outputs poisoned."""
+    ex = EXAMPLES[name]
+    M, N, K = 70, 136, 48
+    A, B = torch.randn(M, K), torch.randn(K, N)
+    assert resolve_config(A, B, pp(4)).template == "persistent_tma"
+    assert resolve_config(A, B, pp(4)).epilogue_subtiles == 4
+    kw = ex.make_inputs(M, N, "cpu", torch.float32)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EVTORCH_POISON", "1")
+        out = evt.gemm(A, B, ex.fn, backend="triton", config=pp(4), **kw)
+    ref = eager_reference(ex.fn, A, B, **kw)
+    out = out if isinstance(out, tuple) else (out,)
+    ref = ref if isinstance(ref, tuple) else (ref,)
+    for o, r in zip(out, ref):
+        torch.testing.assert_close(o, r, rtol=1e-4, atol=1e-4)
+
+
+@needs_gluon
+@pytest.mark.parametrize("config,workloads", [("pp_q4", "identity,colbcast_leaky,rowreduce_tanh"),
+                                              ("pp_h_p0", "mixed_dag,bce_loss")])
+def test_compiles_for_sm90(tmp_path, config, workloads):
+    """Every kind of epilogue (stores, broadcasts, prefetched input, row / column / full reductions, two inputs)
+    compiles for sm_90 with the installed Triton, within the shared memory of one SM."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["EVTORCH_CACHE_DIR"] = str(tmp_path / "cache")
+    out = tmp_path / "rows.json"
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.fastmath_offline", "--workloads", workloads,
+                           "--config", config, "--modes", "auto", "--json", str(out)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0 and out.exists(), proc.stderr[-3000:]
+    rows = json.loads(out.read_text())
+    assert [r["workload"] for r in rows] == workloads.split(",")
+    for r in rows:
+        assert r["regs"] == gluon_template.MAXNREG and 0 < r["shared"] <= H200.smem_bytes, r
+        assert r["instructions"] > 1000
