@@ -67,7 +67,11 @@ def run(sizes=((257, 193, 129, 3), (1024, 768, 512, 2)), dtypes=("float32", "flo
     # every template takes every epilogue
     templates = [GemmConfig("portable", 64, 64, 32, 8, 1, 4, 3),
                  GemmConfig("splitk", 64, 64, 64, 8, 4, 4, 3),
-                 GemmConfig("persistent_tma", 128, 128, 64, 8, 1, 8, 3, (("EPILOGUE_SUBTILE", True),))]
+                 GemmConfig("persistent_tma", 128, 128, 64, 8, 1, 8, 3, (("EPILOGUE_SUBTILE", True),)),
+                 # Gluon ping-pong (Hopper, fp16/bf16; elsewhere it runs as persistent_tma): halves with the
+                 # prefetch rule, quarters without prefetch
+                 GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 5, (("EPILOGUE_SUBTILE", True),)),
+                 GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 5, (("EPILOGUE_SUBTILE", 4), ("PREFETCH", 0)))]
     import evtorch as evt
     for cfg in templates:
         for name, ex in EXAMPLES.items():
