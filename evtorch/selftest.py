@@ -77,7 +77,7 @@ def run(sizes=((257, 193, 129, 3), (1024, 768, 512, 2)), dtypes=("float32", "flo
         for name, ex in EXAMPLES.items():
             for dname in dtypes:
                 dtype = getattr(torch, dname)
-                case = Case(f"template_{cfg.template}_{name}", ex.fn,
+                case = Case(f"template_{cfg.short()}_{name}", ex.fn,
                             lambda M, N, L, d, t, ex=ex: ex.make_inputs(M, N, d, t))
 
                 def go(case=case, cfg=cfg, dtype=dtype):
