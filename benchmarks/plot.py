@@ -81,7 +81,8 @@ def markdown(results: dict, limits: dict | None = None) -> str:
         for r in results["rows"]:
             if r["shape"] != s["shape"] or "evt_ms" not in r:
                 continue
-            cfg = (r.get("config") or "").replace("persistent_tma_", "tma ").replace("_g8", "").replace(
+            cfg = (r.get("config") or "").replace("persistent_tma_", "tma ").replace("pingpong_", "pp ").replace(
+                "_g8", "").replace("_prefetch", " pf").replace(
                 "_epilogue_subtile", " sub").replace("_warp_specialize", " ws").replace("_flatten", " flat")
             out.append(
                 f"| {r['workload']} | {_f(r.get('cublas_ms'), '{:.4f}')} | {r['evt_ms']:.4f} | "
