@@ -36,9 +36,10 @@ CONFIGS = {"base": dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_s
            "q4flat": dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3, EPILOGUE_SUBTILE=4,
                           FLATTEN=True)}
 # the Gluon ping-pong template's constexprs (launched with num_warps=4, maxnreg=gluon_template.MAXNREG)
-PINGPONG_CONFIGS = {f"pp_{name}": dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, STAGES=5, EPILOGUE_SUBTILE=sub,
-                                       PREFETCH=pf)
-                    for name, sub, pf in (("h", 2, 1), ("h_p0", 2, 0), ("q4", 4, 1), ("q4_p0", 4, 0))}
+PINGPONG_CONFIGS = {f"pp_{name}": dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, STAGES=5 - tma, EPILOGUE_SUBTILE=sub,
+                                       PREFETCH=pf, EPI_TMA=bool(tma))
+                    for name, sub, pf, tma in (("h", 2, 1, 0), ("h_p0", 2, 0, 0), ("q4", 4, 1, 0), ("q4_p0", 4, 0, 0),
+                                               ("h_tma", 2, 0, 1), ("q4_tma", 4, 0, 1))}
 
 
 def _tool(name):

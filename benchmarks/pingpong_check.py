@@ -67,10 +67,19 @@ def configs() -> dict:
             "q4_auto": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=4),
             "q4f_auto": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=4, FLATTEN=True),
         }
-    if CONFIG_SET == "gluon":  # the Gluon ping-pong template (two consumer warpgroups, ordered main loops)
-        def gl(stages, sub, **flags):
-            return G("pingpong", 128, 128, 64, 8, 1, 4, stages, (("EPILOGUE_SUBTILE", sub),) + tuple(flags.items()))
+    def gl(stages, sub, **flags):
+        return G("pingpong", 128, 128, 64, 8, 1, 4, stages, (("EPILOGUE_SUBTILE", sub),) + tuple(flags.items()))
 
+    if CONFIG_SET == "gluon2":  # the epilogue's M x N input through the ping-pong loader (EPI_TMA, 4 stages)
+        return {
+            "base": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=True),
+            "g_h": gl(5, 2),
+            "g_h_p0": gl(5, 2, PREFETCH=0),
+            "g_h_s4": gl(4, 2),
+            "g_h_tma": gl(4, 2, EPI_TMA=True),
+            "g_q4_tma": gl(4, 4, EPI_TMA=True),
+        }
+    if CONFIG_SET == "gluon":  # the Gluon ping-pong template (two consumer warpgroups, ordered main loops)
         return {  # run 2 (epilogue in a 16-byte blocked layout, PREFETCH rule: one slice ahead for one input)
             "base": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=True),
             "base_q4_flat": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=4, FLATTEN=True),
@@ -279,7 +288,7 @@ def phase1(args, log) -> dict:
     jobs = [f"W:{w}:{c}" for w in heavy_first for c in cfgs]
     for ex in ("mixed_dag", "row_reduction", "bce_loss", "column_broadcast", "lincomb_relu"):
         for c in {"run1": ("pp2_h", "pp2_q4", "pp2_h_ws"), "prefetch": ("q4_auto", "q4f_auto", "h_pf2"),
-                  "prefetch2": ("q4_pf1",), "gluon": ("g_h", "g_q4")}.get(
+                  "prefetch2": ("q4_pf1",), "gluon": ("g_h", "g_q4"), "gluon2": ("g_h_tma", "g_q4_tma")}.get(
                 CONFIG_SET, ("pp2_q4", "base_q4")):
             for d in ("bfloat16", "float16"):
                 jobs.append(f"E:{ex}:{c}:{d}")
@@ -289,6 +298,8 @@ def phase1(args, log) -> dict:
             jobs = ["W:mixed_dag:base", "W:mixed_dag:q4f_auto", "W:lincomb_relu:h_pf1", "E:mixed_dag:q4f_pf1:float16"]
         if CONFIG_SET == "gluon":
             jobs = ["W:mixed_dag:base", "W:mixed_dag:g_q4", "W:lincomb_relu:g_h", "E:mixed_dag:g_h:float16"]
+        if CONFIG_SET == "gluon2":
+            jobs = ["W:lincomb_relu:base", "W:lincomb_relu:g_h_tma", "E:lincomb_relu:g_q4_tma:float16"]
     out, scratch = Path(args.out), Path(args.scratch)
     t = time.time()
     procs, logf = start_workers("benchmarks.pingpong_check", args, jobs, log)

@@ -44,6 +44,12 @@ def test_config_rules():
     assert (pp(2).prefetch_slices(1, 2), pp(2).prefetch_slices(2, 2), pp(2).prefetch_slices(0, 2)) == (1, 0, 0)
     assert pp(4, PREFETCH=0).prefetch_slices(1, 2) == 0
     assert pp(4).is_persistent and grid_tiles(1000, 1000, pp(4)) == (8, 32)
+    # EPI_TMA: ping-pong only, its shared-memory ring counted, dropped when the config falls back
+    with pytest.raises(ValueError, match="EPI_TMA only applies"):
+        GemmConfig("persistent_tma", 128, 128, 64, 8, 1, 8, 3, (("EPI_TMA", True),))
+    assert pp(2, EPI_TMA=True).smem_bytes(2) == pp(2).smem_bytes(2) + 2 * 128 * 128 * 2
+    A, B = torch.randn(64, 32), torch.randn(32, 64)
+    assert dict(resolve_config(A, B, pp(2, EPI_TMA=True)).extra) == {"EPILOGUE_SUBTILE": True}
 
 
 def test_candidates_offer_pingpong_only_where_it_runs():
@@ -64,6 +70,11 @@ def test_render_validates_and_names_partitions():
                  "epi_pf(", "gl.warp_specialize("):
         assert name in text
     assert "epi_prefetch" not in gluon_template.render_pingpong("k", "epi", ["in_C"], prefetch=0)
+    tma = gluon_template.render_pingpong("k", "epi", ["in_C", "s_C_M"], prefetch=1, tma_input=("in_C", "s_C_M"))
+    assert "tma.make_tensor_descriptor(in_C, shape=[M, N], strides=[s_C_M, 1]" in tma and "c_ready.index(" in tma
+    assert "tma_load(c_desc" not in text and "tma_load(c_desc" in tma
+    with pytest.raises(ValueError, match="exactly one prefetched"):
+        gluon_template.render_pingpong("k", "epi", ["in_C", "s_C_M"], prefetch=2, tma_input=("in_C", "s_C_M"))
     with pytest.raises(ValueError, match="kernel_name"):
         gluon_template.render_pingpong("1k", "epi", [])
     with pytest.raises(ValueError, match="prefetch"):
@@ -79,6 +90,7 @@ def test_falls_back_to_persistent_off_hopper(name):
     ex = EXAMPLES[name]
     M, N, K = 70, 136, 48
     A, B = torch.randn(M, K), torch.randn(K, N)
+    assert resolve_config(A, B, pp(4, EPI_TMA=True)).template == "persistent_tma"
     assert resolve_config(A, B, pp(4)).template == "persistent_tma"
     assert resolve_config(A, B, pp(4)).epilogue_subtiles == 4
     kw = ex.make_inputs(M, N, "cpu", torch.float32)
@@ -94,7 +106,8 @@ def test_falls_back_to_persistent_off_hopper(name):
 
 @needs_gluon
 @pytest.mark.parametrize("config,workloads", [("pp_q4", "identity,colbcast_leaky,rowreduce_tanh"),
-                                              ("pp_h_p0", "mixed_dag,bce_loss")])
+                                              ("pp_h_p0", "mixed_dag,bce_loss"),
+                                              ("pp_h_tma", "lincomb_relu,dgelu_bgrad")])
 def test_compiles_for_sm90(tmp_path, config, workloads):
     """Every kind of epilogue (stores, broadcasts, prefetched input, row / column / full reductions, two inputs)
     compiles for sm_90 with the installed Triton, within the shared memory of one SM."""

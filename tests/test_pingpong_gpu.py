@@ -80,6 +80,34 @@ def test_fp16_deterministic_and_six_stages():
 
 
 @needs_hopper
+@pytest.mark.parametrize("sub", [2, 4])
+@pytest.mark.parametrize("name", ["lincomb_relu", "column_broadcast", "row_reduction", "bce_loss", "mixed_dag"])
+def test_epilogue_input_through_the_loader(name, sub):
+    """EPI_TMA: the one M x N input by TMA through the loader warp (mixed_dag, two inputs, keeps pointer loads);
+    ragged sizes (TMA zero fill at the edges), many tiles per program (slot sets reused), fp16 and bf16."""
+    cfg = pp(sub, stages=4)
+    cfg = GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 4, tuple(cfg.extra) + (("EPI_TMA", True),))
+    _check(name, 1000, 776, 520, cfg)
+    _check(name, 2048, 2048, 1024, cfg, dtype=torch.float16, seed=1)
+
+
+@needs_hopper
+def test_epilogue_input_through_the_loader_falls_back_per_call():
+    """An input at a misaligned address (same strides, so the same launch signature) or with a non-unit N stride
+    takes the pointer loads; results stay right."""
+    ex = EXAMPLES["lincomb_relu"]
+    cfg = GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 4, (("EPILOGUE_SUBTILE", True), ("EPI_TMA", True)))
+    M, N, K = 1024, 1024, 512
+    A, B = operands(M, N, K, "cuda", torch.bfloat16)
+    store = torch.randn(M * N + 8, device="cuda", dtype=torch.bfloat16)
+    for C in (store[:M * N].view(M, N), store[1:M * N + 1].view(M, N), torch.randn(N, M, device="cuda",
+                                                                                   dtype=torch.bfloat16).t()):
+        out = evt.gemm(A, B, ex.fn, config=cfg, C=C, alpha=1.5, beta=0.5)
+        ref = eager_reference(ex.fn, A, B, C=C, alpha=1.5, beta=0.5)
+        assert rel_error(out, ref.to(out.dtype)) < 1e-2
+
+
+@needs_hopper
 def test_repeated_launches_and_graph_replay():
     ex = EXAMPLES["column_broadcast"]
     cfg = pp(2)

@@ -35,12 +35,16 @@ EXTRA_FLAGS: dict[str, type | tuple[type, ...]] = {
     # epilogue slices whose M x N inputs are loaded before the K loop, 0 .. EPILOGUE_SUBTILE (slice i + P is then
     # loaded before slice i runs); absent: GemmConfig.prefetch_slices' rule
     "PREFETCH": int,
+    # pingpong only: the epilogue's one M x N input comes through the loader warp by TMA into shared memory (two
+    # slot sets of EPILOGUE_SUBTILE slices), where the input allows it (unit N stride, 16-byte aligned)
+    "EPI_TMA": bool,
 }
 # Values allowed for the int flags, and the value each flag takes when absent (dropped from ``extra``).
 _FLAG_VALUES: dict[str, tuple[Any, ...]] = {"EPILOGUE_SUBTILE": (False, True, 1, 2, 4), "PROGRAMS_PER_SM": (1, 2, 3, 4),
                                            "PREFETCH": (0, 1, 2, 3, 4)}
+_PINGPONG_FLAGS = frozenset({"EPILOGUE_SUBTILE", "PREFETCH", "EPI_TMA"})
 _FLAG_DEFAULTS: dict[str, Any] = {"EPILOGUE_SUBTILE": False, "WARP_SPECIALIZE": False, "FLATTEN": False,
-                                  "PROGRAMS_PER_SM": 1, "PREFETCH": None}
+                                  "PROGRAMS_PER_SM": 1, "PREFETCH": None, "EPI_TMA": False}
 
 # Registers per SM (every NVIDIA GPU since Kepler) and the most one thread can hold: a program of w warps is
 # guaranteed co-resident with (programs_per_sm - 1) others whatever its epilogue needs only if
@@ -129,9 +133,9 @@ class GemmConfig:
                 canon[key] = value
         extra = canon
         if self.template == "pingpong":
-            if set(extra) - {"EPILOGUE_SUBTILE", "PREFETCH"}:
-                raise ValueError(f"GemmConfig.extra flags {sorted(set(extra) - {'EPILOGUE_SUBTILE', 'PREFETCH'})} do "
-                                 "not apply to template='pingpong' (EPILOGUE_SUBTILE and PREFETCH do)")
+            if set(extra) - _PINGPONG_FLAGS:
+                raise ValueError(f"GemmConfig.extra flags {sorted(set(extra) - _PINGPONG_FLAGS)} do not apply to "
+                                 f"template='pingpong' ({sorted(_PINGPONG_FLAGS)} do)")
             if extra.get("PREFETCH", 0) > 1:
                 raise ValueError(f"GemmConfig.extra PREFETCH={extra['PREFETCH']}: template='pingpong' prefetches one "
                                  "slice ahead at most (0 or 1)")
@@ -143,6 +147,8 @@ class GemmConfig:
                                  f"BLOCK_N <= 256 (wgmma width), got {self.BLOCK_M}x{self.BLOCK_N}")
         elif extra and self.template != "persistent_tma":
             raise ValueError(f"GemmConfig.extra flags {sorted(extra)} only apply to template='persistent_tma'")
+        elif "EPI_TMA" in extra:
+            raise ValueError("GemmConfig.extra EPI_TMA only applies to template='pingpong'")
         subtiles = _subtile_count(extra.get("EPILOGUE_SUBTILE", False))
         if subtiles > 1 and self.BLOCK_N // subtiles < 16:
             raise ValueError(f"GemmConfig.extra EPILOGUE_SUBTILE={subtiles} needs BLOCK_N >= {16 * subtiles} "
@@ -206,8 +212,10 @@ class GemmConfig:
         return max(1, min(self.persistent_programs(num_sms), int(work_items)))
 
     def smem_bytes(self, elem_bytes: int) -> int:
-        """Pipelined operand buffers in shared memory: (BM*BK + BK*BN) * bytes * stages."""
-        return (self.BLOCK_M * self.BLOCK_K + self.BLOCK_K * self.BLOCK_N) * elem_bytes * self.num_stages
+        """Pipelined operand buffers in shared memory: (BM*BK + BK*BN) * bytes * stages; with EPI_TMA also the
+        ping-pong loader's epilogue-input buffers (two [BM, BN] tiles of 16-bit values)."""
+        ring = (self.BLOCK_M * self.BLOCK_K + self.BLOCK_K * self.BLOCK_N) * elem_bytes * self.num_stages
+        return ring + (2 * self.BLOCK_M * self.BLOCK_N * 2 if self.flag("EPI_TMA") else 0)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -62,6 +62,9 @@ class EpilogueCode:
     reductions: list[ReductionPlan] = field(default_factory=list)
     user_ops: dict = field(default_factory=dict)   # name -> @triton.jit function to inject into the module
     prefetch: int = 0   # M x N input tiles ``<fn>_prefetch`` loads and ``<fn>_pf`` takes (0: neither exists)
+    # per prefetched tile, in ``pf<k>`` order: (pointer param, {axis: stride param}, input name, its dtype), for
+    # templates that load the tiles themselves (the ping-pong kernel's TMA loader)
+    prefetch_inputs: list = field(default_factory=list)
 
 
 class EpilogueEmitter:
@@ -111,8 +114,11 @@ class EpilogueEmitter:
         source = self._function(self.fn_name, prefetched=False)
         if self.prefetched:
             source += "\n\n" + self._prefetch_function() + "\n\n" + self._function(f"{self.fn_name}_pf", True)
+        inputs = [(self.params.get("in_ptr", n.target, f"in_{n.target}"),
+                   {a: self.params.get("in_stride", (n.target, n.attrs["binding"], a), f"s_{n.target}_{a}")
+                    for a in n.axes}, n.target, n.dtype) for n in self.prefetched]
         return EpilogueCode(source, self.fn_name, self.params, self.reductions, self.user_ops,
-                            prefetch=len(self.prefetched))
+                            prefetch=len(self.prefetched), prefetch_inputs=inputs)
 
     def _prologue(self) -> None:
         w = self.lines.append

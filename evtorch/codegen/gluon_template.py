@@ -40,8 +40,8 @@ from .gemm_template import _check_identifier, _indent, _pf_names
 
 HEADER = ("from triton.experimental import gluon\n"
           "from triton.experimental.gluon import language as gl\n"
-          "from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, "
-          "warpgroup_mma_wait\n"
+          "from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, "
+          "warpgroup_mma, warpgroup_mma_wait\n"
           "try:  # Triton >= 3.7 calls the TMA load async_load (async_copy_global_to_shared raises there)\n"
           "    from triton.experimental.gluon.language.nvidia.hopper.tma import async_load as tma_load\n"
           "except ImportError:  # Triton 3.6\n"
@@ -63,14 +63,15 @@ pid_m = first_pid_m + (t % num_pid_in_group) % group_size_m
 pid_n = (t % num_pid_in_group) // group_size_m
 """
 
-_ARGS = ("a_desc, b_desc, a_bufs, b_bufs, ready, empty, turn, M, N, K, L, start_pid__PARAMS_CALL__, "
-         "BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, STAGES, B_COL_MAJOR, EPILOGUE_SUBTILE, PREFETCH")
+_ARGS = ("a_desc, b_desc, a_bufs, b_bufs, ready, empty, turn, c_desc, c_bufs, c_ready, c_empty, M, N, K, L, "
+         "start_pid__PARAMS_CALL__, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, STAGES, B_COL_MAJOR, "
+         "EPILOGUE_SUBTILE, PREFETCH, EPI_TMA")
 
 _PARTITION_SIG = """\
-    a_desc, b_desc, a_bufs, b_bufs, ready, empty, turn, M, N, K, L, start_pid,
+    a_desc, b_desc, a_bufs, b_bufs, ready, empty, turn, c_desc, c_bufs, c_ready, c_empty, M, N, K, L, start_pid,
 __PARAMS_SIG__    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
     NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, B_COL_MAJOR: gl.constexpr, EPILOGUE_SUBTILE: gl.constexpr,
-    PREFETCH: gl.constexpr,
+    PREFETCH: gl.constexpr, EPI_TMA: gl.constexpr,
 """
 
 _PINGPONG = '''\
@@ -85,7 +86,10 @@ def __KERNEL___load(
     num_tiles = num_pid_m * num_pid_n
     k_tiles = gl.cdiv(K, BLOCK_K)
     nbytes: gl.constexpr = (BLOCK_M * BLOCK_K + BLOCK_K * BLOCK_N) * a_desc.dtype.primitive_bitwidth // 8
+    EPI_N: gl.constexpr = BLOCK_N // EPILOGUE_SUBTILE
+    c_nbytes: gl.constexpr = BLOCK_M * EPI_N * c_desc.dtype.primitive_bitwidth // 8
     cnt = 0
+    tseq = 0
     for t in range(start_pid, num_tiles, NUM_PROGRAMS):
 ''' + _indent(_SWIZZLE, 8) + '''\
         off_m = pid_m * BLOCK_M
@@ -99,7 +103,8 @@ def __KERNEL___load(
                 tma_load(b_desc, [off_n, ki * BLOCK_K], ready.index(slot), b_bufs.index(slot))
             else:
                 tma_load(b_desc, [ki * BLOCK_K, off_n], ready.index(slot), b_bufs.index(slot))
-            cnt += 1
+__LOADER_C__            cnt += 1
+        tseq += 1
 
 
 @gluon.jit
@@ -172,7 +177,7 @@ def __KERNEL__(
 __PARAMS_SIG__    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
     ALLOW_TF32: gl.constexpr, ACC_DTYPE: gl.constexpr, DOT_UPCAST: gl.constexpr,
     NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, B_COL_MAJOR: gl.constexpr, EPILOGUE_SUBTILE: gl.constexpr,
-    PREFETCH: gl.constexpr,
+    PREFETCH: gl.constexpr, EPI_TMA: gl.constexpr,
 ):
     """Ping-pong GEMM + epilogue (Hopper, Gluon); grid (min(NUM_PROGRAMS, tiles),), launched with num_warps=4
     and maxnreg=MAXNREG; 16-bit A row-major (M, K), B (K, N) row-major or, with B_COL_MAJOR, column-major."""
@@ -196,6 +201,14 @@ __PARAMS_SIG__    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.cons
         mbarrier.init(empty.index(i), count=1)
     for i in gl.static_range(2):
         mbarrier.init(turn.index(i), count=1)
+    # EPI_TMA: the epilogue's one M x N input comes through the loader too (TMA into 2 x EPILOGUE_SUBTILE slice
+    # buffers: one set per consumer); otherwise placeholders (the partitions take the same arguments)
+    C_SLOTS: gl.constexpr = 2 * EPILOGUE_SUBTILE if EPI_TMA else 1
+__C_RING__    c_ready = gl.allocate_shared_memory(gl.int64, [C_SLOTS, 1], mbarrier.MBarrierLayout())
+    c_empty = gl.allocate_shared_memory(gl.int64, [C_SLOTS, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(C_SLOTS):
+        mbarrier.init(c_ready.index(i), count=1)
+        mbarrier.init(c_empty.index(i), count=1)
     start_pid = gl.program_id(0)
     gl.warp_specialize([
         (__KERNEL___consume0, (''' + _ARGS + ''')),
@@ -205,10 +218,40 @@ __PARAMS_SIG__    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.cons
 '''
 
 
-def _epilogue_calls(prefetch: int) -> str:
+# The loader's copy of the epilogue's one M x N input (EPI_TMA), half way through the tile's K steps: slot set
+# tseq % 2 (the consumer that takes this tile), freed by that consumer's epilogue two tiles earlier.
+_LOADER_C = """\
+if EPI_TMA:
+    if ki == k_tiles // 2:
+        for sl in gl.static_range(EPILOGUE_SUBTILE):
+            cslot = (tseq % 2) * EPILOGUE_SUBTILE + sl
+            mbarrier.wait(c_empty.index(cslot), ((tseq // 2) & 1) ^ 1)
+            mbarrier.expect(c_ready.index(cslot), c_nbytes)
+            tma_load(c_desc, [off_m, off_n + sl * EPI_N], c_ready.index(cslot), c_bufs.index(cslot))
+"""
+
+
+def _c_ring(tma_input) -> str:
+    """The EPI_TMA descriptor and slice buffers for the input (pointer param, M stride param), else placeholders."""
+    if tma_input is None:
+        return _indent("c_desc = a_desc\nc_bufs = a_bufs", 4)
+    ptr, stride_m = tma_input
+    return _indent(f"""if EPI_TMA:
+    C_SWIZZLE: gl.constexpr = 128 if BLOCK_N // EPILOGUE_SUBTILE * 2 >= 128 else BLOCK_N // EPILOGUE_SUBTILE * 2
+    c_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=C_SWIZZLE, element_bitwidth=16, rank=2)
+    c_desc = tma.make_tensor_descriptor({ptr}, shape=[M, N], strides=[{stride_m}, 1],
+                                        block_shape=[BLOCK_M, BLOCK_N // EPILOGUE_SUBTILE], layout=c_smem)
+    c_bufs = gl.allocate_shared_memory({ptr}.dtype.element_ty, [C_SLOTS, BLOCK_M, BLOCK_N // EPILOGUE_SUBTILE], c_smem)
+else:
+    c_desc = a_desc
+    c_bufs = a_bufs""", 4)
+
+
+def _epilogue_calls(prefetch: int, tma: bool) -> str:
     """The S-way split of the accumulator (constexpr branches on EPILOGUE_SUBTILE), each slice moved to the
     epilogue's layout and handed to the epilogue; with ``prefetch`` M x N inputs and PREFETCH = 1, slice i + 1's
-    inputs are loaded before slice i runs (slice 0's before the main loop: ``_prefetch_top``)."""
+    inputs are loaded before slice i runs (slice 0's before the main loop: ``_prefetch_top``); with ``tma`` and
+    EPI_TMA, the one input's slice comes from the loader's buffer (consumer WHICH's slot set)."""
     splits = {
         2: ["acc3 = gl.permute(gl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))",
             "acc_s0, acc_s1 = gl.split(acc3)"],
@@ -229,14 +272,26 @@ def _epilogue_calls(prefetch: int) -> str:
             if not prefetch:
                 body.append(f"__EPILOGUE__(acc_e, {args})")
                 continue
+            plain = []
             if i + 1 < n:
-                body += ["if PREFETCH > 0:",
-                         f"    {_pf_names(i + 1, prefetch)} = __EPILOGUE___prefetch(offs_m, offs_n + {i + 1} * EPI_N, 0, "
-                         "M, N, L__PARAMS_CALL__)"]
-            body += ["if PREFETCH > 0:",
-                     f"    __EPILOGUE___pf(acc_e, {args}, {_pf_names(i, prefetch)})",
-                     "else:",
-                     f"    __EPILOGUE__(acc_e, {args})"]
+                plain += ["if PREFETCH > 0:",
+                          f"    {_pf_names(i + 1, prefetch)} = __EPILOGUE___prefetch(offs_m, offs_n + {i + 1} * EPI_N, "
+                          "0, M, N, L__PARAMS_CALL__)"]
+            plain += ["if PREFETCH > 0:",
+                      f"    __EPILOGUE___pf(acc_e, {args}, {_pf_names(i, prefetch)})",
+                      "else:",
+                      f"    __EPILOGUE__(acc_e, {args})"]
+            if tma:
+                slot = f"WHICH * EPILOGUE_SUBTILE + {i}"
+                body += ["if EPI_TMA:",
+                         f"    mbarrier.wait(c_ready.index({slot}), j & 1)",
+                         f"    pf_t = c_bufs.index({slot}).load(epi_layout)",
+                         "    fence_async_shared()",
+                         f"    mbarrier.arrive(c_empty.index({slot}), count=1)",
+                         f"    __EPILOGUE___pf(acc_e, {args}, pf_t)",
+                         "else:"] + ["    " + line for line in plain]
+            else:
+                body += plain
         out += ["    " + line for code in body for line in code.split("\n")]
     return _indent("\n".join(out), 8)
 
@@ -250,17 +305,27 @@ def _prefetch_top(prefetch: int) -> str:
                    "L__PARAMS_CALL__)", 8)
 
 
-def render_pingpong(kernel_name: str, epilogue_fn: str, epilogue_params: list[str], prefetch: int = 0) -> str:
+def render_pingpong(kernel_name: str, epilogue_fn: str, epilogue_params: list[str], prefetch: int = 0,
+                    tma_input: tuple[str, str] | None = None) -> str:
     """Source of the Gluon ping-pong kernel ``kernel_name`` (and its partition functions ``<kernel_name>_*``)
     calling ``epilogue_fn``; the caller puts ``HEADER``, the Triton header and the epilogue into one module.
-    ``prefetch``: how many M x N input tiles ``<epilogue_fn>_prefetch`` returns (as for ``render_gemm``)."""
+    ``prefetch``: how many M x N input tiles ``<epilogue_fn>_prefetch`` returns (as for ``render_gemm``).
+    ``tma_input``: (pointer param, M-stride param) of the one prefetched input, which EPI_TMA then loads
+    through the loader warp (the launcher sets EPI_TMA only for a unit N stride and 16-byte alignment)."""
     _check_identifier("kernel_name", kernel_name)
     _check_identifier("epilogue_fn", epilogue_fn)
     params = [_check_identifier("epilogue_params entry", p) for p in epilogue_params]
     if not isinstance(prefetch, int) or prefetch < 0:
         raise ValueError(f"prefetch must be a non-negative int (M x N input tiles), got {prefetch!r}")
-    text = (_PINGPONG.replace("__EPILOGUE_CALLS__", _epilogue_calls(prefetch))
-            .replace("__PREFETCH_TOP__", _prefetch_top(prefetch)))
+    if tma_input is not None:
+        if prefetch != 1:
+            raise ValueError(f"tma_input needs exactly one prefetched input tile, got prefetch={prefetch}")
+        tma_input = (_check_identifier("tma_input pointer", tma_input[0]),
+                     _check_identifier("tma_input stride", tma_input[1]))
+    text = (_PINGPONG.replace("__EPILOGUE_CALLS__", _epilogue_calls(prefetch, tma_input is not None))
+            .replace("__PREFETCH_TOP__", _prefetch_top(prefetch))
+            .replace("__C_RING__", _c_ring(tma_input))
+            .replace("__LOADER_C__", _indent(_LOADER_C, 12) if tma_input else ""))
     return (text.replace("__KERNEL__", kernel_name)
             .replace("__EPILOGUE__", epilogue_fn)
             .replace("__PARAMS_SIG__", "".join(f"    {p},\n" for p in params))

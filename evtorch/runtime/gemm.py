@@ -226,7 +226,7 @@ class _Launch:
     argument descriptions cost more host time than the launch itself at small sizes."""
 
     __slots__ = ("ep", "config", "device", "gemm", "news", "views", "args", "slots", "vec_fn", "vec_args",
-                 "vec_slots", "pack", "returns_tuple", "source", "run_fast")
+                 "vec_slots", "pack", "returns_tuple", "source", "run_fast", "epi_tma")
 
     def __init__(self, ep, prog, call: _Call, A, B, config: GemmConfig, allow_tf32: bool):
         self.ep = ep
@@ -247,6 +247,7 @@ class _Launch:
             index[("buf", key)] = len(self.news)
             self.news.append((tuple(t.shape), t.dtype, call.inits[key]))
         self.args, self.slots = self._specs(call, prog.epilogue.params.params, index)
+        self.epi_tma = self._epi_tma_input(prog, call)
         self.vec_fn = self.vec_args = self.vec_slots = None
         if prog.vector is not None:
             grid = _vector_grid(call)
@@ -259,6 +260,23 @@ class _Launch:
         self.pack = [where.get(o.position) for o in ep.outputs]
         self.returns_tuple = ep.returns_tuple
         self.run_fast = self._generate()
+
+    def _epi_tma_input(self, prog, call: _Call):
+        """The input whose tiles the ping-pong kernel may load through its TMA loader (config flag EPI_TMA; the
+        epilogue's one M x N input, 16-bit, unit stride along N, 16-byte row pitch), or None. Its base address's
+        16-byte alignment is checked per call (the generated ``run``)."""
+        code = prog.epilogue
+        if self.gemm.mode != "pingpong" or not self.config.flag("EPI_TMA") or code.prefetch != 1:
+            return None
+        ptr, strides, name, dtype = code.prefetch_inputs[0]
+        if set(strides) != {"M", "N"} or dtype not in (torch.float16, torch.bfloat16):
+            return None
+        params = {p.name: p for p in code.params.params}
+        s_m, s_n = call.resolve(params[strides["M"]]), call.resolve(params[strides["N"]])
+        t = call.inputs[name]
+        if s_n != 1 or s_m <= 0 or (s_m * t.element_size()) % 16 or t.dtype != dtype:
+            return None
+        return name
 
     @staticmethod
     def _specs(call: _Call, params, index) -> tuple[list, list]:
@@ -314,7 +332,11 @@ class _Launch:
                     ns["_tma_allocator"] = install_tma_allocator
                     lines.append("    _tma_allocator()")
             ns["_kernel"], ns["_common"] = gemm.fn, gemm.common
-            lines.append(f"    _kernel(A, B, {', '.join(map(repr, gemm.tail))}, {', '.join(args)}, **_common)")
+            common = "_common"
+            if self.epi_tma is not None:  # the loader's TMA copies need a 16-byte aligned input base
+                ns["_common_tma"] = dict(gemm.common, EPI_TMA=True, PREFETCH=0)
+                common = f"(_common_tma if inputs[{self.epi_tma!r}].data_ptr() % 16 == 0 else _common)"
+            lines.append(f"    _kernel(A, B, {', '.join(map(repr, gemm.tail))}, {', '.join(args)}, **{common})")
         else:
             ns["_gemm"] = gemm
             lines.append(f"    _gemm(A, B, ({', '.join(args)},))" if args else "    _gemm(A, B, ())")

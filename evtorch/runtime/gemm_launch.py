@@ -139,7 +139,7 @@ def resolve_config(A: torch.Tensor, B: torch.Tensor, config: GemmConfig) -> Gemm
         raise TypeError(f"config must be a GemmConfig, got {type(config).__name__}")
     if config.template == "pingpong" and not pingpong_eligible(A, B):
         config = GemmConfig("persistent_tma", config.BLOCK_M, config.BLOCK_N, config.BLOCK_K, config.GROUP_M, 1, 8,
-                            min(config.num_stages, 3), config.extra)
+                            min(config.num_stages, 3), tuple((k, v) for k, v in config.extra if k != "EPI_TMA"))
     if config.template == "persistent_tma" and not tma_eligible(A, B):
         return dataclasses.replace(config, template="portable", extra=())
     return config
@@ -353,7 +353,8 @@ def prepare_launch(
         del common["num_stages"]  # the ring depth is the STAGES constexpr; Gluon does no software pipelining
         common.update(NUM_PROGRAMS=config.persistent_programs(num_sms), STAGES=config.num_stages,
                       B_COL_MAJOR=tma_layout(A, B)[2], EPILOGUE_SUBTILE=config.epilogue_subtiles, maxnreg=MAXNREG,
-                      PREFETCH=config.prefetch_slices(getattr(module, "EPILOGUE_PREFETCH", 0), A.element_size()))
+                      PREFETCH=config.prefetch_slices(getattr(module, "EPILOGUE_PREFETCH", 0), A.element_size()),
+                      EPI_TMA=False)  # runtime.gemm turns it on per call where the input allows (see there)
     else:  # GemmConfig validates templates; this guards future additions
         raise ValueError(f"config.template {config.template!r} has no launcher")
     out.common = common
