@@ -444,8 +444,12 @@ _PINGPONG_16 = ((128, 128, 64, 3, 4),)
 # prefetch were the fastest config of lincomb_relu / bias_gelu_aux at 8192x4096x1024 (1.38 / 1.35 -> 1.26 x cuBLAS),
 # halves without prefetch of colbcast_leaky / rowreduce_tanh / dgelu_bgrad (-6 to -7%); quarters without prefetch
 # matched or beat the persistent configs at 8192x8192x4096 on four rows; bce_loss and mixed_dag lost (spills,
-# reductions): the tuner decides per epilogue.
-_PINGPONG_GLUON_16 = ((128, 128, 64, 5, 2, None), (128, 128, 64, 5, 2, 0), (128, 128, 64, 5, 4, 0))
+# reductions): the tuner decides per epilogue. Halves with the M x N input through the loader (EPI_TMA, 4 stages;
+# H200 run 3) were the fastest config of colbcast_leaky / rowreduce_tanh / dgelu_bgrad at 8192x4096x1024 (2-4% below
+# the others) and 3% slower than the register prefetch for lincomb_relu: the fourth ping-pong config, ahead of quarters.
+# (BM, BN, BK, stages, subtile, PREFETCH or None, EPI_TMA)
+_PINGPONG_GLUON_16 = ((128, 128, 64, 5, 2, None, False), (128, 128, 64, 5, 2, 0, False),
+                      (128, 128, 64, 4, 2, None, True), (128, 128, 64, 5, 4, 0, False))
 
 # fp32 without TF32 has no tensor-core path: tl.dot becomes FMA loops whose register use grows with the
 # tile. On the H200 run, 128x256 / 128x128 persistent fp32-IEEE kernels spilled 24 to 3052 registers
@@ -552,10 +556,11 @@ def candidate_configs(
                     for bm, bn, bk, stages, warps in _PINGPONG_16] if DTYPE_BYTES[dtype] == 2 else []
         if pingpong_allowed(dtype, info, tma_ok):
             gluon = [GemmConfig("pingpong", bm, bn, bk, 8, 1, 4, stages,
-                                (("EPILOGUE_SUBTILE", sub),) + ((("PREFETCH", pf),) if pf is not None else ()))
-                     for bm, bn, bk, stages, sub, pf in _PINGPONG_GLUON_16]
+                                (("EPILOGUE_SUBTILE", sub), ("EPI_TMA", tma)) + ((("PREFETCH", pf),) if pf is not None
+                                                                                else ()))
+                     for bm, bn, bk, stages, sub, pf, tma in _PINGPONG_GLUON_16]
             # five candidates (the bench's default): halves, ping-pong halves with / without prefetch, quarters +
-            # flatten, ping-pong quarters
+            # flatten, ping-pong halves with the input through the loader; then ping-pong quarters
             space += persistent[:1] + gluon[:2] + persistent[2:3] + gluon[2:] + persistent[1:2] + persistent[3:]
             space += pingpong
         else:
