@@ -66,6 +66,14 @@ class EpilogueCode:
     # templates that load the tiles themselves (the ping-pong kernel's TMA loader)
     prefetch_inputs: list = field(default_factory=list)
 
+    def tma_input(self):
+        """The prefetched tile a template may copy by TMA itself (the ping-pong loader, EPI_TMA): the epilogue's
+        only M x N input when it is 16-bit with exactly the axes (M, N); its ``prefetch_inputs`` entry, or None."""
+        if self.prefetch != 1:
+            return None
+        entry = self.prefetch_inputs[0]
+        return entry if set(entry[1]) == {"M", "N"} and entry[3] in (torch.float16, torch.bfloat16) else None
+
 
 class EpilogueEmitter:
     def __init__(self, graph: Graph, acc_dtype: torch.dtype, deterministic: bool, batched: bool,

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import functools
 
-from .gemm_template import _check_identifier, _indent, _pf_names
+from .gemm_template import _SPLITS, _check_identifier, _indent, _pf_names
 
 HEADER = ("from triton.experimental import gluon\n"
           "from triton.experimental.gluon import language as gl\n"
@@ -255,16 +255,8 @@ def _epilogue_calls(prefetch: int, tma: bool) -> str:
     epilogue's layout and handed to the epilogue; with ``prefetch`` M x N inputs and PREFETCH = 1, slice i + 1's
     inputs are loaded before slice i runs (slice 0's before the main loop: ``_prefetch_top``); with ``tma`` and
     EPI_TMA, the one input's slice comes from the loader's buffer (consumer WHICH's slot set)."""
-    splits = {
-        2: ["acc3 = gl.permute(gl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))",
-            "acc_s0, acc_s1 = gl.split(acc3)"],
-        4: ["acc3 = gl.permute(gl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))",
-            "acc_lo, acc_hi = gl.split(acc3)",
-            "q3 = gl.permute(gl.reshape(acc_lo, (BLOCK_M, 2, BLOCK_N // 4)), (0, 2, 1))",
-            "acc_s0, acc_s1 = gl.split(q3)",
-            "q3 = gl.permute(gl.reshape(acc_hi, (BLOCK_M, 2, BLOCK_N // 4)), (0, 2, 1))",
-            "acc_s2, acc_s3 = gl.split(q3)"],
-    }
+    # the persistent template's split, in Gluon and all of it before the first slice
+    splits = {n: [line.replace("tl.", "gl.") for _, code in _SPLITS[n] for line in code.split("\n")] for n in (2, 4)}
     out = []
     for n, kw in ((4, "if"), (2, "elif"), (1, "else")):
         out.append(f"{kw} EPILOGUE_SUBTILE == {n}:" if n != 1 else "else:")

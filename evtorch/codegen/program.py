@@ -80,11 +80,8 @@ def build_program(ep, dtype=None, *, deterministic: bool = False, templates=TEMP
         f"EPILOGUE_PREFETCH = {epi.prefetch}  # M x N input tiles the epilogue can take prefetched\n",
     ]
     if pingpong:
-        tma_input = None
-        if epi.prefetch == 1:  # the one M x N input may come through the ping-pong kernel's TMA loader (EPI_TMA)
-            ptr, strides, _, dtype = epi.prefetch_inputs[0]
-            if set(strides) == {"M", "N"} and dtype in (torch.float16, torch.bfloat16):
-                tma_input = (ptr, strides["M"])
+        entry = epi.tma_input()  # the one M x N input may come through the ping-pong kernel's TMA loader (EPI_TMA)
+        tma_input = (entry[0], entry[1]["M"]) if entry else None
         parts.append(gluon_template.render_pingpong(kernel_symbol(KERNEL_BASE, "pingpong"), epi.fn_name,
                                                     epi.params.names(), epi.prefetch, tma_input))
     if vec is not None:

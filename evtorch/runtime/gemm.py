@@ -266,11 +266,10 @@ class _Launch:
         epilogue's one M x N input, 16-bit, unit stride along N, 16-byte row pitch), or None. Its base address's
         16-byte alignment is checked per call (the generated ``run``)."""
         code = prog.epilogue
-        if self.gemm.mode != "pingpong" or not self.config.flag("EPI_TMA") or code.prefetch != 1:
+        entry = code.tma_input()
+        if self.gemm.mode != "pingpong" or not self.config.flag("EPI_TMA") or entry is None:
             return None
-        ptr, strides, name, dtype = code.prefetch_inputs[0]
-        if set(strides) != {"M", "N"} or dtype not in (torch.float16, torch.bfloat16):
-            return None
+        _, strides, name, dtype = entry
         params = {p.name: p for p in code.params.params}
         s_m, s_n = call.resolve(params[strides["M"]]), call.resolve(params[strides["N"]])
         t = call.inputs[name]
