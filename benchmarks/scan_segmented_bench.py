@@ -128,6 +128,17 @@ def _check_post(label: str, cfg, g) -> None:
     B.check(f"{label} post y = c * h (linear)", P, Cc.double() * H, 1e-4)
 
 
+def _check_linear(T: int, n: int, dt, tol: float, g, checks: list):
+    """``a * h + x`` from fresh (T, n) inputs of ``dt`` under each (label, config) of ``checks``, over
+    poisoned memory, against the float64 loop; returns X for further checks."""
+    A = (0.9 + 0.1 * torch.rand(T, n, device=B.DEV, generator=g)).to(dt)
+    X = torch.randn(T, n, device=B.DEV, generator=g).to(dt)
+    for label, cfg in checks:
+        B.poison((T, n), dt)
+        B.check(label, evt.scan(B.LIN, A, X, init=X[:1], config=cfg), B.loop_ref(B.LIN, X[:1], A, X), tol)
+    return X
+
+
 def hold_checks():
     """keep / prefetch: every kind, fp32 and bf16, ragged T and lanes, init rows, post, over poisoned memory."""
     B.log("== correctness of segmented keep / prefetch on CUDA ==")
@@ -141,13 +152,9 @@ def hold_checks():
                 for i, cfg in enumerate(HOLD_CHECKS[2:4] if name != "sum" else HOLD_CHECKS):
                     B.poison((T, n), dt)
                     B.check(f"hold {name} {tag_} {T}x{n} {tag(cfg)}", evt.scan(fn, X, config=cfg), ref(X), tol)
-            A = (0.9 + 0.1 * torch.rand(T, n, device=dev, generator=g)).to(dt)
-            X = torch.randn(T, n, device=dev, generator=g).to(dt)
+            X = _check_linear(T, n, dt, tol, g, [(f"hold linear {tag_} {T}x{n} {tag(cfg)}", cfg)
+                                                 for cfg in HOLD_CHECKS])
             init = torch.randn(2, n, device=dev, generator=g).to(dt)
-            for cfg in HOLD_CHECKS:
-                B.poison((T, n), dt)
-                B.check(f"hold linear {tag_} {T}x{n} {tag(cfg)}", evt.scan(B.LIN, A, X, init=X[:1], config=cfg),
-                        B.loop_ref(B.LIN, X[:1], A, X), tol)
             B.poison((T, n), dt)
             B.check(f"hold k=2 init sum {tag_} {T}x{n}", evt.scan(B.ADD, X, init=init, config=HOLD_CHECKS[2]),
                     torch.cat([init.double(), init[1:].double() + X[2:].double().cumsum(0)]), tol)
@@ -174,12 +181,8 @@ def correctness():
             for name, fn, ref, X in _op_inputs(T, n, dt, g):
                 B.poison((T, n), dt)
                 B.check(f"segmented {name} {tag} {T}x{n}", evt.scan(fn, X, config=CHECK_A), ref(X), tol)
-            A = (0.9 + 0.1 * torch.rand(T, n, device=dev, generator=g)).to(dt)
-            X = torch.randn(T, n, device=dev, generator=g).to(dt)
-            for i, cfg in enumerate((CHECK_A, CHECK_B)):
-                B.poison((T, n), dt)
-                B.check(f"segmented linear {tag} {T}x{n} #{i}", evt.scan(B.LIN, A, X, init=X[:1], config=cfg),
-                        B.loop_ref(B.LIN, X[:1], A, X), tol)
+            X = _check_linear(T, n, dt, tol, g, [(f"segmented linear {tag} {T}x{n} #{i}", cfg)
+                                                 for i, cfg in enumerate((CHECK_A, CHECK_B))])
             for i, cfg in enumerate((CHECK_B, CHECK_C)):
                 B.poison((T, n), dt)
                 B.check(f"segmented sum {tag} {T}x{n} #{i + 1}", evt.scan(B.ADD, X, config=cfg),
