@@ -1,0 +1,83 @@
+"""Hardware counters of chosen (workload, config) kernels, for deciding what limits them (run under Nsight Compute).
+
+    ncu --clock-control none --profile-from-start off -k regex:'gemm_|nvjet|sm90' \\
+        --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \\
+        python3 -m benchmarks.ncu_probe --shape 8192,4096,1024 lincomb_relu:g_h identity:g_h cublas
+
+Every job is compiled and run once first (outside the profiled range), then each runs once more between
+``cudaProfilerStart`` / ``cudaProfilerStop``, so Nsight Compute sees exactly one launch of every job's kernels
+(the poison fills and reduction finalizers are filtered out by ``-k``). A job is ``workload:config`` with a
+config name from ``CONFIGS`` (or ``cublas``: ``torch.matmul`` alone). Without ncu it prints each job's time
+(median of 20 launches, L2 flushed) so the same command also works as a quick timing check.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def configs() -> dict:
+    """The config names a job may use: the tuner's persistent picks and the ping-pong variants."""
+    from evtorch.codegen.configs import GemmConfig as G
+
+    def tma(bm, bn, warps, stages, **flags):
+        return G("persistent_tma", bm, bn, 64, 8, 1, warps, stages, tuple(flags.items()))
+
+    def gl(stages, sub, **flags):
+        return G("pingpong", 128, 128, 64, 8, 1, 4, stages, (("EPILOGUE_SUBTILE", sub),) + tuple(flags.items()))
+
+    return {
+        "base": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=True),
+        "base_q4_flat": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=4, FLATTEN=True),
+        "g_h": gl(5, 2),
+        "g_h_p0": gl(5, 2, PREFETCH=0),
+        "g_q4_p0": gl(5, 4, PREFETCH=0),
+        "g_h_tma": gl(4, 2, EPI_TMA=True),
+        "g_q4_tma": gl(4, 4, EPI_TMA=True),
+    }
+
+
+def main(argv=None) -> int:
+    import torch
+
+    import evtorch as evt
+    from benchmarks.workloads import WORKLOADS, identity
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shape", default="8192,4096,1024", help="M,N,K")
+    ap.add_argument("jobs", nargs="+", help="workload:config, or cublas")
+    args = ap.parse_args(argv)
+    M, N, K = (int(x) for x in args.shape.split(","))
+    cfgs = configs()
+    torch.manual_seed(0)
+    A = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    B = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
+    calls = []
+    for job in args.jobs:
+        if job == "cublas":
+            calls.append((job, lambda: torch.matmul(A, B)))
+            continue
+        name, _, cname = job.partition(":")
+        if cname not in cfgs:
+            raise SystemExit(f"job {job!r}: config must be one of {sorted(cfgs)}, got {cname!r}")
+        fn, mk = (identity, lambda *a: {}) if name == "identity" else (WORKLOADS[name].fn, WORKLOADS[name].make_inputs)
+        inputs = mk(M, N, "cuda", A.dtype)
+        calls.append((job, lambda fn=fn, inputs=inputs, cfg=cfgs[cname]: evt.gemm(A, B, fn, config=cfg, **inputs)))
+    for _, call in calls:  # compile and warm up outside the profiled range
+        call()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    for _, call in calls:
+        call()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+    import triton.testing
+
+    for job, call in calls:
+        ms = triton.testing.do_bench(call, warmup=5, rep=40, return_mode="median")
+        print(f"{job:28s} {ms * 1e3:8.1f} us", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
