@@ -127,6 +127,28 @@ def test_reduction_edge_cases():
     check_reference(fn, acc.double())
 
 
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_generated_min_max_propagate_nan(deterministic):
+    """The generated kernel (not only the reference) lets NaN win in amax / amin / logsumexp over every axis set
+    and keeps it through relu, in both combine modes and on ragged tiles: the tile reduction runs as floats with
+    NaN-propagating max / min, and only its result becomes the atomics' integer key."""
+    Mr, Nr = 37, 45
+    C = rand((Mr, Nr), torch.float32, seed=31)
+    C[3, 5] = math.nan       # row 3 and column 5 see a NaN
+    C[20, :] = -math.inf     # a row that is -inf everywhere except where acc makes it NaN
+    C[:, 40] = math.inf
+
+    def fn(acc, C):
+        z = acc + C
+        return (z.amax(0), z.amax(1), z.amin(0), z.amin(1), z.amax(), torch.logsumexp(z, 1), torch.relu(z),
+                torch.relu(-z).amax(0))
+
+    A, B = operands(Mr, Nr, 19, seed=32)
+    runner = lambda A, B, fn, **kw: evt.gemm(A, B, fn, backend="triton", deterministic=deterministic, **kw)  # noqa
+    got = check_gemm(fn, A, B, runner=runner, C=C)
+    assert got[0][5].isnan() and got[1][3].isnan() and got[4].isnan() and not got[0][4].isnan()
+
+
 def test_reductions_are_deterministic():
     fn = lambda acc: (acc.sum(0), torch.logsumexp(acc, 1), acc.mean())  # noqa: E731
     A, B = operands(129, 65, 33, seed=15)

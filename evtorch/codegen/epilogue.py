@@ -268,17 +268,18 @@ class EpilogueEmitter:
         kmask = _mask(kept, flat=True)
 
         def reduce(expr, fn):
+            """``fn``: sum, or max / min with NaN winning (torch's amax / amin / logsumexp propagate it; tl.max
+            drops it), reduced as floats: one max.NaN per element on the GPU."""
             if axis is None:
                 return expr
-            if axis == "all":
-                return f"tl.{fn}({expr})"
-            return f"tl.{fn}({expr}, axis={axis})"
+            if fn == "sum":
+                return f"tl.sum({expr})" if axis == "all" else f"tl.sum({expr}, axis={axis})"
+            return f"tl.reduce({expr}, {'None' if axis == 'all' else axis}, tlmath.{fn}_nan)"
 
         if r.op == "logsumexp":
             w(f"m{rid} = {reduce(x, 'max')}")
-            # tl.max may skip NaN; torch.logsumexp propagates it, so a NaN anywhere makes the partial max NaN
-            w(f"m{rid} = tl.where({reduce(f'tl.where({x} != {x}, 1, 0)', 'max')} > 0, float('nan'), m{rid})")
-            w(f"ms{rid} = tl.where(m{rid} == float('-inf'), 0.0, m{rid})")
+            # an infinite max (all -inf, or a +inf element) shifts by 0: exp(x - m) would be exp(inf - inf) = NaN
+            w(f"ms{rid} = tl.where(tl.abs(m{rid}) == float('inf'), 0.0, m{rid})")
             ms = f"ms{rid}" if axis is None else (f"ms{rid}[:, None]" if axis == 1 else
                                                   f"ms{rid}[None, :]" if axis == 0 else f"ms{rid}")
             w(f"s{rid} = {reduce(f'tl.exp({x} - {ms})', 'sum')}")
@@ -286,15 +287,16 @@ class EpilogueEmitter:
                 self._store_partial(r, part, val, kmask)
             return
         if r.op in ("amax", "amin"):
-            _, itype, shift, mask_bits, kmin, kmax = key_params(r.dtype)
-            nan_key = kmax if r.op == "amax" else kmin
-            w(f"k{rid} = tl.where({x} != {x}, {nan_key}, tlmath.float_to_key({x}, {itype}, {shift}, {mask_bits}))")
+            # reduced as floats; only the per-tile result becomes the ordered integer key the atomics compare
             fn = "max" if r.op == "amax" else "min"
-            w(f"p{rid} = {reduce(f'k{rid}', fn)}")
+            w(f"p{rid} = {reduce(x, fn)}")
             if r.mode == "atomic":
-                self._atomic(r, f"tl.atomic_{fn}", f"p{rid}", kmask)
+                _, itype, shift, mask_bits, kmin, kmax = key_params(r.dtype)
+                nan_key = kmax if r.op == "amax" else kmin
+                w(f"k{rid} = tl.where(p{rid} != p{rid}, {nan_key}, "
+                  f"tlmath.float_to_key(p{rid}, {itype}, {shift}, {mask_bits}))")
+                self._atomic(r, f"tl.atomic_{fn}", f"k{rid}", kmask)
             else:
-                w(f"p{rid} = tlmath.key_to_float(p{rid}, {tl_f}, {shift}, {mask_bits})")
                 self._store_partial(r, "val", f"p{rid}", kmask)
             return
         w(f"p{rid} = {reduce(x, 'sum')}")

@@ -220,7 +220,7 @@ class VectorEmitter:
                 self.w(f"mx{rid} = tl.full([VBLOCK], float('-inf'), {tl_f})")
                 self.w(f"for t in range(0, {T}):")
                 self.w(f"    mt = tl.load({self._address(pm[0], r.kept, pm[1])} + t * {pm[1]['T']}{m})")
-                self.w(f"    mx{rid} = tl.where(mt != mt, mt, tl.maximum(mt, mx{rid}))")
+                self.w(f"    mx{rid} = tlmath.max_nan(mt, mx{rid})")  # NaN sticks, whichever tile has it
                 self.w(f"ms{rid} = tl.where(mx{rid} == float('-inf'), 0.0, mx{rid})")
                 self.w(f"sm{rid} = tl.zeros([VBLOCK], {tl_f})")
                 self.w(f"for t in range(0, {T}):")
@@ -228,7 +228,8 @@ class VectorEmitter:
                 self.w(f"    st = tl.load({self._address(sm[0], r.kept, sm[1])} + t * {sm[1]['T']}{m})")
                 self.w(f"    sm{rid} += st * tl.exp(tl.where(mt == float('-inf'), float('-inf'), mt - ms{rid}))")
                 self.w(f"{out} = ms{rid} + tl.log(sm{rid})")
-                self.w(f"{out} = tl.where(mx{rid} == float('-inf'), mx{rid}, {out})")
+                # logsumexp is -inf for all -inf and +inf with a +inf element (the sum above is NaN there)
+                self.w(f"{out} = tl.where(tl.abs(mx{rid}) == float('inf'), mx{rid}, {out})")
             else:
                 ptr, strides = buf("val")
                 first = f"tl.load({self._address(ptr, r.kept, strides)}{m})"
@@ -291,7 +292,7 @@ class VectorEmitter:
                 mm = f", mask={kmask}, other=0" if kmask else ""
                 self.w(f"mx = tlmath.key_to_float(tl.load({self._address(ptr, n.axes, strides)}{mm}, volatile=True), "
                        f"{tl_f}, {shift}, {mask_bits})")
-                self.w("mx = tl.where(mx == float('-inf'), 0.0, mx)")
+                self.w("mx = tl.where(tl.abs(mx) == float('inf'), 0.0, mx)")  # exp(inf - inf) would be NaN
                 self.w(f"{x} = tl.exp({x} - mx)")
                 ptr, strides = self._inner_buf(r, "sum")
             else:
