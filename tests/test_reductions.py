@@ -127,12 +127,7 @@ def test_reduction_edge_cases():
     check_reference(fn, acc.double())
 
 
-@pytest.mark.parametrize("deterministic", [False, True])
-def test_generated_min_max_propagate_nan(deterministic):
-    """The generated kernel (not only the reference) lets NaN win in amax / amin / logsumexp over every axis set
-    and keeps it through relu, in both combine modes and on ragged tiles: the tile reduction runs as floats with
-    NaN-propagating max / min, and only its result becomes the atomics' integer key."""
-    Mr, Nr = 37, 45
+def _check_min_max_propagate_nan(deterministic, device, Mr=37, Nr=45, Kr=19, dtype=torch.float32, config=None):
     C = rand((Mr, Nr), torch.float32, seed=31)
     C[3, 5] = math.nan       # row 3 and column 5 see a NaN
     C[20, :] = -math.inf     # a row that is -inf everywhere except where acc makes it NaN
@@ -143,10 +138,37 @@ def test_generated_min_max_propagate_nan(deterministic):
         return (z.amax(0), z.amax(1), z.amin(0), z.amin(1), z.amax(), torch.logsumexp(z, 1), torch.relu(z),
                 torch.relu(-z).amax(0))
 
-    A, B = operands(Mr, Nr, 19, seed=32)
-    runner = lambda A, B, fn, **kw: evt.gemm(A, B, fn, backend="triton", deterministic=deterministic, **kw)  # noqa
+    A, B = operands(Mr, Nr, Kr, dtype, seed=32)
+    A, B, C = A.to(device), B.to(device), C.to(device)
+    extra = {} if config is None else {"config": config}
+    runner = lambda A, B, fn, **kw: evt.gemm(A, B, fn, backend="triton", deterministic=deterministic,  # noqa
+                                             **extra, **kw)
     got = check_gemm(fn, A, B, runner=runner, C=C)
     assert got[0][5].isnan() and got[1][3].isnan() and got[4].isnan() and not got[0][4].isnan()
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_generated_min_max_propagate_nan(deterministic):
+    """The generated kernel (not only the reference) lets NaN win in amax / amin / logsumexp over every axis set
+    and keeps it through relu, in both combine modes and on ragged tiles: the tile reduction runs as floats with
+    NaN-propagating max / min, and only its result becomes the atomics' integer key. A +inf element makes
+    logsumexp +inf (not inf - inf = NaN), and a NaN stays NaN whichever tile holds it."""
+    _check_min_max_propagate_nan(deterministic, "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("deterministic", [False, True])
+@pytest.mark.parametrize("dtype,template", [(torch.float32, None), (torch.bfloat16, None),
+                                            (torch.bfloat16, "pingpong")])
+def test_gpu_min_max_propagate_nan(deterministic, dtype, template):
+    """The same on the GPU (max.NaN / min.NaN, integer-key atomics) over several ragged tiles: the heuristic's
+    template, and the Gluon ping-pong kernel (persistent_tma where it does not apply)."""
+    from evtorch.codegen.configs import GemmConfig
+
+    config = None if template is None else GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 4,
+                                                      (("EPILOGUE_SUBTILE", 2),))
+    _check_min_max_propagate_nan(deterministic, "cuda", 300, 520, 72, dtype, config)
 
 
 def test_reductions_are_deterministic():

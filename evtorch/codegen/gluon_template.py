@@ -53,8 +53,8 @@ HEADER = ("from triton.experimental import gluon\n"
 
 # Registers per thread (setmaxnreg): consumers, loader; the kernel is launched with MAXNREG so that
 # 128 * (2 * CONSUMER_REGS + LOADER_REGS) <= 65536 and MAXNREG * 384 <= 65536.
-CONSUMER_REGS = 232
-LOADER_REGS = 40
+CONSUMER_REGS = 240
+LOADER_REGS = 24
 MAXNREG = 168
 WORKER_WARPS = (4, 1)  # consumer 1, loader; consumer 0 is the default partition (num_warps = 4)
 
