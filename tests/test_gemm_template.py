@@ -522,6 +522,24 @@ def test_autotune_picks_fastest_and_caches(tune_env):
     assert stored["key"] == key and stored["timings_ms"][cands[1].short()] is None
 
 
+def test_tuning_key_follows_the_generated_source():
+    """Timings are cached per epilogue *and* generated source: after a code generator change the same epilogue
+    gets a new key, so a choice timed with the old kernels is not reused."""
+    import dataclasses
+
+    from evtorch.api import get_epilogue
+    from evtorch.codegen.program import build_program
+    from evtorch.examples import lincomb_relu
+
+    ep = get_epilogue(lincomb_relu, (64, 64), torch.float32,
+                              dict(C=torch.randn(64, 64), alpha=1.5, beta=0.5))
+    prog = build_program(ep, out_dtype=torch.float16, fast_math="never")
+    assert prog.tune_hash.startswith(prog.key[0] + "-")
+    changed = dataclasses.replace(prog, source=prog.source + "\n# another code generator\n")
+    assert changed.tune_hash != prog.tune_hash and changed.key == prog.key
+    assert build_program(ep, out_dtype=torch.float16, fast_math="never").tune_hash == prog.tune_hash
+
+
 def test_autotune_off_or_interpreter_returns_heuristic(tune_env, monkeypatch):
     heur = GemmConfig()
 

@@ -16,7 +16,7 @@ import torch
 
 import evtorch as evt
 from evtorch.codegen import gluon_template
-from evtorch.codegen.configs import DeviceInfo, GemmConfig, candidate_configs
+from evtorch.codegen.configs import DeviceInfo, GemmConfig, candidate_configs, for_epilogue
 from evtorch.examples import EXAMPLES, eager_reference
 from evtorch.runtime.gemm_launch import grid_tiles, resolve_config
 
@@ -59,6 +59,14 @@ def test_candidates_offer_pingpong_only_where_it_runs():
     for dtype, kw in ((torch.float32, dict(allow_tf32=True)), (torch.float16, dict(tma_ok=False))):
         others = candidate_configs(8192, 4096, 1024, dtype, H200, **{"tma_ok": True, **kw})
         assert "pingpong" not in {c.template for c in others}
+    # an epilogue without the loader's one 16-bit M x N input (mixed_dag: two) loses the EPI_TMA candidate, and
+    # ping-pong quarters without prefetch moves into the first five
+    if gluon_template.available():
+        with_tma = for_epilogue(cands, tma_input=True)
+        without = for_epilogue(cands, tma_input=False)
+        assert with_tma == cands and any(c.flag("EPI_TMA") for c in cands[:5])
+        assert not any(c.flag("EPI_TMA") for c in without) and len(without) == len(cands) - 1
+        assert pp(4, PREFETCH=0).extra in {c.extra for c in without[:5] if c.template == "pingpong"}
     A100 = DeviceInfo("cuda", "A100", (8, 0), 108, 166912)
     assert "pingpong" not in {c.template for c in candidate_configs(8192, 4096, 1024, torch.bfloat16, A100,
                                                                     tma_ok=True)}

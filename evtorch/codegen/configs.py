@@ -447,6 +447,9 @@ _PINGPONG_16 = ((128, 128, 64, 3, 4),)
 # reductions): the tuner decides per epilogue. Halves with the M x N input through the loader (EPI_TMA, 4 stages;
 # H200 run 3) were the fastest config of colbcast_leaky / rowreduce_tanh / dgelu_bgrad at 8192x4096x1024 (2-4% below
 # the others) and 3% slower than the register prefetch for lincomb_relu: the fourth ping-pong config, ahead of quarters.
+# Quarters without prefetch became mixed_dag's fastest config once its amax reductions ran as floats (H200, 8192x4096x
+# 1024: 399 -> 217 us; the persistent configs 232-245 us): ``for_epilogue`` drops the EPI_TMA config where the
+# epilogue has no input for it (mixed_dag has two), so quarters is then among the first five.
 # (BM, BN, BK, stages, subtile, PREFETCH or None, EPI_TMA)
 _PINGPONG_GLUON_16 = ((128, 128, 64, 5, 2, None, False), (128, 128, 64, 5, 2, 0, False),
                       (128, 128, 64, 4, 2, None, True), (128, 128, 64, 5, 4, 0, False))
@@ -560,7 +563,8 @@ def candidate_configs(
                                                                                 else ()))
                      for bm, bn, bk, stages, sub, pf, tma in _PINGPONG_GLUON_16]
             # five candidates (the bench's default): halves, ping-pong halves with / without prefetch, quarters +
-            # flatten, ping-pong halves with the input through the loader; then ping-pong quarters
+            # flatten, ping-pong halves with the input through the loader (dropped by ``for_epilogue`` where the
+            # epilogue has no such input); then ping-pong quarters
             space += persistent[:1] + gluon[:2] + persistent[2:3] + gluon[2:] + persistent[1:2] + persistent[3:]
             space += pingpong
         else:
@@ -578,6 +582,14 @@ def candidate_configs(
     # short tuning list for a small problem is not spent on tiles that leave most of the GPU idle
     kept.sort(key=lambda c: not _fills_gpu(c, M, N, L, info))
     return _dedupe([heuristic] + kept)[:max_candidates]
+
+
+def for_epilogue(candidates: list[GemmConfig], *, tma_input: bool) -> list[GemmConfig]:
+    """``candidates`` without the configs this epilogue cannot use as configured: EPI_TMA needs the epilogue's one
+    16-bit M x N input (``EpilogueCode.tma_input``); without it such a config runs as the ping-pong halves before
+    it at one stage fewer, a near-copy that would spend a tuning slot, so the next candidate moves up (for
+    mixed_dag: ping-pong quarters without prefetch, its fastest config on the H200)."""
+    return list(candidates) if tma_input else [c for c in candidates if not c.flag("EPI_TMA")]
 
 
 def _fills_gpu(config: GemmConfig, M: int, N: int, L: int, info: DeviceInfo) -> bool:

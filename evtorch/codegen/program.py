@@ -10,6 +10,8 @@ IR text, so a user can read exactly what runs.
 """
 from __future__ import annotations
 
+import functools
+import hashlib
 import threading
 from dataclasses import dataclass
 from types import ModuleType
@@ -34,6 +36,12 @@ class Program:
     epilogue: EpilogueCode
     vector: VectorCode | None
     _module: ModuleType | None = None
+
+    @functools.cached_property
+    def tune_hash(self) -> str:
+        """What the tuner's cache is keyed by: the epilogue (IR hash, fast-math nodes) and the generated source,
+        so that timings taken with an older code generator are not reused after it changes."""
+        return f"{self.key[0]}-{hashlib.sha256(self.source.encode()).hexdigest()[:12]}"
 
     @property
     def module(self) -> ModuleType:

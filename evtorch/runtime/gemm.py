@@ -16,7 +16,7 @@ import os
 
 import torch
 
-from ..codegen.configs import GemmConfig, candidate_configs, heuristic_config
+from ..codegen.configs import GemmConfig, candidate_configs, for_epilogue, heuristic_config
 from ..codegen.program import KERNEL_BASE, build_program
 from ..codegen.reductions import buffer_shape
 from ..codegen.vector_stage import VBLOCK
@@ -402,8 +402,9 @@ def _choose_config(ep, prog, A, B, inputs, out_dtype, deterministic, allow_tf32)
         return hit
     tma_ok = tma_eligible(A, B)
     heuristic = heuristic_config(M, N, K, A.dtype, A.device, L=L, tma_ok=tma_ok, allow_tf32=allow_tf32)
-    key = make_tune_key(A, B, prog.key[0] + ("det" if deterministic else ""), prog.key[4], (out_dtype,))
+    key = make_tune_key(A, B, prog.tune_hash + ("det" if deterministic else ""), prog.key[4], (out_dtype,))
     candidates = candidate_configs(M, N, K, A.dtype, A.device, L=L, tma_ok=tma_ok, allow_tf32=allow_tf32)
+    candidates = for_epilogue(candidates, tma_input=prog.epilogue.tma_input() is not None)
 
     def bench(cfg: GemmConfig) -> float:
         return time_ms(lambda: _execute(ep, prog, A, B, inputs, out_dtype, allow_tf32, cfg), graph=True)
