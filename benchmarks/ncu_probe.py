@@ -8,7 +8,8 @@ Every job is compiled and run once first (outside the profiled range), then each
 ``cudaProfilerStart`` / ``cudaProfilerStop``, so Nsight Compute sees exactly one launch of every job's kernels
 (the poison fills and reduction finalizers are filtered out by ``-k``). A job is ``workload:config`` with a
 config name from ``CONFIGS`` (or ``cublas``: ``torch.matmul`` alone). Without ncu it prints each job's time
-(median of 20 launches, L2 flushed) so the same command also works as a quick timing check.
+(median, L2 flushed; with ``--graph`` also the tuner's measure: CUDA-graph replays, no flush) so the same command
+also works as a quick timing check.
 """
 from __future__ import annotations
 
@@ -45,6 +46,8 @@ def main(argv=None) -> int:
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--shape", default="8192,4096,1024", help="M,N,K")
+    ap.add_argument("--graph", action="store_true", help="also time CUDA-graph replays without L2 flush (what the "
+                    "tuner measures)")
     ap.add_argument("jobs", nargs="+", help="workload:config, or cublas")
     args = ap.parse_args(argv)
     M, N, K = (int(x) for x in args.shape.split(","))
@@ -75,7 +78,12 @@ def main(argv=None) -> int:
 
     for job, call in calls:
         ms = triton.testing.do_bench(call, warmup=5, rep=40, return_mode="median")
-        print(f"{job:28s} {ms * 1e3:8.1f} us", flush=True)
+        line = f"{job:28s} {ms * 1e3:8.1f} us"
+        if args.graph:
+            from evtorch.runtime.autotune import time_ms
+
+            line += f"   graph replays {time_ms(call, graph=True) * 1e3:8.1f} us"
+        print(line, flush=True)
     return 0
 
 

@@ -108,14 +108,20 @@ def test_epilogue_input_through_the_loader_falls_back_per_call():
 
 
 @needs_hopper
-def test_repeated_launches_and_graph_replay():
+@pytest.mark.parametrize("epi_tma", [False, True])
+def test_repeated_launches_and_graph_replay(epi_tma):
+    """Fresh A and fresh epilogue input C before every launch and every replay (with EPI_TMA, C comes through the
+    loader's TMA copies): a stale or skipped load shows as a wrong result."""
     ex = EXAMPLES["column_broadcast"]
-    cfg = pp(2)
+    cfg = GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 4, (("EPILOGUE_SUBTILE", True), ("EPI_TMA", True))) \
+        if epi_tma else pp(2)
     M, N, K = 2048, 1536, 768
     A, B = operands(M, N, K, "cuda", torch.bfloat16)
     inputs = ex.make_inputs(M, N, "cuda", torch.bfloat16)
+    C = inputs["C"]
     for _ in range(3):
         A.copy_(torch.randn_like(A) * K ** -0.25)
+        C.copy_(torch.randn_like(C))
         Z, T = evt.gemm(A, B, ex.fn, config=cfg, **inputs)
         rz, rt = eager_reference(ex.fn, A, B, **inputs)
         assert rel_error(Z, rz.to(Z.dtype)) < 1e-2 and rel_error(T, rt.to(T.dtype)) < 1e-2
@@ -129,6 +135,7 @@ def test_repeated_launches_and_graph_replay():
         Z, T = evt.gemm(A, B, ex.fn, config=cfg, **inputs)
     for _ in range(3):
         A.copy_(torch.randn_like(A) * K ** -0.25)
+        C.copy_(torch.randn_like(C))
         g.replay()
         torch.cuda.synchronize()
         rz, rt = eager_reference(ex.fn, A, B, **inputs)
