@@ -86,14 +86,38 @@ def make_tune_key(A: torch.Tensor, B: torch.Tensor, epilogue_hash: str, template
     )
 
 
-def time_ms(fn: Callable[[], object], warmup_ms: int = 25, rep_ms: int = 100, graph: bool = False) -> float:
-    """Median run time of ``fn`` in milliseconds via ``triton.testing.do_bench`` (CUDA-event timed). ``graph``:
-    replay ``fn`` captured in a CUDA graph instead (``do_bench_cudagraph``), which leaves out the host work of
-    each call: a public call takes ~0.1 ms of host time, so below ~0.1 ms of kernel, plain timing ranks the
-    candidates by noise (docs/benchmarks.md: a 2048^3 GEMM picked 94% or 77% of cuBLAS from run to run).
-    Falls back to plain timing when ``fn`` cannot be captured."""
+# A GPU that idled (say, through the compile of the candidate about to be timed) runs its first tens of
+# milliseconds of heavy work at a higher clock than under sustained load: on an H200, cuBLAS at 8192x8192x4096
+# took 0.70 ms timed cold and 0.82 ms as sustained graph replays, and a bench's tuner ranked ping-pong configs
+# timed after their compile 7-10% below what they ran at (benchmarks/ncu_probe.py --graph). So every candidate is
+# timed after SETTLE_MS of running it: all of them in the sustained state.
+SETTLE_MS = 200
+
+
+def _settle(fn: Callable[[], object], ms: float) -> None:
+    """Run ``fn`` (synchronously) for about ``ms`` milliseconds of wall time, at least once."""
+    import time
+
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    while True:
+        fn()
+        torch.cuda.synchronize()
+        if (time.perf_counter() - start) * 1e3 >= ms:
+            return
+
+
+def time_ms(fn: Callable[[], object], warmup_ms: int = 25, rep_ms: int = 100, graph: bool = False,
+            settle_ms: float = SETTLE_MS) -> float:
+    """Median run time of ``fn`` in milliseconds via ``triton.testing.do_bench`` (CUDA-event timed), after
+    ``settle_ms`` of running it (``SETTLE_MS``). ``graph``: replay ``fn`` captured in a CUDA graph instead
+    (``do_bench_cudagraph``), which leaves out the host work of each call: a public call takes ~0.1 ms of host
+    time, so below ~0.1 ms of kernel, plain timing ranks the candidates by noise (docs/benchmarks.md: a 2048^3 GEMM
+    picked 94% or 77% of cuBLAS from run to run). Falls back to plain timing when ``fn`` cannot be captured."""
     from triton.testing import do_bench, do_bench_cudagraph
 
+    if settle_ms > 0:
+        _settle(fn, settle_ms)
     if graph:
         try:
             return float(do_bench_cudagraph(fn, rep=rep_ms, return_mode="median"))
