@@ -381,7 +381,9 @@ def compile_rows(b: Bench):
         torch.manual_seed(0)
         A, B = operands(M, N, K, b.dev, torch.bfloat16)
         shape_rec = next(s for s in b.results["shapes"] if tuple(s["shape"]) == shape)
-        for row in rows:
+        # the fused workloads first: the identity's torch.compile row (cuBLAS either way) matters least when the
+        # deadline cuts the phase short
+        for row in sorted(rows, key=lambda r: r["workload"] == "identity"):
             if b.time_left() < 40:
                 row["compile_skipped"] = "deadline"
                 b.log("SKIP compile", row["workload"], shape, "deadline")
