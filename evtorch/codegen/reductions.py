@@ -2,9 +2,9 @@
 
 A reduction of a tile value is reduced per tile in registers, then combined across tiles either
 
-- *atomically* into a buffer over the kept axes (``sum``/``mean``: ``atomic_add``; ``amax``/``amin``: integer
-  atomics on an order-preserving integer key of the float, which handles negative floats exactly and lets
-  NaN win as torch's amax/amin do), or
+- *atomically* into a buffer over the kept axes (``sum``/``mean``: ``atomic_add``; ``amax``/``amin``: the tile
+  reduced as floats with NaN-propagating max/min, then integer atomics on an order-preserving integer key of the
+  tile's result, which handles negative floats exactly and lets NaN win as torch's amax/amin do), or
 - through a *partials* workspace ``[T, kept...]`` (one slot per tile along the reduced axes) combined in a
   fixed order by the vector-stage kernel: ``deterministic=True``, and always for ``logsumexp``, whose
   partials are online (max, sum of exp) pairs.
