@@ -156,6 +156,23 @@ def test_generated_min_max_propagate_nan(deterministic):
     _check_min_max_propagate_nan(deterministic, "cpu")
 
 
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_vector_stage_logsumexp_of_inf(deterministic):
+    """A logsumexp inside the vector stage (over a reduced vector): +inf in it gives +inf, -inf everywhere -inf."""
+    Mr, Nr = 33, 20
+    r = rand((Mr,), torch.float32, seed=33)
+    r[7] = math.inf
+    A, B = operands(Mr, Nr, 11, seed=34)
+
+    def fn(acc, r, q):
+        return torch.logsumexp(acc.amax(1) + r, 0), torch.logsumexp(acc.sum(1) * 0 + q, 0)
+
+    q = torch.full((Mr,), -math.inf)
+    runner = lambda A, B, fn, **kw: evt.gemm(A, B, fn, backend="triton", deterministic=deterministic, **kw)  # noqa
+    got = check_gemm(fn, A, B, runner=runner, r=r, q=q)
+    assert got[0].item() == math.inf and got[1].item() == -math.inf
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("deterministic", [False, True])
