@@ -112,6 +112,26 @@ def test_falls_back_to_persistent_off_hopper(name):
         torch.testing.assert_close(o, r, rtol=1e-4, atol=1e-4)
 
 
+def test_offline_compile_specialises_unit_strides_as_a_launch_does():
+    """fastmath_offline compiles the innermost stride of every epilogue tensor as the constant 1 (Triton's launch
+    specialisation on contiguous tensors, which is what vectorizes the epilogue's loads and stores): its register
+    and instruction counts are those of the launched kernel only with these."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.fastmath_offline import unit_strides
+    from benchmarks.pingpong_check import workload
+    from evtorch.api import get_epilogue
+    from evtorch.codegen.program import build_program
+
+    fn, mk = workload("mixed_dag")
+    inputs = mk(256, 512, "cpu", torch.bfloat16)
+    ep = get_epilogue(fn, (256, 512), torch.float32, inputs)
+    prog = build_program(ep, out_dtype=torch.bfloat16, fast_math="never", deterministic=True)
+    # M x N inputs and outputs along N, the (M,) bias along M, the (N,) bias along N, the partials buffers
+    # [T, kept] along the kept axis; never an M stride of a 2-D tensor or a buffer's tile stride
+    assert sorted(unit_strides(prog.epilogue.params)) == ["rs0_N", "rs1_M", "s_C_N", "s_aux_N", "s_cbias_M",
+                                                          "s_rbias_N", "so0_N", "so1_N"]
+
+
 @needs_gluon
 @pytest.mark.parametrize("config,workloads", [("pp_q4", "identity,colbcast_leaky,rowreduce_tanh"),
                                               ("pp_h_p0", "mixed_dag,bce_loss"),
