@@ -95,7 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--no-diag", dest="diag", action="store_false")
     ap.add_argument("--warmup-ms", type=float, default=None)
     ap.add_argument("--rep-ms", type=float, default=None)
-    ap.add_argument("--deadline-s", type=float, default=480.0, help="stop starting new work after this many seconds")
+    ap.add_argument("--deadline-s", type=float, default=520.0, help="stop starting new work after this many seconds "
+                    "(the default leaves the last started item room within a 600 s device call)")
     return ap
 
 
