@@ -7,7 +7,9 @@
 Every job is compiled and run once first (outside the profiled range), then each runs once more between
 ``cudaProfilerStart`` / ``cudaProfilerStop``, so Nsight Compute sees exactly one launch of every job's kernels
 (the poison fills and reduction finalizers are filtered out by ``-k``). A job is ``workload:config`` with a
-config name from ``CONFIGS`` (or ``cublas``: ``torch.matmul`` alone). Without ncu it prints each job's time
+config name from ``configs()`` (or ``cublas``: ``torch.matmul`` alone). ``python -m benchmarks.ncu_probe
+--summarize REPORT.txt`` turns a saved report into a markdown table (duration, L2 / DRAM bytes and throughput, SM
+throughput and clock, spills), one row per kernel in launch order. Without ncu it prints each job's time
 (median, L2 flushed; with ``--graph`` also the tuner's measure: CUDA-graph replays, no flush) so the same command
 also works as a quick timing check.
 """
@@ -38,20 +40,59 @@ def configs() -> dict:
     }
 
 
+# (column, ncu's row name) of the summary table: section rows and --metrics rows alike
+SUMMARY = (("duration us", "Duration"), ("L2 bytes", "lts__t_bytes.sum"), ("DRAM bytes", "dram__bytes.sum"),
+           ("L2 %", "L2 Cache Throughput"), ("DRAM %", "DRAM Throughput"), ("SM %", "Compute (SM) Throughput"),
+           ("SM GHz", "SM Frequency"), ("spill requests", "Local Memory Spilling Requests"))
+
+
+def summarize(text: str) -> list[dict]:
+    """One dict per profiled kernel of an ncu text report (the command in the module docstring): its name and the
+    ``SUMMARY`` values as printed (unit and number; missing rows are absent)."""
+    import re
+
+    rows = []
+    for block in re.split(r"\n  (?=\S+ \(\d+, \d+, \d+\)x\()", text)[1:]:
+        row = {"kernel": block.split(" ", 1)[0]}
+        for column, name in SUMMARY:
+            m = re.search(re.escape(name) + r"\s+(\S*?)\s+([\d,.]+)\s*$", block, re.M)
+            if m:
+                row[column] = f"{m.group(2)} {m.group(1)}".strip()
+        rows.append(row)
+    return rows
+
+
 def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shape", default="8192,4096,1024", help="M,N,K")
+    ap.add_argument("--graph", action="store_true", help="also time CUDA-graph replays without L2 flush (what the "
+                    "tuner measures)")
+    ap.add_argument("--summarize", metavar="REPORT", help="print a saved ncu text report as a markdown table "
+                    "(no GPU needed) instead of running jobs")
+    ap.add_argument("jobs", nargs="*", help="workload:config, or cublas")
+    args = ap.parse_args(argv)
+    if args.summarize:
+        from pathlib import Path
+
+        cols = ["kernel"] + [c for c, _ in SUMMARY]
+        print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
+        for r in summarize(Path(args.summarize).read_text()):
+            print("| " + " | ".join(r.get(c, "-") for c in cols) + " |")
+        return 0
+    if not args.jobs:
+        ap.error("give at least one job (workload:config or cublas), or --summarize REPORT")
     import torch
 
     import evtorch as evt
     from benchmarks.workloads import WORKLOADS, identity
 
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--shape", default="8192,4096,1024", help="M,N,K")
-    ap.add_argument("--graph", action="store_true", help="also time CUDA-graph replays without L2 flush (what the "
-                    "tuner measures)")
-    ap.add_argument("jobs", nargs="+", help="workload:config, or cublas")
-    args = ap.parse_args(argv)
-    M, N, K = (int(x) for x in args.shape.split(","))
     cfgs = configs()
+    for job in args.jobs:
+        name, _, cname = job.partition(":")
+        if job != "cublas" and (name not in ("identity", *WORKLOADS) or cname not in cfgs):
+            ap.error(f"job {job!r}: expected cublas or WORKLOAD:CONFIG with WORKLOAD one of "
+                     f"{['identity', *WORKLOADS]} and CONFIG one of {sorted(cfgs)}")
+    M, N, K = (int(x) for x in args.shape.split(","))
     torch.manual_seed(0)
     A = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
     B = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
@@ -61,8 +102,6 @@ def main(argv=None) -> int:
             calls.append((job, lambda: torch.matmul(A, B)))
             continue
         name, _, cname = job.partition(":")
-        if cname not in cfgs:
-            raise SystemExit(f"job {job!r}: config must be one of {sorted(cfgs)}, got {cname!r}")
         fn, mk = (identity, lambda *a: {}) if name == "identity" else (WORKLOADS[name].fn, WORKLOADS[name].make_inputs)
         inputs = mk(M, N, "cuda", A.dtype)
         calls.append((job, lambda fn=fn, inputs=inputs, cfg=cfgs[cname]: evt.gemm(A, B, fn, config=cfg, **inputs)))
