@@ -89,7 +89,7 @@ def make_tune_key(A: torch.Tensor, B: torch.Tensor, epilogue_hash: str, template
 # A GPU that idled (say, through the compile of the candidate about to be timed) runs its first tens of
 # milliseconds of heavy work at a higher clock than under sustained load: on an H200, cuBLAS at 8192x8192x4096
 # took 0.70 ms timed cold and 0.82 ms as sustained graph replays, and a bench's tuner ranked ping-pong configs
-# timed after their compile 7-10% below what they ran at (benchmarks/ncu_probe.py --graph). So every candidate is
+# 6-11% below what the same bench then measured (docs/benchmarks.md, "Reductions as floats"). So every candidate is
 # timed after SETTLE_MS of running it: all of them in the sustained state.
 SETTLE_MS = 200
 
