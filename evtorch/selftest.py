@@ -69,9 +69,12 @@ def run(sizes=((257, 193, 129, 3), (1024, 768, 512, 2)), dtypes=("float32", "flo
                  GemmConfig("splitk", 64, 64, 64, 8, 4, 4, 3),
                  GemmConfig("persistent_tma", 128, 128, 64, 8, 1, 8, 3, (("EPILOGUE_SUBTILE", True),)),
                  # Gluon ping-pong (Hopper, fp16/bf16; elsewhere it runs as persistent_tma): halves with the
-                 # prefetch rule, quarters without prefetch
+                 # prefetch rule, quarters without prefetch, and halves with the epilogue's one M x N input
+                 # through the loader (EPI_TMA, a tuner candidate; epilogues without such an input run it as
+                 # halves at 4 stages)
                  GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 5, (("EPILOGUE_SUBTILE", True),)),
-                 GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 5, (("EPILOGUE_SUBTILE", 4), ("PREFETCH", 0)))]
+                 GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 5, (("EPILOGUE_SUBTILE", 4), ("PREFETCH", 0))),
+                 GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 4, (("EPILOGUE_SUBTILE", True), ("EPI_TMA", True)))]
     import evtorch as evt
     for cfg in templates:
         for name, ex in EXAMPLES.items():
