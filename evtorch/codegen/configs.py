@@ -447,9 +447,10 @@ _PINGPONG_16 = ((128, 128, 64, 3, 4),)
 # reductions): the tuner decides per epilogue. Halves with the M x N input through the loader (EPI_TMA, 4 stages;
 # H200 run 3) were the fastest config of colbcast_leaky / rowreduce_tanh / dgelu_bgrad at 8192x4096x1024 (2-4% below
 # the others) and 3% slower than the register prefetch for lincomb_relu: the fourth ping-pong config, ahead of quarters.
-# Quarters without prefetch became mixed_dag's fastest config once its amax reductions ran as floats (H200, 8192x4096x
-# 1024: 399 -> 217 us; the persistent configs 232-245 us): ``for_epilogue`` drops the EPI_TMA config where the
-# epilogue has no input for it (mixed_dag has two), so quarters is then among the first five.
+# Quarters without prefetch ran mixed_dag 399 -> 220 us once its amax reductions ran as floats (H200, 8192x4096x1024,
+# as the tuner times it; halves 210 us, the persistent configs 224-225 us, docs/benchmarks.md): ``for_epilogue``
+# drops the EPI_TMA config where the epilogue has no input for it (mixed_dag has two), so quarters is then among the
+# first five.
 # (BM, BN, BK, stages, subtile, PREFETCH or None, EPI_TMA)
 _PINGPONG_GLUON_16 = ((128, 128, 64, 5, 2, None, False), (128, 128, 64, 5, 2, 0, False),
                       (128, 128, 64, 4, 2, None, True), (128, 128, 64, 5, 4, 0, False))
