@@ -589,7 +589,7 @@ def for_epilogue(candidates: list[GemmConfig], *, tma_input: bool) -> list[GemmC
     """``candidates`` without the configs this epilogue cannot use as configured: EPI_TMA needs the epilogue's one
     16-bit M x N input (``EpilogueCode.tma_input``); without it such a config runs as the ping-pong halves before
     it at one stage fewer, a near-copy that would spend a tuning slot, so the next candidate moves up (for
-    mixed_dag: ping-pong quarters without prefetch, its fastest config on the H200)."""
+    mixed_dag: ping-pong quarters without prefetch)."""
     return list(candidates) if tma_input else [c for c in candidates if not c.flag("EPI_TMA")]
 
 
