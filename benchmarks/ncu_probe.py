@@ -21,13 +21,7 @@ import sys
 
 def configs() -> dict:
     """The config names a job may use: the tuner's persistent picks and the ping-pong variants."""
-    from evtorch.codegen.configs import GemmConfig as G
-
-    def tma(bm, bn, warps, stages, **flags):
-        return G("persistent_tma", bm, bn, 64, 8, 1, warps, stages, tuple(flags.items()))
-
-    def gl(stages, sub, **flags):
-        return G("pingpong", 128, 128, 64, 8, 1, 4, stages, (("EPILOGUE_SUBTILE", sub),) + tuple(flags.items()))
+    from benchmarks.pingpong_check import gl, tma
 
     return {
         "base": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=True),

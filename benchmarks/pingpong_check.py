@@ -45,16 +45,25 @@ WORKLOADS = tuple(os.environ.get("PINGPONG_WORKLOADS", "").split(",")) if os.env
 CONFIG_SET = os.environ.get("PINGPONG_SET", "run1")
 
 
+def tma(bm, bn, warps, stages, **flags):
+    """A persistent_tma config (BLOCK_K 64, GROUP_M 8) with ``flags`` as its extra."""
+    from evtorch.codegen.configs import GemmConfig
+
+    return GemmConfig("persistent_tma", bm, bn, 64, 8, 1, warps, stages, tuple(flags.items()))
+
+
+def gl(stages, sub, **flags):
+    """A Gluon ping-pong config (128x128x64, GROUP_M 8) on ``sub`` epilogue slices with ``flags``."""
+    from evtorch.codegen.configs import GemmConfig
+
+    return GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, stages, (("EPILOGUE_SUBTILE", sub),) + tuple(flags.items()))
+
+
 def configs() -> dict:
     """name -> GemmConfig. base* = today's persistent candidates (the tuner's picks in the last bench run).
     PINGPONG_SET=run1: ping-pong (2 programs per SM) on halves / quarters / warp-specialized, one-program
     control; run2: quarters on today's 128x256 tile (the H200 run of 2026-11-21 also had PROGRAMS_PER_SM=2 with a
     staggered start, STAGGER=8 / 24 in commit e4d4d71: slower everywhere, removed)."""
-    from evtorch.codegen.configs import GemmConfig as G
-
-    def tma(bm, bn, warps, stages, **flags):
-        return G("persistent_tma", bm, bn, 64, 8, 1, warps, stages, tuple(flags.items()))
-
     if CONFIG_SET == "prefetch":  # M x N epilogue inputs loaded before the K loop / slices ahead (PREFETCH)
         return {
             "base": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=True, PREFETCH=0),
@@ -67,9 +76,6 @@ def configs() -> dict:
             "q4_auto": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=4),
             "q4f_auto": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=4, FLATTEN=True),
         }
-    def gl(stages, sub, **flags):
-        return G("pingpong", 128, 128, 64, 8, 1, 4, stages, (("EPILOGUE_SUBTILE", sub),) + tuple(flags.items()))
-
     if CONFIG_SET == "gluon2":  # the epilogue's M x N input through the ping-pong loader (EPI_TMA, 4 stages)
         return {
             "base": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=True),

@@ -122,9 +122,7 @@ class EpilogueEmitter:
         source = self._function(self.fn_name, prefetched=False)
         if self.prefetched:
             source += "\n\n" + self._prefetch_function() + "\n\n" + self._function(f"{self.fn_name}_pf", True)
-        inputs = [(self.params.get("in_ptr", n.target, f"in_{n.target}"),
-                   {a: self.params.get("in_stride", (n.target, n.attrs["binding"], a), f"s_{n.target}_{a}")
-                    for a in n.axes}, n.target, n.dtype) for n in self.prefetched]
+        inputs = [(*self._input_params(n), n.target, n.dtype) for n in self.prefetched]
         return EpilogueCode(source, self.fn_name, self.params, self.reductions, self.user_ops,
                             prefetch=len(self.prefetched), prefetch_inputs=inputs)
 
@@ -197,10 +195,14 @@ class EpilogueEmitter:
                 return self._assign(n, f"pf{k}")
         return self._assign(n, self._load_expr(n))
 
-    def _load_expr(self, n: Node) -> str:
-        binding = n.attrs["binding"]
+    def _input_params(self, n: Node) -> tuple[str, dict]:
+        """An input's pointer parameter and {axis: stride parameter}."""
         ptr = self.params.get("in_ptr", n.target, f"in_{n.target}")
-        strides = {a: self.params.get("in_stride", (n.target, binding, a), f"s_{n.target}_{a}") for a in n.axes}
+        binding = n.attrs["binding"]
+        return ptr, {a: self.params.get("in_stride", (n.target, binding, a), f"s_{n.target}_{a}") for a in n.axes}
+
+    def _load_expr(self, n: Node) -> str:
+        ptr, strides = self._input_params(n)
         mask = _mask(n.axes)
         address = _ptr(ptr, n.axes, strides)
         other = "0" if not n.dtype.is_floating_point else "0.0"

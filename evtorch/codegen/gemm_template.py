@@ -44,18 +44,25 @@ HEADER = "import triton\nimport triton.language as tl\n"
 # Shared snippets
 # ---------------------------------------------------------------------------------------------------
 
+def _indent(text: str, spaces: int) -> str:
+    return "".join(" " * spaces + line + "\n" for line in text.splitlines())
+
+
 # Grouped ("super-tile") ordering of a linear tile index ``__T__`` so that GROUP_M row-tiles reuse the same
-# B columns from L2. Produces pid_m, pid_n.
+# B columns from L2. Needs num_pid_m and num_pid_in_group; produces pid_m, pid_n. Unindented: the persistent
+# templates (this one and gluon_template's, as Gluon) place it inside their tile loops.
+GROUP_ORDER = """\
+group_id = __T__ // num_pid_in_group
+first_pid_m = group_id * GROUP_M
+group_size_m = tl.minimum(num_pid_m - first_pid_m, GROUP_M)
+pid_m = first_pid_m + (__T__ % num_pid_in_group) % group_size_m
+pid_n = (__T__ % num_pid_in_group) // group_size_m
+"""
 _SWIZZLE = """\
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     num_pid_in_group = GROUP_M * num_pid_n
-    group_id = __T__ // num_pid_in_group
-    first_pid_m = group_id * GROUP_M
-    group_size_m = tl.minimum(num_pid_m - first_pid_m, GROUP_M)
-    pid_m = first_pid_m + (__T__ % num_pid_in_group) % group_size_m
-    pid_n = (__T__ % num_pid_in_group) // group_size_m
-"""
+""" + _indent(GROUP_ORDER, 4)
 
 # acc += a @ b. fp32 operands use TF32 tensor cores only when allowed (torch's allow_tf32 semantics), else
 # IEEE fp32. DOT_UPCAST (set by the launcher only under the CPU interpreter, whose tl.dot multiplies bf16 bit
@@ -69,10 +76,6 @@ if ALLOW_TF32:
 else:
     acc = tl.dot(a, b, acc, input_precision="ieee")
 """
-
-
-def _indent(text: str, spaces: int) -> str:
-    return "".join(" " * spaces + line + "\n" for line in text.splitlines())
 
 
 # One K step of a pointer-based loop: masked loads (ragged M, N, K), dot with the requested precision.
@@ -272,12 +275,7 @@ def __KERNEL__(
     for tile_id in tl.range(start_pid, num_tiles, NUM_PROGRAMS, flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE):
         pid_l = tile_id // tiles_per_batch
         t = tile_id % tiles_per_batch
-        group_id = t // num_pid_in_group
-        first_pid_m = group_id * GROUP_M
-        group_size_m = tl.minimum(num_pid_m - first_pid_m, GROUP_M)
-        pid_m = first_pid_m + (t % num_pid_in_group) % group_size_m
-        pid_n = (t % num_pid_in_group) // group_size_m
-        off_m = pid_m * BLOCK_M
+__GROUP_ORDER__        off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
 __PREFETCH_TOP__        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC_DTYPE)
         for ki in range(k_tiles):
@@ -315,7 +313,8 @@ __DOT_TMA__
 __EPILOGUE_CALLS__'''
 )
 
-_PERSISTENT_TMA = _PERSISTENT_TMA.replace("__DOT_TMA__", _indent(_DOT, 12))
+_PERSISTENT_TMA = (_PERSISTENT_TMA.replace("__DOT_TMA__", _indent(_DOT, 12))
+                   .replace("__GROUP_ORDER__", _indent(GROUP_ORDER.replace("__T__", "t"), 8)))
 
 # The persistent template's epilogue part, rendered per program: EPILOGUE_SUBTILE = S splits the accumulator
 # into S slices (quarters: the halves split again after the first two slices ran, so at most three

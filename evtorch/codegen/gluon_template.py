@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import functools
 
-from .gemm_template import _SPLITS, _check_identifier, _indent, _pf_names
+from .gemm_template import _SPLITS, GROUP_ORDER, _check_identifier, _indent, _pf_names
 
 HEADER = ("from triton.experimental import gluon\n"
           "from triton.experimental.gluon import language as gl\n"
@@ -58,13 +58,7 @@ LOADER_REGS = 24
 MAXNREG = 168
 WORKER_WARPS = (4, 1)  # consumer 1, loader; consumer 0 is the default partition (num_warps = 4)
 
-_SWIZZLE = """\
-group_id = t // num_pid_in_group
-first_pid_m = group_id * GROUP_M
-group_size_m = gl.minimum(num_pid_m - first_pid_m, GROUP_M)
-pid_m = first_pid_m + (t % num_pid_in_group) % group_size_m
-pid_n = (t % num_pid_in_group) // group_size_m
-"""
+_SWIZZLE = GROUP_ORDER.replace("__T__", "t").replace("tl.", "gl.")  # the persistent template's tile order
 
 _ARGS = ("a_desc, b_desc, a_bufs, b_bufs, ready, empty, turn, c_desc, c_bufs, c_ready, c_empty, M, N, K, L, "
          "start_pid__PARAMS_CALL__, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, STAGES, B_COL_MAJOR, "
