@@ -3,6 +3,7 @@
     python benchmarks/host_overhead.py                 # CPU, Triton interpreter, launches replaced by no-ops
     python benchmarks/host_overhead.py --device cuda   # CUDA tensors and allocator, launches still no-ops
     python benchmarks/host_overhead.py --profile linear_fwd_bwd   # cProfile of one case (SORT=cumtime ...)
+    python benchmarks/host_overhead.py --device cuda --real       # real launches: Triton's launcher included
 
 What is measured is everything evtorch does on the host for one call: argument checks, plan and launch lookups,
 output / buffer allocation, autograd bookkeeping, argument lists, the launcher's own Python, down to the point
@@ -15,6 +16,7 @@ bias gradient) are real, asynchronous launches.
 
 Cases (microseconds per call: the lowest of 5 medians of ``--calls / 5`` calls, after a warm-up):
 
+- ``torch_matmul_fwd``: ``torch.matmul(A, B)``, what a cuBLAS call costs on the host (with ``--real``);
 - ``gemm_identity_fwd``: ``evt.gemm(A, B)`` (no grad);
 - ``gemm_bias_gelu_fwd``: ``evt.gemm(A, B, bias_gelu, bias=b)`` (no grad);
 - ``linear_fwd``: ``evt.linear(x, W, gelu, b)`` under ``torch.no_grad()``;
@@ -94,6 +96,9 @@ def cases(M, N, K, dtype, device="cpu"):
     x, W, bl = rnd(M, K, grad=True), rnd(N, K, grad=True), rnd(N, grad=True)
     gy = rnd(M, N)
 
+    def torch_matmul_fwd():
+        torch.matmul(A, B)
+
     def gemm_identity_fwd():
         evt.gemm(A, B, backend="triton")
 
@@ -131,7 +136,7 @@ def cases(M, N, K, dtype, device="cpu"):
         y, _ = Floor.apply(x, W, bl)
         torch.autograd.grad(y, (x, W, bl), gy)
 
-    return {f.__name__: f for f in (gemm_identity_fwd, gemm_bias_gelu_fwd, linear_fwd, linear_fwd_bwd,
+    return {f.__name__: f for f in (torch_matmul_fwd, gemm_identity_fwd, gemm_bias_gelu_fwd, linear_fwd, linear_fwd_bwd,
                                     torch_floor_fwd_bwd)}
 
 
@@ -172,6 +177,8 @@ def main(argv=None) -> int:
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--calls", type=int, default=5000)
     parser.add_argument("--only", nargs="*", help="case names to run")
+    parser.add_argument("--real", action="store_true",
+                        help="launch the kernels (GPU only): host time including Triton's launcher")
     parser.add_argument("--profile", metavar="CASE", help="cProfile one case and print the top functions")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     args = parser.parse_args(argv)
@@ -183,8 +190,12 @@ def main(argv=None) -> int:
     elif os.environ.get("TRITON_INTERPRET") == "1":
         print("host_overhead.py --device cuda needs TRITON_INTERPRET unset", file=sys.stderr)
         return 2
+    if args.real and args.device != "cuda":
+        print("host_overhead.py --real needs --device cuda", file=sys.stderr)
+        return 2
     import torch
-    stub_launches()
+    if not args.real:
+        stub_launches()
     dtype = getattr(torch, args.dtype)
     all_cases = cases(*args.shape, dtype, args.device)
     sync = torch.cuda.synchronize if args.device == "cuda" else None
@@ -202,7 +213,8 @@ def main(argv=None) -> int:
         return 0
     M, N, K = args.shape
     where = f"CPU {cpu_model()}" + (f", {torch.cuda.get_device_name()}" if args.device == "cuda" else "")
-    print(f"host time per call, launches stubbed: {M}x{N}x{K} {args.dtype} on {args.device}, {where}, "
+    launches = "real launches" if args.real else "launches stubbed"
+    print(f"host time per call, {launches}: {M}x{N}x{K} {args.dtype} on {args.device}, {where}, "
           f"torch {torch.__version__}, lowest of 5 medians of {args.calls // 5} calls")
     results = {}
     for name, fn in all_cases.items():

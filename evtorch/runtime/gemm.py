@@ -24,6 +24,7 @@ from ..ir.layouts import input_axis_strides, make_output
 from . import knobs
 from .autotune import make_tune_key, pick_config, time_ms
 from .gemm_launch import install_tma_allocator, prepare_launch, resolve_config, tma_eligible
+from .launcher import arg_key, make_launch
 
 
 # How many candidate configs one tuning run may time (None: autotune's default). Benchmarks that tune many
@@ -145,7 +146,7 @@ _prog_memo: dict = {}
 _config_memo: dict = {}
 _launches: dict = {}
 
-_IN, _SCALAR, _BOOL, _NEW = range(4)
+_IN, _SCALAR, _BOOL, _NEW, _FLOAT = range(5)  # _FLOAT: a float scalar (Triton does not specialise floats)
 
 # The knobs a launch depends on, read raw on every call (tests change them at any time) from the mapping behind
 # os.environ: ``os.environ.get`` costs ~0.8 us a name, encoding the name each time.
@@ -226,7 +227,7 @@ class _Launch:
     argument descriptions cost more host time than the launch itself at small sizes."""
 
     __slots__ = ("ep", "config", "device", "gemm", "news", "views", "args", "slots", "vec_fn", "vec_args",
-                 "vec_slots", "pack", "returns_tuple", "source", "run_fast", "epi_tma")
+                 "vec_slots", "vec_launch", "pack", "returns_tuple", "source", "run_fast", "epi_tma")
 
     def __init__(self, ep, prog, call: _Call, A, B, config: GemmConfig, allow_tf32: bool):
         self.ep = ep
@@ -248,12 +249,14 @@ class _Launch:
             self.news.append((tuple(t.shape), t.dtype, call.inits[key]))
         self.args, self.slots = self._specs(call, prog.epilogue.params.params, index)
         self.epi_tma = self._epi_tma_input(prog, call)
-        self.vec_fn = self.vec_args = self.vec_slots = None
+        self.vec_fn = self.vec_args = self.vec_slots = self.vec_launch = None
         if prog.vector is not None:
             grid = _vector_grid(call)
             if grid is not None:
                 L, M, N = call.sizes["L"], call.sizes["M"], call.sizes["N"]
-                kernel = getattr(prog.module, prog.vector.fn_name)[grid]
+                fn = getattr(prog.module, prog.vector.fn_name)
+                self.vec_launch = (fn, grid, (L, M, N))
+                kernel = fn[grid]
                 self.vec_fn = lambda *args: kernel(L, M, N, *args, VBLOCK=VBLOCK, num_warps=4)
                 self.vec_args, self.vec_slots = self._specs(call, prog.vector.params.params, index)
         where = {pos: i for i, (pos, _, _) in enumerate(self.views)}
@@ -286,7 +289,8 @@ class _Launch:
             if kind == "in_ptr":
                 slots.append((i, _IN, p.key))
             elif kind == "scalar":
-                slots.append((i, _BOOL if isinstance(call.inputs[p.key], bool) else _SCALAR, p.key))
+                v = call.inputs[p.key]
+                slots.append((i, _BOOL if isinstance(v, bool) else _FLOAT if type(v) is float else _SCALAR, p.key))
             elif kind == "out_ptr":
                 slots.append((i, _NEW, index[("out", p.key)]))
             elif kind == "buf_ptr":
@@ -295,8 +299,10 @@ class _Launch:
         return args, slots
 
     def _generate(self):
-        """``run(A, B, inputs)`` for this signature, as generated code (see the class doc)."""
-        ns = {"_empty": torch.empty, "_full": torch.full, "_dev": self.device, "_int": int}
+        """``run(A, B, inputs)`` for this signature, as generated code (see the class doc). Kernels launch through
+        ``runtime.launcher``: the call passes the specialisation key of the arguments that vary between calls
+        (inputs and scalars; shapes, strides, dtypes and A's and B's alignment are this signature's)."""
+        ns = {"_empty": torch.empty, "_full": torch.full, "_dev": self.device, "_int": int, "_ak": arg_key}
         lines = ["def run(A, B, inputs):"]
         for i, (shape, dtype, fill) in enumerate(self.news):
             ns[f"_s{i}"], ns[f"_d{i}"], ns[f"_f{i}"] = shape, dtype, fill
@@ -304,8 +310,10 @@ class _Launch:
                          f"    n{i} = _full(_s{i}, _f{i}, dtype=_d{i}, device=_dev)")
 
         def arguments(args, slots, prefix):
+            """(argument expressions, the launch key's expression): a value that varies per call is bound to a
+            local first, so the key and the argument list read it once."""
             filled = {i: (kind, key) for i, kind, key in slots}
-            out = []
+            out, keys = [], []
             for i, value in enumerate(args):
                 if i not in filled:
                     if type(value) is int:
@@ -315,33 +323,44 @@ class _Launch:
                         out.append(f"{prefix}{i}")
                     continue
                 kind, key = filled[i]
-                out.append(f"n{key}" if kind == _NEW else f"inputs[{key!r}]" if kind == _SCALAR or kind == _IN
-                           else f"_int(inputs[{key!r}])")
-            return out
+                if kind == _NEW:  # fresh allocations: the caching allocator's blocks are 512-byte aligned
+                    out.append(f"n{key}")
+                    continue
+                local = f"{prefix}x{i}"
+                lines.append(f"    {local} = inputs[{key!r}]" if kind != _BOOL else f"    {local} = _int(inputs[{key!r}])")
+                out.append(local)
+                if kind != _FLOAT:
+                    keys.append(f"_ak({local})")
+            return out, f"({', '.join(keys)},)" if keys else "()"
 
         gemm = self.gemm
-        args = arguments(self.args, self.slots, "_c")
-        if gemm.mode in ("portable", "persistent_tma", "pingpong"):
-            # PreparedLaunch's kernel call, spelled out
-            if gemm.device_index is not None:
+        index = gemm.device_index
+        args, key = arguments(self.args, self.slots, "_c")
+        if gemm.jit is not None:  # portable, persistent_tma, pingpong: PreparedLaunch's kernel call, spelled out
+            if index is not None:
                 # Triton launches on the current device: off A's, run again under a device guard
-                ns["_cuda"], ns["_guarded"] = torch.cuda, self._guarded
-                lines.insert(1, f"    if _cuda.current_device() != {gemm.device_index}: return _guarded(A, B, inputs)")
+                # (torch.cuda.current_device() without its lazy-init check: A is a CUDA tensor, so CUDA is up)
+                ns["_device"], ns["_guarded"] = torch._C._cuda_getDevice, self._guarded
+                lines.insert(1, f"    if _device() != {index}: return _guarded(A, B, inputs)")
                 if gemm.mode in ("persistent_tma", "pingpong"):
                     ns["_tma_allocator"] = install_tma_allocator
                     lines.append("    _tma_allocator()")
-            ns["_kernel"], ns["_common"] = gemm.fn, gemm.common
-            common = "_common"
+            positional = 2 + len(gemm.tail) + len(args)
+            ns["_kernel"] = make_launch(gemm.jit, gemm.grid, positional, gemm.common, index)
+            kernel = "_kernel"
             if self.epi_tma is not None:  # the loader's TMA copies need a 16-byte aligned input base
-                ns["_common_tma"] = dict(gemm.common, EPI_TMA=True, PREFETCH=0)
-                common = f"(_common_tma if inputs[{self.epi_tma!r}].data_ptr() % 16 == 0 else _common)"
-            lines.append(f"    _kernel(A, B, {', '.join(map(repr, gemm.tail))}, {', '.join(args)}, **{common})")
+                ns["_kernel_tma"] = make_launch(gemm.jit, gemm.grid, positional,
+                                                dict(gemm.common, EPI_TMA=True, PREFETCH=0), index)
+                kernel = f"(_kernel_tma if inputs[{self.epi_tma!r}].data_ptr() % 16 == 0 else _kernel)"
+            lines.append(f"    {kernel}({key}, A, B, {', '.join(map(repr, gemm.tail))}, {', '.join(args)})")
         else:
             ns["_gemm"] = gemm
             lines.append(f"    _gemm(A, B, ({', '.join(args)},))" if args else "    _gemm(A, B, ())")
         if self.vec_fn is not None:
-            ns["_vec"] = self.vec_fn
-            lines.append(f"    _vec({', '.join(arguments(self.vec_args, self.vec_slots, '_v'))})")
+            vec_args, vec_key = arguments(self.vec_args, self.vec_slots, "_v")
+            fn, grid, sizes = self.vec_launch
+            ns["_vec"] = make_launch(fn, grid, len(sizes) + len(vec_args), dict(VBLOCK=VBLOCK, num_warps=4), index)
+            lines.append(f"    _vec({vec_key}, {', '.join(map(repr, sizes))}, {', '.join(vec_args)})")
         views = []
         for n, (_, i, v) in enumerate(self.views):
             if v is None:

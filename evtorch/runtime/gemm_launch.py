@@ -243,8 +243,8 @@ class PreparedLaunch:
     ``launch(A, B, epilogue_args)`` launches for operands of that signature (new tensors, same layout); it does
     not re-check them: callers key their caches on everything ``prepare_launch`` read."""
 
-    __slots__ = ("mode", "fn", "tail", "common", "device_index", "reduce_fn", "reduce_kwargs", "work_shape",
-                 "work_dtype", "workspace_fn", "config")
+    __slots__ = ("mode", "fn", "jit", "grid", "tail", "common", "device_index", "reduce_fn", "reduce_kwargs",
+                 "work_shape", "work_dtype", "workspace_fn", "config")
 
     def __call__(self, A: torch.Tensor, B: torch.Tensor, epilogue_args: Sequence[Any]) -> None:
         if self.mode is None:
@@ -295,7 +295,7 @@ def prepare_launch(
     out = PreparedLaunch()
     out.config = config
     out.mode = None
-    out.fn = out.reduce_fn = out.reduce_kwargs = out.work_shape = out.work_dtype = None
+    out.fn = out.jit = out.grid = out.reduce_fn = out.reduce_kwargs = out.work_shape = out.work_dtype = None
     out.workspace_fn = workspace_fn
     out.device_index = (A.device.index if A.device.index is not None else torch.cuda.current_device()) \
         if A.device.type == "cuda" else None
@@ -319,7 +319,7 @@ def prepare_launch(
         num_stages=config.num_stages,
     )
     if config.template == "portable":
-        out.fn = _kernel(module, kernel_name, "portable")[(tiles, p.L)]
+        out.jit, out.grid = _kernel(module, kernel_name, "portable"), (tiles, p.L)
     elif config.template == "splitk":
         split = config.SPLIT_K
         if split > MAX_GRID_YZ:
@@ -335,7 +335,8 @@ def prepare_launch(
     elif config.template == "persistent_tma":
         _, a_col, b_col = tma_layout(A, B)
         num_sms = device_info(A.device).num_sms
-        out.fn = _kernel(module, kernel_name, "persistent_tma")[(config.persistent_grid(num_sms, tiles * p.L),)]
+        out.jit = _kernel(module, kernel_name, "persistent_tma")
+        out.grid = (config.persistent_grid(num_sms, tiles * p.L),)
         common.update(
             NUM_PROGRAMS=config.persistent_programs(num_sms),
             A_COL_MAJOR=a_col, B_COL_MAJOR=b_col,
@@ -349,7 +350,7 @@ def prepare_launch(
         from evtorch.codegen.gluon_template import MAXNREG
 
         num_sms = device_info(A.device).num_sms
-        out.fn = _kernel(module, kernel_name, "pingpong")[(config.persistent_grid(num_sms, tiles),)]
+        out.jit, out.grid = _kernel(module, kernel_name, "pingpong"), (config.persistent_grid(num_sms, tiles),)
         del common["num_stages"]  # the ring depth is the STAGES constexpr; Gluon does no software pipelining
         common.update(NUM_PROGRAMS=config.persistent_programs(num_sms), STAGES=config.num_stages,
                       B_COL_MAJOR=tma_layout(A, B)[2], EPILOGUE_SUBTILE=config.epilogue_subtiles, maxnreg=MAXNREG,
@@ -357,6 +358,8 @@ def prepare_launch(
                       EPI_TMA=False)  # runtime.gemm turns it on per call where the input allows (see there)
     else:  # GemmConfig validates templates; this guards future additions
         raise ValueError(f"config.template {config.template!r} has no launcher")
+    if out.jit is not None:  # one kernel launch (not split-K's two): ``jit`` and ``grid`` for runtime.launcher
+        out.fn = out.jit[out.grid]
     out.common = common
     out.mode = config.template
     return out

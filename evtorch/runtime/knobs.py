@@ -165,3 +165,19 @@ ALL_KNOBS = ALL_KNOBS + (FAST_MATH,)
 def fast_math_mode() -> str:
     """EVTORCH_FAST_MATH: 'auto', 'always' or 'never' (see codegen/fastmath.py)."""
     return FAST_MATH.get()
+
+
+DIRECT_LAUNCH: Knob[bool] = Knob(
+    "EVTORCH_DIRECT_LAUNCH",
+    lambda: True,
+    _parse_bool,
+    "1 (default): after a call signature's first launch, launch its compiled kernels through Triton's launcher "
+    "directly (runtime/launcher.py: ~20 us less host time per kernel); 0: every launch through fn[grid](...). "
+    "Read when a call signature is first prepared",
+)
+ALL_KNOBS = ALL_KNOBS + (DIRECT_LAUNCH,)
+
+
+def direct_launch_enabled() -> bool:
+    """EVTORCH_DIRECT_LAUNCH (default on; see runtime/launcher.py)."""
+    return DIRECT_LAUNCH.get()

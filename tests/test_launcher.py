@@ -1,0 +1,183 @@
+"""runtime/launcher.py: direct launches of compiled kernels.
+
+CPU part: a stand-in for a JITFunction and its CompiledKernel records what DirectLaunch does (which path, which
+arguments), so the key logic, the argument order Triton's launcher expects, the fallbacks and the eviction are
+checked without a GPU. GPU part: real launches where the specialisation changes between calls of one signature
+(an unaligned input view, an integer scalar that is 1, then 16, then 7), poisoned outputs against eager.
+"""
+import inspect
+
+import pytest
+import torch
+
+import evtorch as evt
+from evtorch.runtime import launcher
+from evtorch.runtime.launcher import DirectLaunch, arg_key, make_launch
+
+
+class _Param:
+    def __init__(self, default):
+        self.default = default
+
+
+class FakeCompiled:
+    def __init__(self, owner, spec):
+        self.owner, self.spec = owner, spec
+        self.function, self.packed_metadata = object(), object()
+
+    def run(self, *args):
+        self.owner.log.append(("direct", self.spec, args))
+
+
+class FakeJIT:
+    """``fn[grid](*args, **kwargs)`` records the call and returns a compiled kernel (as JITFunction.run)."""
+    __name__ = "fake_kernel"
+
+    def __init__(self, names, defaults=None):
+        self.arg_names = names
+        defaults = defaults or {}
+        self.params = [_Param(defaults.get(n, inspect.Parameter.empty)) for n in names]
+        self.log = []
+
+    def __getitem__(self, grid):
+        def run(*args, **kwargs):
+            self.log.append(("jit", grid, args, kwargs))
+            return FakeCompiled(self, len(self.log))
+        return run
+
+
+def _launch(fn=None, **kw):
+    fn = fn or FakeJIT(["x", "n", "y", "BLOCK", "FLAG"], defaults={"FLAG": False})
+    return fn, DirectLaunch(fn, (4, 2), 3, dict(BLOCK=64, num_warps=4, **kw), device_index=0,
+                            stream=lambda i: 1000 + i)
+
+
+def test_first_call_compiles_through_jit_then_launches_directly():
+    fn, launch = _launch()
+    x = torch.zeros(8)
+    launch((arg_key(x),), x, 5, 2.0)
+    assert fn.log == [("jit", (4, 2), (x, 5, 2.0), dict(BLOCK=64, num_warps=4))]
+    launch((arg_key(x),), x, 6, 3.0)
+    kind, spec, args = fn.log[-1]
+    assert kind == "direct" and spec == 1
+    # grid padded to 3 dims, the current stream of the launch's device, the compiled function and metadata, no
+    # launch metadata or hooks, then every parameter in signature order (constexprs and defaults included)
+    assert args[:4] == (4, 2, 1, 1000)
+    assert args[6:9] == (None, None, None)
+    assert args[9:] == (x, 6, 3.0, 64, False)
+
+
+def test_new_key_goes_through_jit_and_is_remembered():
+    fn, launch = _launch()
+    x = torch.zeros(16, dtype=torch.bfloat16)
+    launch((arg_key(x),), x, 5, 1.0)
+    launch((arg_key(x[1:]),), x[1:], 5, 1.0)  # 2 bytes off: another specialisation
+    assert [e[0] for e in fn.log] == ["jit", "jit"]
+    launch((arg_key(x[1:]),), x[1:], 5, 1.0)
+    launch((arg_key(x),), x, 5, 1.0)
+    assert [(e[0], e[1]) for e in fn.log[2:]] == [("direct", 2), ("direct", 1)]
+
+
+def test_unknown_argument_kind_never_caches():
+    fn, launch = _launch()
+    key = (arg_key([1, 2]),)
+    for _ in range(3):
+        launch(key, [1, 2], 5, 1.0)
+    assert [e[0] for e in fn.log] == ["jit"] * 3
+
+
+def test_installed_launch_hook_takes_the_jit_path(monkeypatch):
+    import triton
+
+    fn, launch = _launch()
+    x = torch.zeros(8)
+    launch((True,), x, 5, 1.0)
+    monkeypatch.setattr(triton.knobs.runtime.launch_enter_hook, "calls", [lambda metadata: None])
+    launch((True,), x, 5, 1.0)
+    assert [e[0] for e in fn.log] == ["jit", "jit"]
+    monkeypatch.undo()
+    launch((True,), x, 5, 1.0)
+    assert fn.log[-1][0] == "direct"
+
+
+def test_keys_are_bounded(monkeypatch):
+    monkeypatch.setattr(launcher, "MAX_KEYS", 3)
+    fn, launch = _launch()
+    for n in range(5):
+        launch((n,), None, n, 1.0)
+    assert list(launch.kernels) == [(2,), (3,), (4,)]
+
+
+def test_missing_constexpr_is_named():
+    fn = FakeJIT(["x", "BLOCK", "OTHER"])
+    with pytest.raises(ValueError, match="OTHER"):
+        DirectLaunch(fn, (1,), 1, dict(BLOCK=1), 0, stream=lambda i: 0)
+
+
+def test_arg_key_follows_triton_specialisation():
+    assert arg_key(1) != arg_key(2) != arg_key(16)
+    assert arg_key(3) == arg_key(5)
+    assert arg_key(32) == arg_key(48)
+    assert arg_key(2 ** 40) != arg_key(3)           # i64, not i32
+    assert arg_key(2 ** 40 + 8) != arg_key(2 ** 40)  # not 16-divisible
+    assert arg_key(1.0) == arg_key(7.5)             # floats are not specialised
+    assert arg_key(True) != arg_key(False)
+    t = torch.zeros(8, dtype=torch.float16)
+    assert arg_key(t) is True and arg_key(t[1:]) is False and arg_key(t[8:]) is True
+    assert arg_key(object()) is launcher._UNKNOWN
+
+
+def test_make_launch_without_a_device_is_the_jit_call(monkeypatch):
+    fn = FakeJIT(["x", "BLOCK"])
+    launch = make_launch(fn, (2,), 1, dict(BLOCK=8), None)
+    launch((), 1)
+    launch((), 2)
+    assert [e[0] for e in fn.log] == ["jit", "jit"]
+    monkeypatch.setenv("EVTORCH_DIRECT_LAUNCH", "0")
+    assert not isinstance(make_launch(fn, (2,), 1, dict(BLOCK=8), 0), DirectLaunch)
+
+
+def test_generated_run_keys_only_what_varies():
+    """The generated ``run`` of a signature keys tensors and integer scalars, not floats or fresh outputs."""
+    import evtorch.runtime.gemm as rg
+
+    def fn(acc, C, alpha, n, flag):
+        return torch.relu(alpha * acc + C * n * flag)
+
+    A, B, C = torch.randn(32, 16), torch.randn(16, 24), torch.randn(32, 24)
+    rg.clear_caches()
+    evt.gemm(A, B, fn, C=C, alpha=2.0, n=3, flag=True, backend="triton")
+    (launch,) = {id(v): v for v in rg._launches.values()}.values()  # (remembered under two keys)
+    call = [line for line in launch.source.splitlines() if "_kernel(" in line][0]
+    assert call.strip().startswith("_kernel((_ak(_cx1), _ak(_cx2), _ak(_cx3),), A, B,")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_specialisation_changes_between_calls(monkeypatch):
+    """One call signature, launched with inputs whose Triton specialisation differs from the first call's: each
+    result matches eager, outputs poisoned; the signature's launcher ends up with one compiled kernel per key."""
+    import evtorch.runtime.gemm as rg
+
+    monkeypatch.setenv("EVTORCH_POISON", "1")
+    monkeypatch.setenv("EVTORCH_AUTOTUNE", "0")
+
+    def fn(acc, C, n):
+        return torch.relu(acc + C * n), (acc * n).sum(dim=1)
+
+    torch.manual_seed(0)
+    M, N, K = 300, 264, 128
+    A = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    B = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
+    store = torch.randn(M * N + 8, device="cuda", dtype=torch.bfloat16)
+    rg.clear_caches()
+    for offset, n in ((0, 3), (1, 3), (0, 1), (1, 16), (0, 7), (1, 1)):
+        C = store[offset:offset + M * N].view(M, N)  # offset 1: a 2-byte misaligned base, same layout
+        out, rows = evt.gemm(A, B, fn, C=C, n=n)
+        acc = A.float() @ B.float()
+        torch.testing.assert_close(out.float(), torch.relu(acc + C.float() * n), atol=0.1, rtol=2e-2)
+        torch.testing.assert_close(rows, (acc * n).sum(dim=1), atol=0.5, rtol=1e-3)
+    (launch,) = {id(v): v for v in rg._launches.values()}.values()
+    direct = launch.run_fast.__globals__["_kernel"]
+    if isinstance(direct, DirectLaunch):
+        assert len(direct.kernels) >= 5
