@@ -604,3 +604,16 @@ def test_pingpong_config_runs_every_epilogue_kind(extra):
                 ref = ref if isinstance(ref, tuple) else (ref,)
                 for o, r in zip(out, ref):
                     torch.testing.assert_close(o, r.to(o.dtype), rtol=1e-4, atol=1e-4)
+
+
+def test_scalar_parameters_are_not_specialised():
+    """Scalar epilogue inputs are named in the kernel's do_not_specialize (a value of 1 would otherwise become a
+    constexpr, on which the epilogue's ``.to(...)`` fails to compile on a GPU); the split-K partial kernel takes
+    no epilogue parameters and keeps the plain decorator; an unknown name is refused."""
+    src = render_gemm_kernels("k", "epi", ["sc_a", "in_x"], templates=("portable", "splitk", "persistent_tma"),
+                              unspecialized=["sc_a"])
+    heads = [line for line in src.splitlines() if line.startswith("@triton.jit")]
+    assert heads.count("@triton.jit(do_not_specialize=['sc_a'])") == 3  # portable, splitk_reduce, persistent
+    assert heads.count("@triton.jit") == 1                              # splitk partials
+    with pytest.raises(ValueError, match="sc_b"):
+        render_gemm("k", "epi", ["sc_a"], "portable", unspecialized=["sc_b"])

@@ -155,8 +155,10 @@ def test_generated_run_keys_only_what_varies():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_gpu_specialisation_changes_between_calls(monkeypatch):
-    """One call signature, launched with inputs whose Triton specialisation differs from the first call's: each
-    result matches eager, outputs poisoned; the signature's launcher ends up with one compiled kernel per key."""
+    """One call signature, launched with inputs whose Triton specialisation differs from the first call's (a
+    2-byte misaligned input view; an integer scalar that is 1, 16 or neither), each case three times (the
+    first launch of a key compiles through the JIT path, the later ones launch directly): every result matches
+    eager, outputs poisoned with NaN before each launch."""
     import evtorch.runtime.gemm as rg
 
     monkeypatch.setenv("EVTORCH_POISON", "1")
@@ -169,15 +171,21 @@ def test_gpu_specialisation_changes_between_calls(monkeypatch):
     M, N, K = 300, 264, 128
     A = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
     B = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
+    acc = A.float() @ B.float()
     store = torch.randn(M * N + 8, device="cuda", dtype=torch.bfloat16)
     rg.clear_caches()
     for offset, n in ((0, 3), (1, 3), (0, 1), (1, 16), (0, 7), (1, 1)):
         C = store[offset:offset + M * N].view(M, N)  # offset 1: a 2-byte misaligned base, same layout
-        out, rows = evt.gemm(A, B, fn, C=C, n=n)
-        acc = A.float() @ B.float()
-        torch.testing.assert_close(out.float(), torch.relu(acc + C.float() * n), atol=0.1, rtol=2e-2)
-        torch.testing.assert_close(rows, (acc * n).sum(dim=1), atol=0.5, rtol=1e-3)
-    (launch,) = {id(v): v for v in rg._launches.values()}.values()
+        for rep in range(3):
+            out, rows = evt.gemm(A, B, fn, C=C, n=n)
+            case = f"C offset {offset}, n={n}, call {rep}"
+            torch.testing.assert_close(out.float(), torch.relu(acc + C.float() * n), atol=0.1, rtol=2e-2,
+                                       msg=lambda m: f"{case}: {m}")
+            torch.testing.assert_close(rows, (acc * n).sum(dim=1), atol=0.5, rtol=1e-3,
+                                       msg=lambda m: f"{case}: {m}")
+    launches = {id(v): v for v in rg._launches.values()}
+    assert len(launches) == 1, [v.source for v in launches.values()]
+    (launch,) = launches.values()
     direct = launch.run_fast.__globals__["_kernel"]
-    if isinstance(direct, DirectLaunch):
-        assert len(direct.kernels) >= 5
+    if isinstance(direct, DirectLaunch):  # keys: misaligned/aligned x n in {1, 16, other}, less (aligned, 16)
+        assert len(direct.kernels) == 5, list(direct.kernels)

@@ -409,8 +409,17 @@ def reserved_names() -> frozenset[str]:
     return _RESERVED
 
 
+def jit_decorator(unspecialized=(), lang: str = "triton") -> str:
+    """The decorator line of a generated kernel: ``@triton.jit`` (or ``@gluon.jit``), with
+    ``do_not_specialize`` naming ``unspecialized`` parameters. Scalar epilogue inputs go there: Triton would
+    otherwise compile a separate kernel for a value of 1 (as a constexpr, where ``x.to(...)`` does not exist)
+    and for multiples of 16, for values that are plain runtime data."""
+    names = [_check_identifier("unspecialized entry", n) for n in unspecialized]
+    return f"@{lang}.jit(do_not_specialize={names!r})" if names else f"@{lang}.jit"
+
+
 def render_gemm(kernel_name: str, epilogue_fn: str, epilogue_params: list[str], template: str,
-                prefetch: int = 0) -> str:
+                prefetch: int = 0, unspecialized=()) -> str:
     """Source of one ``@triton.jit`` kernel named ``kernel_name`` for ``template``.
 
     ``template`` is one of ``RENDERABLE``: 'portable', 'splitk' (partial products only; it takes no
@@ -418,6 +427,7 @@ def render_gemm(kernel_name: str, epilogue_fn: str, epilogue_params: list[str], 
     ``HEADER``, the epilogue function ``epilogue_fn`` and this text into one module. ``prefetch``: how many
     M x N input tiles ``<epilogue_fn>_prefetch`` returns (persistent_tma then calls it and ``<epilogue_fn>_pf``
     when launched with PREFETCH > 0; both must be in the module); 0: the epilogue loads its own inputs.
+    ``unspecialized``: parameters Triton must not specialise on their values (``jit_decorator``).
     """
     _check_identifier("kernel_name", kernel_name)
     _check_identifier("epilogue_fn", epilogue_fn)
@@ -444,8 +454,12 @@ def render_gemm(kernel_name: str, epilogue_fn: str, epilogue_params: list[str], 
     if template == "persistent_tma":
         text = text.replace("__PREFETCH_TOP__", _prefetch_top(prefetch)).replace("__EPILOGUE_CALLS__",
                                                                                  _epilogue_calls(prefetch))
+    missing = sorted(set(unspecialized) - set(params))
+    if missing:
+        raise ValueError(f"unspecialized names {missing} are not in epilogue_params")
     return (
-        text.replace("__KERNEL__", kernel_name)
+        text.replace("@triton.jit\ndef __KERNEL__(", jit_decorator(unspecialized) + "\ndef __KERNEL__(")
+        .replace("__KERNEL__", kernel_name)
         .replace("__EPILOGUE__", epilogue_fn)
         .replace("__PARAMS_SIG__", params_sig)
         .replace("__PARAMS_CALL__", params_call)
@@ -467,6 +481,7 @@ def render_gemm_kernels(
     epilogue_params: list[str],
     templates: tuple[str, ...] = ("portable", "splitk", "persistent_tma"),
     prefetch: int = 0,
+    unspecialized=(),
 ) -> str:
     """All kernels needed to launch ``templates`` (splitk brings its reduce kernel), named by
     ``kernel_symbol(base, template)``, separated by blank lines. Without HEADER or the epilogue."""
@@ -476,5 +491,6 @@ def render_gemm_kernels(
             raise ValueError(f"templates entries must be 'portable', 'splitk' or 'persistent_tma', got {template!r}")
         parts = ("splitk", "splitk_reduce") if template == "splitk" else (template,)
         for part in parts:
-            chunks.append(render_gemm(kernel_symbol(base, part), epilogue_fn, epilogue_params, part, prefetch))
+            chunks.append(render_gemm(kernel_symbol(base, part), epilogue_fn, epilogue_params, part, prefetch,
+                                      unspecialized if part != "splitk" else ()))
     return "\n\n".join(chunks)

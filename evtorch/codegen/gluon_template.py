@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import functools
 
-from .gemm_template import _SPLITS, GROUP_ORDER, _check_identifier, _indent, _pf_names
+from .gemm_template import _SPLITS, GROUP_ORDER, _check_identifier, _indent, _pf_names, jit_decorator
 
 HEADER = ("from triton.experimental import gluon\n"
           "from triton.experimental.gluon import language as gl\n"
@@ -295,12 +295,13 @@ def _prefetch_top(prefetch: int) -> str:
 
 
 def render_pingpong(kernel_name: str, epilogue_fn: str, epilogue_params: list[str], prefetch: int = 0,
-                    tma_input: tuple[str, str] | None = None) -> str:
+                    tma_input: tuple[str, str] | None = None, unspecialized=()) -> str:
     """Source of the Gluon ping-pong kernel ``kernel_name`` (and its partition functions ``<kernel_name>_*``)
     calling ``epilogue_fn``; the caller puts ``HEADER``, the Triton header and the epilogue into one module.
     ``prefetch``: how many M x N input tiles ``<epilogue_fn>_prefetch`` returns (as for ``render_gemm``).
     ``tma_input``: (pointer param, M-stride param) of the one prefetched input, which EPI_TMA then loads
-    through the loader warp (the launcher sets EPI_TMA only for a unit N stride and 16-byte alignment)."""
+    through the loader warp (the launcher sets EPI_TMA only for a unit N stride and 16-byte alignment).
+    ``unspecialized``: parameters Triton must not specialise on their values (``gemm_template.jit_decorator``)."""
     _check_identifier("kernel_name", kernel_name)
     _check_identifier("epilogue_fn", epilogue_fn)
     params = [_check_identifier("epilogue_params entry", p) for p in epilogue_params]
@@ -315,6 +316,7 @@ def render_pingpong(kernel_name: str, epilogue_fn: str, epilogue_params: list[st
             .replace("__PREFETCH_TOP__", _prefetch_top(prefetch))
             .replace("__C_RING__", _c_ring(tma_input))
             .replace("__LOADER_C__", _indent(_LOADER_C, 12) if tma_input else ""))
+    text = text.replace("@gluon.jit\ndef __KERNEL__(\n", jit_decorator(unspecialized, "gluon") + "\ndef __KERNEL__(\n")
     return (text.replace("__KERNEL__", kernel_name)
             .replace("__EPILOGUE__", epilogue_fn)
             .replace("__PARAMS_SIG__", "".join(f"    {p},\n" for p in params))

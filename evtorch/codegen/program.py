@@ -77,6 +77,7 @@ def build_program(ep, dtype=None, *, deterministic: bool = False, templates=TEMP
     vec_emitter = VectorEmitter(ep.graph, epi.reductions, ep.acc_dtype)
     vec = None if vec_emitter.empty() else vec_emitter.emit()
     pingpong = "pingpong" in templates
+    scalars = [p.name for p in epi.params.params if p.kind == "scalar"]  # runtime values: never specialised
     parts = [
         HEADER + (gluon_template.HEADER if pingpong else "") + "from evtorch.codegen import tlmath\n",
         f'"""evtorch generated kernels for epilogue {ep.name!r} (IR hash {key[0]}).\n\n'
@@ -84,14 +85,14 @@ def build_program(ep, dtype=None, *, deterministic: bool = False, templates=TEMP
                      + fastmath.describe(ep.graph, fast)) + '\n"""\n',
         epi.source,
         render_gemm_kernels(KERNEL_BASE, epi.fn_name, epi.params.names(),
-                            tuple(t for t in templates if t != "pingpong"), epi.prefetch),
+                            tuple(t for t in templates if t != "pingpong"), epi.prefetch, scalars),
         f"EPILOGUE_PREFETCH = {epi.prefetch}  # M x N input tiles the epilogue can take prefetched\n",
     ]
     if pingpong:
         entry = epi.tma_input()  # the one M x N input may come through the ping-pong kernel's TMA loader (EPI_TMA)
         tma_input = (entry[0], entry[1]["M"]) if entry else None
         parts.append(gluon_template.render_pingpong(kernel_symbol(KERNEL_BASE, "pingpong"), epi.fn_name,
-                                                    epi.params.names(), epi.prefetch, tma_input))
+                                                    epi.params.names(), epi.prefetch, tma_input, scalars))
     if vec is not None:
         parts.append(vec.source)
         parts.append(f"VBLOCK = {VBLOCK}\n")

@@ -24,6 +24,7 @@ from ..ir.layouts import output_base_axes
 from ..ir.node import Node
 from ..ir.types import AXES, Stage
 from .expr import TL_DTYPE, compute_expr, literal
+from .gemm_template import jit_decorator
 from .params import ParamList
 from .reductions import IDENTITY, ReductionPlan, key_params
 
@@ -359,6 +360,7 @@ class VectorEmitter:
                     self.indent -= 2
                 self.w("tl.debug_barrier()")
         params = ", ".join(["L", "M", "N"] + self.params.names() + ["VBLOCK: tl.constexpr"])
-        source = f"@triton.jit\ndef {self.fn_name}({params}):\n" + "\n".join(self.lines) + "\n"
+        scalars = [p.name for p in self.params.params if p.kind == "scalar"]
+        source = f"{jit_decorator(scalars)}\ndef {self.fn_name}({params}):\n" + "\n".join(self.lines) + "\n"
         return VectorCode(source, self.fn_name, self.params, self.domain, self.phases, self.inner,
                           getattr(self, "task_domains", []))
