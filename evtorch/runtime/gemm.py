@@ -339,8 +339,10 @@ class _Launch:
         if gemm.jit is not None:  # portable, persistent_tma, pingpong: PreparedLaunch's kernel call, spelled out
             if index is not None:
                 # Triton launches on the current device: off A's, run again under a device guard
-                # (torch.cuda.current_device() without its lazy-init check: A is a CUDA tensor, so CUDA is up)
-                ns["_device"], ns["_guarded"] = torch._C._cuda_getDevice, self._guarded
+                # torch.cuda.current_device() without its lazy-init check where torch has the raw call (A is a
+                # CUDA tensor, so CUDA is up)
+                ns["_device"] = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+                ns["_guarded"] = self._guarded
                 lines.insert(1, f"    if _device() != {index}: return _guarded(A, B, inputs)")
                 if gemm.mode in ("persistent_tma", "pingpong"):
                     ns["_tma_allocator"] = install_tma_allocator
