@@ -409,12 +409,15 @@ def reserved_names() -> frozenset[str]:
     return _RESERVED
 
 
-def jit_decorator(unspecialized=(), lang: str = "triton") -> str:
+def jit_decorator(unspecialized=(), params=(), lang: str = "triton") -> str:
     """The decorator line of a generated kernel: ``@triton.jit`` (or ``@gluon.jit``), with
-    ``do_not_specialize`` naming ``unspecialized`` parameters. Scalar epilogue inputs go there: Triton would
-    otherwise compile a separate kernel for a value of 1 (as a constexpr, where ``x.to(...)`` does not exist)
-    and for multiples of 16, for values that are plain runtime data."""
+    ``do_not_specialize`` naming ``unspecialized`` parameters, each of which must be in ``params``. Scalar epilogue
+    inputs go there: Triton would otherwise compile a separate kernel for a value of 1 (as a constexpr, where
+    ``x.to(...)`` does not exist) and for multiples of 16, for values that are plain runtime data."""
     names = [_check_identifier("unspecialized entry", n) for n in unspecialized]
+    missing = sorted(set(names) - set(params))
+    if missing:
+        raise ValueError(f"unspecialized names {missing} are not in epilogue_params")
     return f"@{lang}.jit(do_not_specialize={names!r})" if names else f"@{lang}.jit"
 
 
@@ -454,11 +457,8 @@ def render_gemm(kernel_name: str, epilogue_fn: str, epilogue_params: list[str], 
     if template == "persistent_tma":
         text = text.replace("__PREFETCH_TOP__", _prefetch_top(prefetch)).replace("__EPILOGUE_CALLS__",
                                                                                  _epilogue_calls(prefetch))
-    missing = sorted(set(unspecialized) - set(params))
-    if missing:
-        raise ValueError(f"unspecialized names {missing} are not in epilogue_params")
     return (
-        text.replace("@triton.jit\ndef __KERNEL__(", jit_decorator(unspecialized) + "\ndef __KERNEL__(")
+        text.replace("@triton.jit\ndef __KERNEL__(", jit_decorator(unspecialized, params) + "\ndef __KERNEL__(")
         .replace("__KERNEL__", kernel_name)
         .replace("__EPILOGUE__", epilogue_fn)
         .replace("__PARAMS_SIG__", params_sig)

@@ -316,7 +316,7 @@ def render_pingpong(kernel_name: str, epilogue_fn: str, epilogue_params: list[st
             .replace("__PREFETCH_TOP__", _prefetch_top(prefetch))
             .replace("__C_RING__", _c_ring(tma_input))
             .replace("__LOADER_C__", _indent(_LOADER_C, 12) if tma_input else ""))
-    text = text.replace("@gluon.jit\ndef __KERNEL__(\n", jit_decorator(unspecialized, "gluon") + "\ndef __KERNEL__(\n")
+    text = text.replace("@gluon.jit\ndef __KERNEL__(\n", jit_decorator(unspecialized, params, "gluon") + "\ndef __KERNEL__(\n")
     return (text.replace("__KERNEL__", kernel_name)
             .replace("__EPILOGUE__", epilogue_fn)
             .replace("__PARAMS_SIG__", "".join(f"    {p},\n" for p in params))

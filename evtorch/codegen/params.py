@@ -36,5 +36,6 @@ class ParamList:
             self.params.append(Param(name, kind, key))
         return self._by_key[k]
 
-    def names(self) -> list[str]:
-        return [p.name for p in self.params]
+    def names(self, kind: str | None = None) -> list[str]:
+        """Parameter names in order; with ``kind``, only those of that kind (e.g. 'scalar')."""
+        return [p.name for p in self.params if kind is None or p.kind == kind]

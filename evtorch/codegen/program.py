@@ -77,7 +77,7 @@ def build_program(ep, dtype=None, *, deterministic: bool = False, templates=TEMP
     vec_emitter = VectorEmitter(ep.graph, epi.reductions, ep.acc_dtype)
     vec = None if vec_emitter.empty() else vec_emitter.emit()
     pingpong = "pingpong" in templates
-    scalars = [p.name for p in epi.params.params if p.kind == "scalar"]  # runtime values: never specialised
+    scalars = epi.params.names("scalar")  # runtime values: never specialised
     parts = [
         HEADER + (gluon_template.HEADER if pingpong else "") + "from evtorch.codegen import tlmath\n",
         f'"""evtorch generated kernels for epilogue {ep.name!r} (IR hash {key[0]}).\n\n'

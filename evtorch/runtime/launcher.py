@@ -52,12 +52,9 @@ def arg_key(value: Any) -> Any:
     return _UNKNOWN
 
 
-def _hooks_active() -> bool:
-    """Whether a launch enter/exit hook is installed (a ``HookChain`` with calls in Triton 3.6 and 3.9; a plain
-    callable or None in older versions)."""
-    import triton
-
-    rt = triton.knobs.runtime
+def _hooks_active(rt) -> bool:
+    """Whether a launch enter/exit hook is installed on Triton's runtime knobs ``rt`` (a ``HookChain`` with calls
+    in Triton 3.6 and 3.9; a plain callable or None in older versions)."""
     for hook in (rt.launch_enter_hook, rt.launch_exit_hook):
         if hook is not None and getattr(hook, "calls", True):
             return True
@@ -69,7 +66,7 @@ class DirectLaunch:
     the leading positional arguments (every non-constexpr parameter, in order), ``kwargs`` the rest of the
     parameters (constexprs, by name) and launch options (num_warps, num_stages, maxnreg, ...)."""
 
-    __slots__ = ("fn", "grid", "kwargs", "tail", "kernels", "device_index", "_stream", "g0", "g1", "g2")
+    __slots__ = ("fn", "grid", "kwargs", "tail", "kernels", "device_index", "_stream", "_runtime", "g0", "g1", "g2")
 
     def __init__(self, fn, grid: tuple, n_positional: int, kwargs: dict, device_index: int,
                  stream: Callable[[int], int] | None = None):
@@ -84,9 +81,10 @@ class DirectLaunch:
                           for i, n in enumerate(names) if i >= n_positional)
         self.kernels: dict = {}
         self.device_index = device_index
-        if stream is None:  # Triton's own: torch's current raw stream of a device index
-            import triton
+        import triton
 
+        self._runtime = triton.knobs.runtime  # launch hooks live here (read per launch: profilers come and go)
+        if stream is None:  # Triton's own: torch's current raw stream of a device index
             stream = triton.runtime.driver.active.get_current_stream
         self._stream = stream
         g = tuple(grid) + (1, 1)
@@ -94,7 +92,7 @@ class DirectLaunch:
 
     def __call__(self, key, *args) -> None:
         kernel = self.kernels.get(key)
-        if kernel is None or _hooks_active():
+        if kernel is None or _hooks_active(self._runtime):
             return self._jit(key, args)
         kernel.run(self.g0, self.g1, self.g2, self._stream(self.device_index), kernel.function,
                    kernel.packed_metadata, None, None, None, *args, *self.tail)
