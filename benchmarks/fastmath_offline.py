@@ -43,6 +43,11 @@ PINGPONG_CONFIGS = {f"pp_{name}": dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, STA
                                        PREFETCH=pf, EPI_TMA=bool(tma))
                     for name, sub, pf, tma in (("h", 2, 1, 0), ("h_p0", 2, 0, 0), ("q4", 4, 1, 0), ("q4_p0", 4, 0, 0),
                                                ("h_tma", 2, 0, 1), ("q4_tma", 4, 0, 1))}
+# the epilogue-warpgroup schedule (EPI_WG = hand-off slots), launched with num_warps=4, maxnreg=MAXNREG_WG
+PINGPONG_CONFIGS.update({f"wg_{name}": dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, STAGES=stages,
+                                            EPILOGUE_SUBTILE=sub, PREFETCH=pf, EPI_TMA=False, EPI_WG=slots)
+                         for name, stages, sub, pf, slots in (("q4", 3, 4, 1, 2), ("q4_p0", 3, 4, 0, 2),
+                                                              ("q4_s2r3", 2, 4, 1, 3))})
 
 
 def _tool(name):
@@ -130,8 +135,10 @@ def compile_workload(name: str, mode: str, config: str, out_dtype=torch.bfloat16
         from evtorch.codegen.gluon_template import MAXNREG
 
         kern = getattr(prog.module, kernel_symbol("gemm", "pingpong"))
-        consts = dict(base, B_COL_MAJOR=False, **PINGPONG_CONFIGS[config])
-        options = {"num_warps": 4, "maxnreg": MAXNREG}
+        from evtorch.codegen.gluon_template import MAXNREG_WG
+
+        consts = dict(base, B_COL_MAJOR=False, **{"EPI_WG": 0, **PINGPONG_CONFIGS[config]})
+        options = {"num_warps": 4, "maxnreg": MAXNREG_WG if consts["EPI_WG"] else MAXNREG}
         source = GluonASTSource
     else:
         cfg = CONFIGS[config]

@@ -59,6 +59,15 @@ def gl(stages, sub, **flags):
     return GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, stages, (("EPILOGUE_SUBTILE", sub),) + tuple(flags.items()))
 
 
+def wg(stages, sub, slots, **flags):
+    """An epilogue-warpgroup config (Gluon, 128x256x64, GROUP_M 8): ``slots`` accumulator hand-off buffers of
+    ``sub`` slices per tile."""
+    from evtorch.codegen.configs import GemmConfig
+
+    return GemmConfig("pingpong", 128, 256, 64, 8, 1, 4, stages,
+                      (("EPILOGUE_SUBTILE", sub), ("EPI_WG", slots)) + tuple(flags.items()))
+
+
 def configs() -> dict:
     """name -> GemmConfig. base* = today's persistent candidates (the tuner's picks in the last bench run).
     PINGPONG_SET=run1: ping-pong (2 programs per SM) on halves / quarters / warp-specialized, one-program
@@ -75,6 +84,15 @@ def configs() -> dict:
             "q4f_pf4": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=4, FLATTEN=True, PREFETCH=4),
             "q4_auto": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=4),
             "q4f_auto": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=4, FLATTEN=True),
+        }
+    if CONFIG_SET == "epiwg":  # the epilogue-warpgroup schedule (two MMA warpgroups on 128x256, one epilogue)
+        return {  # the last two are the selftest workers' configs
+            "base": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=True),
+            "g_h": gl(5, 2),
+            "g_h_tma": gl(4, 2, EPI_TMA=True),
+            "wg_q4_p0": wg(3, 4, 2, PREFETCH=0),
+            "wg_q4": wg(3, 4, 2),
+            "wg_q4_s2r3": wg(2, 4, 3),
         }
     if CONFIG_SET == "gluon2":  # the epilogue's M x N input through the ping-pong loader (EPI_TMA, 4 stages)
         return {
@@ -294,7 +312,8 @@ def phase1(args, log) -> dict:
     jobs = [f"W:{w}:{c}" for w in heavy_first for c in cfgs]
     for ex in ("mixed_dag", "row_reduction", "bce_loss", "column_broadcast", "lincomb_relu"):
         for c in {"run1": ("pp2_h", "pp2_q4", "pp2_h_ws"), "prefetch": ("q4_auto", "q4f_auto", "h_pf2"),
-                  "prefetch2": ("q4_pf1",), "gluon": ("g_h", "g_q4"), "gluon2": ("g_h_tma", "g_q4_tma")}.get(
+                  "prefetch2": ("q4_pf1",), "gluon": ("g_h", "g_q4"), "gluon2": ("g_h_tma", "g_q4_tma"),
+                  "epiwg": ("wg_q4", "wg_q4_s2r3")}.get(
                 CONFIG_SET, ("pp2_q4", "base_q4")):
             for d in ("bfloat16", "float16"):
                 jobs.append(f"E:{ex}:{c}:{d}")
@@ -306,6 +325,8 @@ def phase1(args, log) -> dict:
             jobs = ["W:mixed_dag:base", "W:mixed_dag:g_q4", "W:lincomb_relu:g_h", "E:mixed_dag:g_h:float16"]
         if CONFIG_SET == "gluon2":
             jobs = ["W:lincomb_relu:base", "W:lincomb_relu:g_h_tma", "E:lincomb_relu:g_q4_tma:float16"]
+        if CONFIG_SET == "epiwg":
+            jobs = ["W:lincomb_relu:base", "W:lincomb_relu:wg_q4", "E:mixed_dag:wg_q4_s2r3:float16"]
     out, scratch = Path(args.out), Path(args.scratch)
     t = time.time()
     procs, logf = start_workers("benchmarks.pingpong_check", args, jobs, log)

@@ -74,7 +74,9 @@ def run(sizes=((257, 193, 129, 3), (1024, 768, 512, 2)), dtypes=("float32", "flo
                  # halves at 4 stages)
                  GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 5, (("EPILOGUE_SUBTILE", True),)),
                  GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 5, (("EPILOGUE_SUBTILE", 4), ("PREFETCH", 0))),
-                 GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 4, (("EPILOGUE_SUBTILE", True), ("EPI_TMA", True)))]
+                 GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 4, (("EPILOGUE_SUBTILE", True), ("EPI_TMA", True))),
+                 # the epilogue-warpgroup schedule: 128x256 tiles, quarters handed off through two fp32 buffers
+                 GemmConfig("pingpong", 128, 256, 64, 8, 1, 4, 3, (("EPILOGUE_SUBTILE", 4), ("EPI_WG", 2)))]
     import evtorch as evt
     for cfg in templates:
         for name, ex in EXAMPLES.items():

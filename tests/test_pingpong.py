@@ -52,6 +52,35 @@ def test_config_rules():
     assert dict(resolve_config(A, B, pp(2, EPI_TMA=True)).extra) == {"EPILOGUE_SUBTILE": True}
 
 
+def wg(sub=4, slots=2, stages=3, **flags):
+    return GemmConfig("pingpong", 128, 256, 64, 8, 1, 4, stages,
+                      (("EPILOGUE_SUBTILE", sub), ("EPI_WG", slots)) + tuple(flags.items()))
+
+
+def test_epilogue_warpgroup_config_rules():
+    """EPI_WG: two MMA warpgroups need BLOCK_M 128; the loader's EPI_TMA ring is ping-pong's; the hand-off ring
+    counts in shared memory (and decides what fits); a fallback to persistent_tma drops the flag."""
+    assert wg().short() == "pingpong_128x256x64_g8_w4_s3_epilogue_subtile4_epi_wg2"
+    assert wg(slots=0) == GemmConfig("pingpong", 128, 256, 64, 8, 1, 4, 3, (("EPILOGUE_SUBTILE", 4),))
+    with pytest.raises(ValueError, match="EPI_WG=2 needs BLOCK_M == 128"):
+        GemmConfig("pingpong", 256, 128, 64, 8, 1, 4, 3, (("EPI_WG", 2),))
+    with pytest.raises(ValueError, match="no EPI_TMA"):
+        wg(EPI_TMA=True)
+    with pytest.raises(ValueError, match="must be one of"):
+        wg(slots=1)
+    with pytest.raises(ValueError, match="EPI_WG only applies"):
+        GemmConfig("persistent_tma", 128, 256, 64, 8, 1, 8, 3, (("EPI_WG", 2),))
+    ring = (128 * 64 + 64 * 256) * 2
+    assert wg().smem_bytes(2) == 3 * ring + 2 * 128 * 64 * 4
+    assert wg(slots=3, stages=2).smem_bytes(2) == 2 * ring + 3 * 128 * 64 * 4
+    from evtorch.codegen.configs import fits_smem
+    assert fits_smem(wg(), torch.bfloat16, H200) and fits_smem(wg(slots=3, stages=2), torch.bfloat16, H200)
+    assert not fits_smem(wg(slots=3), torch.bfloat16, H200) and not fits_smem(wg(sub=2), torch.bfloat16, H200)
+    A, B = torch.randn(64, 32), torch.randn(32, 64)
+    fell = resolve_config(A, B, wg())
+    assert fell.template == "persistent_tma" and dict(fell.extra) == {"EPILOGUE_SUBTILE": 4}
+
+
 def test_candidates_offer_pingpong_only_where_it_runs():
     cands = candidate_configs(8192, 4096, 1024, torch.bfloat16, H200, tma_ok=True)
     templates = [c.template for c in cands[:5]]
@@ -89,6 +118,12 @@ def test_render_validates_and_names_partitions():
         gluon_template.render_pingpong("k", "epi", [], prefetch=-1)
     budget = 128 * (2 * gluon_template.CONSUMER_REGS + gluon_template.LOADER_REGS)
     assert budget <= 65536 and gluon_template.MAXNREG * 384 <= 65536
+    # the epilogue-warpgroup schedule: an epilogue partition fed from the hand-off ring, an MMA partition that
+    # issues its own TMA copies; 12 warps at the launch cap, the MMA warpgroups at MMA_REGS
+    for name in ("def k_epi(", "def k_mma(", "def k_issue(", "acc_bufs.index(q % EPI_WG).store(acc_s3)",
+                 "acc_bufs.index(q % EPI_WG).load(epi_layout)", "], [8], [" + str(gluon_template.MMA_REGS) + "])"):
+        assert name in text, name
+    assert gluon_template.MAXNREG_WG * 384 <= 65536 and gluon_template.MMA_REGS <= gluon_template.MAXNREG_WG
 
 
 @pytest.mark.parametrize("name", ["mixed_dag", "row_reduction", "bce_loss"])
@@ -135,7 +170,9 @@ def test_offline_compile_specialises_unit_strides_as_a_launch_does():
 @needs_gluon
 @pytest.mark.parametrize("config,workloads", [("pp_q4", "identity,colbcast_leaky,rowreduce_tanh"),
                                               ("pp_h_p0", "mixed_dag,bce_loss"),
-                                              ("pp_h_tma", "lincomb_relu,dgelu_bgrad")])
+                                              ("pp_h_tma", "lincomb_relu,dgelu_bgrad"),
+                                              ("wg_q4", "identity,bias_gelu_aux,rowreduce_tanh"),
+                                              ("wg_q4_s2r3", "mixed_dag,bce_loss")])
 def test_compiles_for_sm90(tmp_path, config, workloads):
     """Every kind of epilogue (stores, broadcasts, prefetched input, row / column / full reductions, two inputs)
     compiles for sm_90 with the installed Triton, within the shared memory of one SM."""
@@ -149,5 +186,6 @@ def test_compiles_for_sm90(tmp_path, config, workloads):
     rows = json.loads(out.read_text())
     assert [r["workload"] for r in rows] == workloads.split(",")
     for r in rows:
-        assert r["regs"] == gluon_template.MAXNREG and 0 < r["shared"] <= H200.smem_bytes, r
+        cap = gluon_template.MAXNREG_WG if config.startswith("wg_") else gluon_template.MAXNREG
+        assert r["regs"] == cap and 0 < r["shared"] <= H200.smem_bytes, r
         assert r["instructions"] > 1000

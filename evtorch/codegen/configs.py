@@ -38,13 +38,17 @@ EXTRA_FLAGS: dict[str, type | tuple[type, ...]] = {
     # pingpong only: the epilogue's one M x N input comes through the loader warp by TMA into shared memory (two
     # slot sets of EPILOGUE_SUBTILE slices), where the input allows it (unit N stride, 16-byte aligned)
     "EPI_TMA": bool,
+    # pingpong only: the "epilogue warpgroup" schedule instead of ping-pong (gluon_template): two warpgroups run
+    # the main loop of every tile and hand its accumulator, slice by slice, to a third warpgroup that runs the
+    # epilogue, through a ring of this many fp32 slice buffers in shared memory (0: ping-pong)
+    "EPI_WG": int,
 }
 # Values allowed for the int flags, and the value each flag takes when absent (dropped from ``extra``).
 _FLAG_VALUES: dict[str, tuple[Any, ...]] = {"EPILOGUE_SUBTILE": (False, True, 1, 2, 4), "PROGRAMS_PER_SM": (1, 2, 3, 4),
-                                           "PREFETCH": (0, 1, 2, 3, 4)}
-_PINGPONG_FLAGS = frozenset({"EPILOGUE_SUBTILE", "PREFETCH", "EPI_TMA"})
+                                           "PREFETCH": (0, 1, 2, 3, 4), "EPI_WG": (0, 2, 3, 4)}
+_PINGPONG_FLAGS = frozenset({"EPILOGUE_SUBTILE", "PREFETCH", "EPI_TMA", "EPI_WG"})
 _FLAG_DEFAULTS: dict[str, Any] = {"EPILOGUE_SUBTILE": False, "WARP_SPECIALIZE": False, "FLATTEN": False,
-                                  "PROGRAMS_PER_SM": 1, "PREFETCH": None, "EPI_TMA": False}
+                                  "PROGRAMS_PER_SM": 1, "PREFETCH": None, "EPI_TMA": False, "EPI_WG": 0}
 
 # Registers per SM (every NVIDIA GPU since Kepler) and the most one thread can hold: a program of w warps is
 # guaranteed co-resident with (programs_per_sm - 1) others whatever its epilogue needs only if
@@ -145,10 +149,15 @@ class GemmConfig:
             if self.BLOCK_M % 64 or self.BLOCK_N > 256:
                 raise ValueError(f"template='pingpong' needs BLOCK_M a multiple of 64 (wgmma rows per warpgroup) and "
                                  f"BLOCK_N <= 256 (wgmma width), got {self.BLOCK_M}x{self.BLOCK_N}")
+            if extra.get("EPI_WG") and (self.BLOCK_M != 128 or extra.get("EPI_TMA")):
+                raise ValueError(f"GemmConfig.extra EPI_WG={extra['EPI_WG']} needs BLOCK_M == 128 (two MMA warpgroups "
+                                 f"of 64 rows) and no EPI_TMA, got BLOCK_M={self.BLOCK_M}, "
+                                 f"EPI_TMA={extra.get('EPI_TMA', False)}")
         elif extra and self.template != "persistent_tma":
             raise ValueError(f"GemmConfig.extra flags {sorted(extra)} only apply to template='persistent_tma'")
-        elif "EPI_TMA" in extra:
-            raise ValueError("GemmConfig.extra EPI_TMA only applies to template='pingpong'")
+        elif "EPI_TMA" in extra or "EPI_WG" in extra:
+            raise ValueError(f"GemmConfig.extra {'/'.join(sorted({'EPI_TMA', 'EPI_WG'} & set(extra)))} only "
+                             "applies to template='pingpong'")
         subtiles = _subtile_count(extra.get("EPILOGUE_SUBTILE", False))
         if subtiles > 1 and self.BLOCK_N // subtiles < 16:
             raise ValueError(f"GemmConfig.extra EPILOGUE_SUBTILE={subtiles} needs BLOCK_N >= {16 * subtiles} "
@@ -213,9 +222,11 @@ class GemmConfig:
 
     def smem_bytes(self, elem_bytes: int) -> int:
         """Pipelined operand buffers in shared memory: (BM*BK + BK*BN) * bytes * stages; with EPI_TMA also the
-        ping-pong loader's epilogue-input buffers (two [BM, BN] tiles of 16-bit values)."""
+        ping-pong loader's epilogue-input buffers (two [BM, BN] tiles of 16-bit values), with EPI_WG = R the
+        accumulator hand-off ring (R fp32 [BM, BN / EPILOGUE_SUBTILE] slices)."""
         ring = (self.BLOCK_M * self.BLOCK_K + self.BLOCK_K * self.BLOCK_N) * elem_bytes * self.num_stages
-        return ring + (2 * self.BLOCK_M * self.BLOCK_N * 2 if self.flag("EPI_TMA") else 0)
+        handoff = self.flag("EPI_WG", 0) * self.BLOCK_M * self.epilogue_block_n * 4
+        return ring + handoff + (2 * self.BLOCK_M * self.BLOCK_N * 2 if self.flag("EPI_TMA") else 0)
 
     def to_dict(self) -> dict[str, Any]:
         return {

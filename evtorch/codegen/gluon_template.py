@@ -49,7 +49,11 @@ HEADER = ("from triton.experimental import gluon\n"
           "    from triton.experimental.gluon.language.nvidia.hopper.tma import async_load as tma_load\n"
           "except ImportError:  # Triton 3.6\n"
           "    from triton.experimental.gluon.language.nvidia.hopper.tma import async_copy_global_to_shared "
-          "as tma_load\n")
+          "as tma_load\n"
+          "try:  # a barrier over the calling partition's warps: thread_barrier in Triton 3.6, barrier in 3.9\n"
+          "    from triton.experimental.gluon.language import thread_barrier as partition_barrier\n"
+          "except ImportError:\n"
+          "    from triton.experimental.gluon.language import barrier as partition_barrier\n")
 
 # Registers per thread (setmaxnreg): consumers, loader; the kernel is launched with MAXNREG so that
 # 128 * (2 * CONSUMER_REGS + LOADER_REGS) <= 65536 and MAXNREG * 384 <= 65536.
@@ -57,18 +61,24 @@ CONSUMER_REGS = 240
 LOADER_REGS = 24
 MAXNREG = 168
 WORKER_WARPS = (4, 1)  # consumer 1, loader; consumer 0 is the default partition (num_warps = 4)
+# EPI_WG schedule: 12 warps (the epilogue warpgroup = default partition, two MMA warpgroups that also issue the
+# TMA copies), launched with MAXNREG_WG = 65536 / 384 rounded down to 8: every warp keeps that many (ptxas compiles
+# the whole kernel under the launch cap, so moving registers between partitions would not give the epilogue more).
+MAXNREG_WG = 168
+MMA_REGS = 160
 
 _SWIZZLE = GROUP_ORDER.replace("__T__", "t").replace("tl.", "gl.")  # the persistent template's tile order
 
-_ARGS = ("a_desc, b_desc, a_bufs, b_bufs, ready, empty, turn, c_desc, c_bufs, c_ready, c_empty, M, N, K, L, "
-         "start_pid__PARAMS_CALL__, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, STAGES, B_COL_MAJOR, "
-         "EPILOGUE_SUBTILE, PREFETCH, EPI_TMA")
+_ARGS = ("a_desc, b_desc, a_bufs, b_bufs, ready, empty, turn, c_desc, c_bufs, c_ready, c_empty, acc_bufs, "
+         "acc_ready, acc_empty, M, N, K, L, start_pid__PARAMS_CALL__, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, "
+         "NUM_PROGRAMS, STAGES, B_COL_MAJOR, EPILOGUE_SUBTILE, PREFETCH, EPI_TMA, EPI_WG")
 
 _PARTITION_SIG = """\
-    a_desc, b_desc, a_bufs, b_bufs, ready, empty, turn, c_desc, c_bufs, c_ready, c_empty, M, N, K, L, start_pid,
+    a_desc, b_desc, a_bufs, b_bufs, ready, empty, turn, c_desc, c_bufs, c_ready, c_empty, acc_bufs, acc_ready,
+    acc_empty, M, N, K, L, start_pid,
 __PARAMS_SIG__    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
     NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, B_COL_MAJOR: gl.constexpr, EPILOGUE_SUBTILE: gl.constexpr,
-    PREFETCH: gl.constexpr, EPI_TMA: gl.constexpr,
+    PREFETCH: gl.constexpr, EPI_TMA: gl.constexpr, EPI_WG: gl.constexpr,
 """
 
 _PINGPONG = '''\
@@ -166,6 +176,86 @@ def __KERNEL___consume1(
 
 
 @gluon.jit
+def __KERNEL___issue(a_desc, b_desc, a_bufs, b_bufs, ready, idx, start_pid, k_tiles, num_pid_m, num_pid_n,
+                     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
+                     NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, B_COL_MAJOR: gl.constexpr):
+    """EPI_WG schedule: the TMA copies of the program's ``idx``-th (tile, K step) into ring slot idx % STAGES."""
+    t = start_pid + (idx // k_tiles) * NUM_PROGRAMS
+    ki = idx % k_tiles
+    num_pid_in_group = GROUP_M * num_pid_n
+''' + _indent(_SWIZZLE, 4) + '''\
+    slot = idx % STAGES
+    mbarrier.expect(ready.index(slot), (BLOCK_M * BLOCK_K + BLOCK_K * BLOCK_N) * a_desc.dtype.primitive_bitwidth // 8)
+    tma_load(a_desc, [pid_m * BLOCK_M, ki * BLOCK_K], ready.index(slot), a_bufs.index(slot))
+    if B_COL_MAJOR:
+        tma_load(b_desc, [pid_n * BLOCK_N, ki * BLOCK_K], ready.index(slot), b_bufs.index(slot))
+    else:
+        tma_load(b_desc, [ki * BLOCK_K, pid_n * BLOCK_N], ready.index(slot), b_bufs.index(slot))
+
+
+@gluon.jit
+def __KERNEL___mma(
+''' + _PARTITION_SIG + '''\
+):
+    """EPI_WG schedule, MMA partition (two warpgroups, 64 rows each): every tile of the program into one
+    [BLOCK_M, BLOCK_N] accumulator, then its EPILOGUE_SUBTILE slices into the EPI_WG-deep hand-off ring. It also
+    issues the TMA copies, STAGES - 1 K steps ahead across tile boundaries (a separate loader warp would make 16
+    warps, and 65536 / 512 = 128 registers per thread cannot hold a 128-register accumulator's main loop)."""
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1],
+                                                         instr_shape=[16, BLOCK_N, 16])
+    num_pid_m = gl.cdiv(M, BLOCK_M)
+    num_pid_n = gl.cdiv(N, BLOCK_N)
+    num_tiles = num_pid_m * num_pid_n
+    k_tiles = gl.cdiv(K, BLOCK_K)
+    total = gl.cdiv(num_tiles - start_pid, NUM_PROGRAMS) * k_tiles
+    for i in gl.static_range(STAGES - 1):
+        if i < total:
+            __KERNEL___issue(a_desc, b_desc, a_bufs, b_bufs, ready, i, start_pid, k_tiles, num_pid_m, num_pid_n,
+                             BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, STAGES, B_COL_MAJOR)
+    cnt = 0
+    tseq = 0
+    for t in range(start_pid, num_tiles, NUM_PROGRAMS):
+        acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, acc_layout)
+        for ki in range(k_tiles):
+            slot = cnt % STAGES
+            mbarrier.wait(ready.index(slot), (cnt // STAGES) & 1)
+            if B_COL_MAJOR:
+                b = b_bufs.index(slot).permute((1, 0))
+            else:
+                b = b_bufs.index(slot)
+            acc = warpgroup_mma(a_bufs.index(slot), b, acc, is_async=True)
+            # the wgmma before this one is done: its slot, (cnt - 1) % STAGES, takes the copies STAGES - 1 ahead
+            acc = warpgroup_mma_wait(num_outstanding=1, deps=[acc])
+            if cnt + STAGES - 1 < total:
+                __KERNEL___issue(a_desc, b_desc, a_bufs, b_bufs, ready, cnt + STAGES - 1, start_pid, k_tiles,
+                                 num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, STAGES,
+                                 B_COL_MAJOR)
+            cnt += 1
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc])
+__HANDOFF_STORES__        tseq += 1
+
+
+@gluon.jit
+def __KERNEL___epi(
+''' + _PARTITION_SIG + '''\
+):
+    """EPI_WG schedule, epilogue partition (one warpgroup): the program's tiles in the MMA partition's order,
+    each slice read from the hand-off ring (freed at once), then the generated epilogue on it."""
+    EPI_N: gl.constexpr = BLOCK_N // EPILOGUE_SUBTILE
+    epi_layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (EPI_N // 8), EPI_N // 8], [4, 1], [1, 0])
+    num_pid_m = gl.cdiv(M, BLOCK_M)
+    num_pid_n = gl.cdiv(N, BLOCK_N)
+    num_pid_in_group = GROUP_M * num_pid_n
+    num_tiles = num_pid_m * num_pid_n
+    tseq = 0
+    for t in range(start_pid, num_tiles, NUM_PROGRAMS):
+''' + _indent(_SWIZZLE, 8) + '''\
+        offs_m = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, epi_layout))
+        offs_n = pid_n * BLOCK_N + gl.arange(0, EPI_N, layout=gl.SliceLayout(0, epi_layout))
+__PREFETCH_TOP____EPI_WG_CALLS__        tseq += 1
+
+
+@gluon.jit
 def __KERNEL__(
     A_ptr, B_ptr,
     M, N, K, L,
@@ -174,7 +264,7 @@ def __KERNEL__(
 __PARAMS_SIG__    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
     ALLOW_TF32: gl.constexpr, ACC_DTYPE: gl.constexpr, DOT_UPCAST: gl.constexpr,
     NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, B_COL_MAJOR: gl.constexpr, EPILOGUE_SUBTILE: gl.constexpr,
-    PREFETCH: gl.constexpr, EPI_TMA: gl.constexpr,
+    PREFETCH: gl.constexpr, EPI_TMA: gl.constexpr, EPI_WG: gl.constexpr,
 ):
     """Ping-pong GEMM + epilogue (Hopper, Gluon); grid (min(NUM_PROGRAMS, tiles),), launched with num_warps=4
     and maxnreg=MAXNREG; 16-bit A row-major (M, K), B (K, N) row-major or, with B_COL_MAJOR, column-major."""
@@ -206,12 +296,31 @@ __C_RING__    c_ready = gl.allocate_shared_memory(gl.int64, [C_SLOTS, 1], mbarri
     for i in gl.static_range(C_SLOTS):
         mbarrier.init(c_ready.index(i), count=1)
         mbarrier.init(c_empty.index(i), count=1)
+    # EPI_WG: the MMA partition hands each accumulator slice to the epilogue partition through a ring of EPI_WG
+    # fp32 [BLOCK_M, BLOCK_N / EPILOGUE_SUBTILE] buffers; otherwise placeholders
+    if EPI_WG > 0:
+        acc_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2)
+        acc_bufs = gl.allocate_shared_memory(gl.float32, [EPI_WG, BLOCK_M, BLOCK_N // EPILOGUE_SUBTILE], acc_smem)
+    else:
+        acc_bufs = a_bufs
+    ACC_SLOTS: gl.constexpr = EPI_WG if EPI_WG > 0 else 1
+    acc_ready = gl.allocate_shared_memory(gl.int64, [ACC_SLOTS, 1], mbarrier.MBarrierLayout())
+    acc_empty = gl.allocate_shared_memory(gl.int64, [ACC_SLOTS, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(ACC_SLOTS):
+        mbarrier.init(acc_ready.index(i), count=1)
+        mbarrier.init(acc_empty.index(i), count=1)
     start_pid = gl.program_id(0)
-    gl.warp_specialize([
-        (__KERNEL___consume0, (''' + _ARGS + ''')),
-        (__KERNEL___consume1, (''' + _ARGS + ''')),
-        (__KERNEL___load, (''' + _ARGS + ''')),
-    ], [__WORKER_WARPS__], [__WORKER_REGS__])
+    if EPI_WG > 0:
+        gl.warp_specialize([
+            (__KERNEL___epi, (''' + _ARGS + ''')),
+            (__KERNEL___mma, (''' + _ARGS + ''')),
+        ], [8], [__MMA_REGS__])
+    else:
+        gl.warp_specialize([
+            (__KERNEL___consume0, (''' + _ARGS + ''')),
+            (__KERNEL___consume1, (''' + _ARGS + ''')),
+            (__KERNEL___load, (''' + _ARGS + ''')),
+        ], [__WORKER_WARPS__], [__WORKER_REGS__])
 '''
 
 
@@ -244,20 +353,34 @@ else:
     c_bufs = a_bufs""", 4)
 
 
-def _epilogue_calls(prefetch: int, tma: bool) -> str:
+def _acc_slice(i: int, n: int, from_smem: bool) -> list[str]:
+    """Lines that put slice ``i`` of ``n`` into ``acc_e`` in the epilogue's layout: from the split accumulator
+    (ping-pong consumers), or from the EPI_WG hand-off ring, whose slot is released as soon as every warp of the
+    epilogue warpgroup has read it (the thread barrier: the arrive is one thread's)."""
+    if not from_smem:
+        return [f"acc_e = gl.convert_layout(acc_s{i}, epi_layout)"]
+    return [f"q = tseq * {n} + {i}",
+            "mbarrier.wait(acc_ready.index(q % EPI_WG), (q // EPI_WG) & 1)",
+            "acc_e = acc_bufs.index(q % EPI_WG).load(epi_layout)",
+            "partition_barrier()",
+            "mbarrier.arrive(acc_empty.index(q % EPI_WG), count=1)"]
+
+
+def _epilogue_calls(prefetch: int, tma: bool, from_smem: bool = False) -> str:
     """The S-way split of the accumulator (constexpr branches on EPILOGUE_SUBTILE), each slice moved to the
     epilogue's layout and handed to the epilogue; with ``prefetch`` M x N inputs and PREFETCH = 1, slice i + 1's
     inputs are loaded before slice i runs (slice 0's before the main loop: ``_prefetch_top``); with ``tma`` and
-    EPI_TMA, the one input's slice comes from the loader's buffer (consumer WHICH's slot set)."""
+    EPI_TMA, the one input's slice comes from the loader's buffer (consumer WHICH's slot set). ``from_smem``: the
+    EPI_WG epilogue partition's calls, each slice read from the hand-off ring instead of split from registers."""
     # the persistent template's split, in Gluon and all of it before the first slice
     splits = {n: [line.replace("tl.", "gl.") for _, code in _SPLITS[n] for line in code.split("\n")] for n in (2, 4)}
     out = []
     for n, kw in ((4, "if"), (2, "elif"), (1, "else")):
         out.append(f"{kw} EPILOGUE_SUBTILE == {n}:" if n != 1 else "else:")
-        body = list(splits.get(n, ["acc_s0 = acc"]))
+        body = [] if from_smem else list(splits.get(n, ["acc_s0 = acc"]))
         for i in range(n):
             args = f"offs_m, offs_n + {i} * EPI_N, pid_m, {n} * pid_n + {i}, 0, M, N, L__PARAMS_CALL__"
-            body.append(f"acc_e = gl.convert_layout(acc_s{i}, epi_layout)")
+            body += _acc_slice(i, n, from_smem)
             if not prefetch:
                 body.append(f"__EPILOGUE__(acc_e, {args})")
                 continue
@@ -282,6 +405,25 @@ def _epilogue_calls(prefetch: int, tma: bool) -> str:
             else:
                 body += plain
         out += ["    " + line for code in body for line in code.split("\n")]
+    return _indent("\n".join(out), 8)
+
+
+def _handoff_stores() -> str:
+    """The EPI_WG MMA partition's end of a tile: the accumulator split as the epilogue will take it (constexpr
+    branches on EPILOGUE_SUBTILE), each slice stored into the next slot of the hand-off ring once the epilogue
+    partition has read what was there, and published after every warp's store (thread barrier, then one arrive)."""
+    splits = {n: [line.replace("tl.", "gl.") for _, code in _SPLITS[n] for line in code.split("\n")] for n in (2, 4)}
+    out = []
+    for n, kw in ((4, "if"), (2, "elif"), (1, "else")):
+        out.append(f"{kw} EPILOGUE_SUBTILE == {n}:" if n != 1 else "else:")
+        body = list(splits.get(n, ["acc_s0 = acc"]))
+        for i in range(n):
+            body += [f"q = tseq * {n} + {i}",
+                     "mbarrier.wait(acc_empty.index(q % EPI_WG), ((q // EPI_WG) & 1) ^ 1)",
+                     f"acc_bufs.index(q % EPI_WG).store(acc_s{i})",
+                     "partition_barrier()",
+                     "mbarrier.arrive(acc_ready.index(q % EPI_WG), count=1)"]
+        out += ["    " + line for line in body]
     return _indent("\n".join(out), 8)
 
 
@@ -313,6 +455,8 @@ def render_pingpong(kernel_name: str, epilogue_fn: str, epilogue_params: list[st
         tma_input = (_check_identifier("tma_input pointer", tma_input[0]),
                      _check_identifier("tma_input stride", tma_input[1]))
     text = (_PINGPONG.replace("__EPILOGUE_CALLS__", _epilogue_calls(prefetch, tma_input is not None))
+            .replace("__EPI_WG_CALLS__", _epilogue_calls(prefetch, False, from_smem=True))
+            .replace("__HANDOFF_STORES__", _handoff_stores())
             .replace("__PREFETCH_TOP__", _prefetch_top(prefetch))
             .replace("__C_RING__", _c_ring(tma_input))
             .replace("__LOADER_C__", _indent(_LOADER_C, 12) if tma_input else ""))
@@ -322,7 +466,8 @@ def render_pingpong(kernel_name: str, epilogue_fn: str, epilogue_params: list[st
             .replace("__PARAMS_SIG__", "".join(f"    {p},\n" for p in params))
             .replace("__PARAMS_CALL__", "".join(f", {p}" for p in params))
             .replace("__WORKER_WARPS__", ", ".join(str(w) for w in WORKER_WARPS))
-            .replace("__WORKER_REGS__", f"{CONSUMER_REGS}, {LOADER_REGS}"))
+            .replace("__WORKER_REGS__", f"{CONSUMER_REGS}, {LOADER_REGS}")
+            .replace("__MMA_REGS__", str(MMA_REGS)))
 
 
 @functools.lru_cache(maxsize=None)

@@ -139,7 +139,8 @@ def resolve_config(A: torch.Tensor, B: torch.Tensor, config: GemmConfig) -> Gemm
         raise TypeError(f"config must be a GemmConfig, got {type(config).__name__}")
     if config.template == "pingpong" and not pingpong_eligible(A, B):
         config = GemmConfig("persistent_tma", config.BLOCK_M, config.BLOCK_N, config.BLOCK_K, config.GROUP_M, 1, 8,
-                            min(config.num_stages, 3), tuple((k, v) for k, v in config.extra if k != "EPI_TMA"))
+                            min(config.num_stages, 3),
+                            tuple((k, v) for k, v in config.extra if k not in ("EPI_TMA", "EPI_WG")))
     if config.template == "persistent_tma" and not tma_eligible(A, B):
         return dataclasses.replace(config, template="portable", extra=())
     return config
@@ -347,13 +348,15 @@ def prepare_launch(
             PREFETCH=config.prefetch_slices(getattr(module, "EPILOGUE_PREFETCH", 0), A.element_size()),
         )
     elif config.template == "pingpong":
-        from evtorch.codegen.gluon_template import MAXNREG
+        from evtorch.codegen.gluon_template import MAXNREG, MAXNREG_WG
 
         num_sms = device_info(A.device).num_sms
         out.jit, out.grid = _kernel(module, kernel_name, "pingpong"), (config.persistent_grid(num_sms, tiles),)
         del common["num_stages"]  # the ring depth is the STAGES constexpr; Gluon does no software pipelining
+        epi_wg = config.flag("EPI_WG", 0)
         common.update(NUM_PROGRAMS=config.persistent_programs(num_sms), STAGES=config.num_stages,
-                      B_COL_MAJOR=tma_layout(A, B)[2], EPILOGUE_SUBTILE=config.epilogue_subtiles, maxnreg=MAXNREG,
+                      B_COL_MAJOR=tma_layout(A, B)[2], EPILOGUE_SUBTILE=config.epilogue_subtiles, EPI_WG=epi_wg,
+                      maxnreg=MAXNREG_WG if epi_wg else MAXNREG,
                       PREFETCH=config.prefetch_slices(getattr(module, "EPILOGUE_PREFETCH", 0), A.element_size()),
                       EPI_TMA=False)  # runtime.gemm turns it on per call where the input allows (see there)
     else:  # GemmConfig validates templates; this guards future additions
