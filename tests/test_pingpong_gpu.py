@@ -154,3 +154,18 @@ def test_out_of_scope_operands_fall_back():
     inputs = ex.make_inputs(512, 512, "cuda", torch.bfloat16)
     out = evt.gemm(At, B, ex.fn, config=pp(2), **inputs)
     assert rel_error(out, eager_reference(ex.fn, At, B, **inputs).to(out.dtype)) < 1e-2
+
+
+def wg(sub: int = 4, slots: int = 2, stages: int = 3) -> GemmConfig:
+    return GemmConfig("pingpong", 128, 256, 64, 8, 1, 4, stages, (("EPILOGUE_SUBTILE", sub), ("EPI_WG", slots)))
+
+
+@needs_hopper
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_epilogue_warpgroup_schedule(name):
+    """EPI_WG: every epilogue kind through the hand-off ring, ragged (1000 x 776 x 520: partial tiles, K ends
+    mid-step), one tile per program or fewer, and many tiles per program (4096 x 4096: ~4 per program, the
+    ring's slots and phases wrap many times) with column-major B and the 2-stage / 3-slot variant."""
+    _check(name, 1000, 776, 520, wg())
+    _check(name, 4096, 4096, 768, wg(slots=3, stages=2), b_col=True, seed=1)
+    _check(name, 4096, 3000, 1000, wg(), dtype=torch.float16, seed=2, deterministic=True)
