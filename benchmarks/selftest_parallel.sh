@@ -4,6 +4,7 @@
 set -u
 out=${1:?outdir}; n=${2:-12}; shift 2 || true
 export EVTORCH_AUTOTUNE=0 PYTHONUNBUFFERED=1
+mkdir -p "$out"
 for ((i = 0; i < n; i++)); do
   python3 -m evtorch.selftest "$@" --shard "$i/$n" --json "$out/selftest_$i.json" > "$out/selftest_$i.log" 2>&1 &
 done
