@@ -462,6 +462,10 @@ _PINGPONG_16 = ((128, 128, 64, 3, 4),)
 # as the tuner times it; halves 210 us, the persistent configs 224-225 us, docs/benchmarks.md): ``for_epilogue``
 # drops the EPI_TMA config where the epilogue has no input for it (mixed_dag has two), so quarters is then among the
 # first five.
+# The epilogue-warpgroup schedule of the same template (flag EPI_WG: 128x256 tiles, the accumulator handed to a
+# third warpgroup through shared memory) is not offered: on the H200 it was 6-38% slower than the fastest of these
+# configs at 8192x8192x4096 and 12-111% at 8192x4096x1024, the identity included (docs/benchmarks.md, "Epilogue
+# warpgroup schedule"). It stays available as a GemmConfig flag.
 # (BM, BN, BK, stages, subtile, PREFETCH or None, EPI_TMA)
 _PINGPONG_GLUON_16 = ((128, 128, 64, 5, 2, None, False), (128, 128, 64, 5, 2, 0, False),
                       (128, 128, 64, 4, 2, None, True), (128, 128, 64, 5, 4, 0, False))

@@ -28,6 +28,18 @@ copies the epilogue's one M x N input by TMA into shared memory, half way throug
 sets of S slice buffers, one per consumer: consumer c's tiles always use set c), and the consumer reads each slice
 from there (H200 run 3: -2 to -4% on three of four one-input workloads at 8192x4096x1024).
 
+A second schedule in the same kernel, **EPI_WG = R** (the "epilogue warpgroup"): two MMA warpgroups
+(``_mma``, 8 warps) run the main loop of every 128 x 256 tile of the program and issue their own TMA copies
+(``_issue``, STAGES - 1 K steps ahead, across tile boundaries); at the end of a tile they split the accumulator
+into EPILOGUE_SUBTILE slices and store each into the next of R fp32 shared-memory buffers (``acc_ready`` /
+``acc_empty`` barriers); the default partition (``_epi``, one warpgroup) reads each slice back in the epilogue's
+layout, frees its buffer and runs the epilogue. It keeps the persistent template's 128 x 256 tile (the ping-pong
+kernel's 128 x 128 tiles move 1.4x the L2 bytes) and still overlaps the epilogue. No separate loader warp: 16
+warps would cap every thread at 128 registers, too few for the m64n256 main loop (ptxas compiles the whole kernel
+under the launch cap). Measured on the H200 (docs/benchmarks.md, "Epilogue warpgroup schedule"): 6-38% slower
+than the other templates at 8192x8192x4096 and 12-111% at 8192x4096x1024, so the tuner does not offer it; it
+stays a config flag.
+
 Scope: 16-bit operands (wgmma from shared memory), row-major A, row- or column-major B, no batch (L == 1), K > 0;
 elsewhere the launcher runs a ping-pong config as persistent_tma (``gemm_launch.resolve_config``), and the tuner
 offers it only on Hopper (``configs.pingpong_allowed``). Register budget: 12 warps (two consumer
