@@ -378,65 +378,64 @@ def _acc_slice(i: int, n: int, from_smem: bool) -> list[str]:
             "mbarrier.arrive(acc_empty.index(q % EPI_WG), count=1)"]
 
 
-def _epilogue_calls(prefetch: int, tma: bool, from_smem: bool = False) -> str:
-    """The S-way split of the accumulator (constexpr branches on EPILOGUE_SUBTILE), each slice moved to the
-    epilogue's layout and handed to the epilogue; with ``prefetch`` M x N inputs and PREFETCH = 1, slice i + 1's
-    inputs are loaded before slice i runs (slice 0's before the main loop: ``_prefetch_top``); with ``tma`` and
-    EPI_TMA, the one input's slice comes from the loader's buffer (consumer WHICH's slot set). ``from_smem``: the
-    EPI_WG epilogue partition's calls, each slice read from the hand-off ring instead of split from registers."""
-    # the persistent template's split, in Gluon and all of it before the first slice
+def _per_subtiling(slice_lines, split: bool) -> str:
+    """Constexpr branches on EPILOGUE_SUBTILE (4, 2, else 1): in each, with ``split`` the persistent template's
+    split of ``acc`` into ``acc_s0 .. acc_s{n-1}`` (in Gluon, all of it before the first slice), then
+    ``slice_lines(i, n)`` for every slice i of n."""
     splits = {n: [line.replace("tl.", "gl.") for _, code in _SPLITS[n] for line in code.split("\n")] for n in (2, 4)}
     out = []
     for n, kw in ((4, "if"), (2, "elif"), (1, "else")):
         out.append(f"{kw} EPILOGUE_SUBTILE == {n}:" if n != 1 else "else:")
-        body = [] if from_smem else list(splits.get(n, ["acc_s0 = acc"]))
+        body = list(splits.get(n, ["acc_s0 = acc"])) if split else []
         for i in range(n):
-            args = f"offs_m, offs_n + {i} * EPI_N, pid_m, {n} * pid_n + {i}, 0, M, N, L__PARAMS_CALL__"
-            body += _acc_slice(i, n, from_smem)
-            if not prefetch:
-                body.append(f"__EPILOGUE__(acc_e, {args})")
-                continue
-            plain = []
-            if i + 1 < n:
-                plain += ["if PREFETCH > 0:",
-                          f"    {_pf_names(i + 1, prefetch)} = __EPILOGUE___prefetch(offs_m, offs_n + {i + 1} * EPI_N, "
-                          "0, M, N, L__PARAMS_CALL__)"]
-            plain += ["if PREFETCH > 0:",
-                      f"    __EPILOGUE___pf(acc_e, {args}, {_pf_names(i, prefetch)})",
-                      "else:",
-                      f"    __EPILOGUE__(acc_e, {args})"]
-            if tma:
-                slot = f"WHICH * EPILOGUE_SUBTILE + {i}"
-                body += ["if EPI_TMA:",
-                         f"    mbarrier.wait(c_ready.index({slot}), j & 1)",
-                         f"    pf_t = c_bufs.index({slot}).load(epi_layout)",
-                         "    fence_async_shared()",
-                         f"    mbarrier.arrive(c_empty.index({slot}), count=1)",
-                         f"    __EPILOGUE___pf(acc_e, {args}, pf_t)",
-                         "else:"] + ["    " + line for line in plain]
-            else:
-                body += plain
+            body += slice_lines(i, n)
         out += ["    " + line for code in body for line in code.split("\n")]
     return _indent("\n".join(out), 8)
 
 
+def _epilogue_calls(prefetch: int, tma: bool, from_smem: bool = False) -> str:
+    """The S-way split of the accumulator, each slice moved to the epilogue's layout and handed to the epilogue;
+    with ``prefetch`` M x N inputs and PREFETCH = 1, slice i + 1's inputs are loaded before slice i runs (slice 0's
+    before the main loop: ``_prefetch_top``); with ``tma`` and EPI_TMA, the one input's slice comes from the
+    loader's buffer (consumer WHICH's slot set). ``from_smem``: the EPI_WG epilogue partition's calls, each slice
+    read from the hand-off ring instead of split from registers."""
+    def slice_lines(i: int, n: int) -> list[str]:
+        args = f"offs_m, offs_n + {i} * EPI_N, pid_m, {n} * pid_n + {i}, 0, M, N, L__PARAMS_CALL__"
+        body = _acc_slice(i, n, from_smem)
+        if not prefetch:
+            return body + [f"__EPILOGUE__(acc_e, {args})"]
+        plain = []
+        if i + 1 < n:
+            plain += ["if PREFETCH > 0:",
+                      f"    {_pf_names(i + 1, prefetch)} = __EPILOGUE___prefetch(offs_m, offs_n + {i + 1} * EPI_N, "
+                      "0, M, N, L__PARAMS_CALL__)"]
+        plain += ["if PREFETCH > 0:",
+                  f"    __EPILOGUE___pf(acc_e, {args}, {_pf_names(i, prefetch)})",
+                  "else:",
+                  f"    __EPILOGUE__(acc_e, {args})"]
+        if not tma:
+            return body + plain
+        slot = f"WHICH * EPILOGUE_SUBTILE + {i}"
+        return body + ["if EPI_TMA:",
+                       f"    mbarrier.wait(c_ready.index({slot}), j & 1)",
+                       f"    pf_t = c_bufs.index({slot}).load(epi_layout)",
+                       "    fence_async_shared()",
+                       f"    mbarrier.arrive(c_empty.index({slot}), count=1)",
+                       f"    __EPILOGUE___pf(acc_e, {args}, pf_t)",
+                       "else:"] + ["    " + line for line in plain]
+
+    return _per_subtiling(slice_lines, split=not from_smem)
+
+
 def _handoff_stores() -> str:
-    """The EPI_WG MMA partition's end of a tile: the accumulator split as the epilogue will take it (constexpr
-    branches on EPILOGUE_SUBTILE), each slice stored into the next slot of the hand-off ring once the epilogue
-    partition has read what was there, and published after every warp's store (thread barrier, then one arrive)."""
-    splits = {n: [line.replace("tl.", "gl.") for _, code in _SPLITS[n] for line in code.split("\n")] for n in (2, 4)}
-    out = []
-    for n, kw in ((4, "if"), (2, "elif"), (1, "else")):
-        out.append(f"{kw} EPILOGUE_SUBTILE == {n}:" if n != 1 else "else:")
-        body = list(splits.get(n, ["acc_s0 = acc"]))
-        for i in range(n):
-            body += [f"q = tseq * {n} + {i}",
-                     "mbarrier.wait(acc_empty.index(q % EPI_WG), ((q // EPI_WG) & 1) ^ 1)",
-                     f"acc_bufs.index(q % EPI_WG).store(acc_s{i})",
-                     "partition_barrier()",
-                     "mbarrier.arrive(acc_ready.index(q % EPI_WG), count=1)"]
-        out += ["    " + line for line in body]
-    return _indent("\n".join(out), 8)
+    """The EPI_WG MMA partition's end of a tile: the accumulator split as the epilogue will take it, each slice
+    stored into the next slot of the hand-off ring once the epilogue partition has read what was there, and
+    published after every warp's store (partition barrier, then one thread's arrive)."""
+    return _per_subtiling(lambda i, n: [f"q = tseq * {n} + {i}",
+                                        "mbarrier.wait(acc_empty.index(q % EPI_WG), ((q // EPI_WG) & 1) ^ 1)",
+                                        f"acc_bufs.index(q % EPI_WG).store(acc_s{i})",
+                                        "partition_barrier()",
+                                        "mbarrier.arrive(acc_ready.index(q % EPI_WG), count=1)"], split=True)
 
 
 def _prefetch_top(prefetch: int) -> str:
