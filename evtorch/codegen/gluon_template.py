@@ -95,6 +95,33 @@ __PARAMS_SIG__    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.cons
 
 _PINGPONG = '''\
 @gluon.jit
+def __KERNEL___copy(a_desc, b_desc, a_bufs, b_bufs, ready, slot, off_m, off_n, ki, BLOCK_M: gl.constexpr,
+                    BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, B_COL_MAJOR: gl.constexpr):
+    """The TMA copies of K step ``ki`` of the tile at (off_m, off_n) into ring slot ``slot`` (its ``ready``
+    barrier expects their bytes)."""
+    mbarrier.expect(ready.index(slot), (BLOCK_M * BLOCK_K + BLOCK_K * BLOCK_N) * a_desc.dtype.primitive_bitwidth // 8)
+    tma_load(a_desc, [off_m, ki * BLOCK_K], ready.index(slot), a_bufs.index(slot))
+    if B_COL_MAJOR:
+        tma_load(b_desc, [off_n, ki * BLOCK_K], ready.index(slot), b_bufs.index(slot))
+    else:
+        tma_load(b_desc, [ki * BLOCK_K, off_n], ready.index(slot), b_bufs.index(slot))
+
+
+@gluon.jit
+def __KERNEL___mma_step(a_bufs, b_bufs, ready, acc, cnt, STAGES: gl.constexpr, B_COL_MAJOR: gl.constexpr):
+    """The ``cnt``-th K step of a main loop: wait for ring slot cnt % STAGES, start its wgmma, and wait until the
+    step before is done (its slot may then be refilled); the accumulator."""
+    slot = cnt % STAGES
+    mbarrier.wait(ready.index(slot), (cnt // STAGES) & 1)
+    if B_COL_MAJOR:
+        b = b_bufs.index(slot).permute((1, 0))
+    else:
+        b = b_bufs.index(slot)
+    acc = warpgroup_mma(a_bufs.index(slot), b, acc, is_async=True)
+    return warpgroup_mma_wait(num_outstanding=1, deps=[acc])
+
+
+@gluon.jit
 def __KERNEL___load(
 ''' + _PARTITION_SIG + '''\
 ):
@@ -104,7 +131,6 @@ def __KERNEL___load(
     num_pid_in_group = GROUP_M * num_pid_n
     num_tiles = num_pid_m * num_pid_n
     k_tiles = gl.cdiv(K, BLOCK_K)
-    nbytes: gl.constexpr = (BLOCK_M * BLOCK_K + BLOCK_K * BLOCK_N) * a_desc.dtype.primitive_bitwidth // 8
     EPI_N: gl.constexpr = BLOCK_N // EPILOGUE_SUBTILE
     c_nbytes: gl.constexpr = BLOCK_M * EPI_N * c_desc.dtype.primitive_bitwidth // 8
     cnt = 0
@@ -116,12 +142,8 @@ def __KERNEL___load(
         for ki in range(k_tiles):
             slot = cnt % STAGES
             mbarrier.wait(empty.index(slot), ((cnt // STAGES) & 1) ^ 1)
-            mbarrier.expect(ready.index(slot), nbytes)
-            tma_load(a_desc, [off_m, ki * BLOCK_K], ready.index(slot), a_bufs.index(slot))
-            if B_COL_MAJOR:
-                tma_load(b_desc, [off_n, ki * BLOCK_K], ready.index(slot), b_bufs.index(slot))
-            else:
-                tma_load(b_desc, [ki * BLOCK_K, off_n], ready.index(slot), b_bufs.index(slot))
+            __KERNEL___copy(a_desc, b_desc, a_bufs, b_bufs, ready, slot, off_m, off_n, ki, BLOCK_M, BLOCK_N, BLOCK_K,
+                            B_COL_MAJOR)
 __LOADER_C__            cnt += 1
         tseq += 1
 
@@ -156,14 +178,7 @@ __PREFETCH_TOP__        cnt = (2 * j + WHICH) * k_tiles
             mbarrier.wait(turn.index(1), j & 1)
         acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, acc_layout)
         for ki in range(k_tiles):
-            slot = cnt % STAGES
-            mbarrier.wait(ready.index(slot), (cnt // STAGES) & 1)
-            if B_COL_MAJOR:
-                b = b_bufs.index(slot).permute((1, 0))
-            else:
-                b = b_bufs.index(slot)
-            acc = warpgroup_mma(a_bufs.index(slot), b, acc, is_async=True)
-            acc = warpgroup_mma_wait(num_outstanding=1, deps=[acc])
+            acc = __KERNEL___mma_step(a_bufs, b_bufs, ready, acc, cnt, STAGES, B_COL_MAJOR)
             if ki > 0:
                 mbarrier.arrive(empty.index((cnt - 1) % STAGES), count=1)
             cnt += 1
@@ -196,13 +211,8 @@ def __KERNEL___issue(a_desc, b_desc, a_bufs, b_bufs, ready, idx, start_pid, k_ti
     ki = idx % k_tiles
     num_pid_in_group = GROUP_M * num_pid_n
 ''' + _indent(_SWIZZLE, 4) + '''\
-    slot = idx % STAGES
-    mbarrier.expect(ready.index(slot), (BLOCK_M * BLOCK_K + BLOCK_K * BLOCK_N) * a_desc.dtype.primitive_bitwidth // 8)
-    tma_load(a_desc, [pid_m * BLOCK_M, ki * BLOCK_K], ready.index(slot), a_bufs.index(slot))
-    if B_COL_MAJOR:
-        tma_load(b_desc, [pid_n * BLOCK_N, ki * BLOCK_K], ready.index(slot), b_bufs.index(slot))
-    else:
-        tma_load(b_desc, [ki * BLOCK_K, pid_n * BLOCK_N], ready.index(slot), b_bufs.index(slot))
+    __KERNEL___copy(a_desc, b_desc, a_bufs, b_bufs, ready, idx % STAGES, pid_m * BLOCK_M, pid_n * BLOCK_N, ki,
+                    BLOCK_M, BLOCK_N, BLOCK_K, B_COL_MAJOR)
 
 
 @gluon.jit
@@ -229,15 +239,8 @@ def __KERNEL___mma(
     for t in range(start_pid, num_tiles, NUM_PROGRAMS):
         acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, acc_layout)
         for ki in range(k_tiles):
-            slot = cnt % STAGES
-            mbarrier.wait(ready.index(slot), (cnt // STAGES) & 1)
-            if B_COL_MAJOR:
-                b = b_bufs.index(slot).permute((1, 0))
-            else:
-                b = b_bufs.index(slot)
-            acc = warpgroup_mma(a_bufs.index(slot), b, acc, is_async=True)
-            # the wgmma before this one is done: its slot, (cnt - 1) % STAGES, takes the copies STAGES - 1 ahead
-            acc = warpgroup_mma_wait(num_outstanding=1, deps=[acc])
+            acc = __KERNEL___mma_step(a_bufs, b_bufs, ready, acc, cnt, STAGES, B_COL_MAJOR)
+            # the step before is done: its slot, (cnt - 1) % STAGES, takes the copies STAGES - 1 steps ahead
             if cnt + STAGES - 1 < total:
                 __KERNEL___issue(a_desc, b_desc, a_bufs, b_bufs, ready, cnt + STAGES - 1, start_pid, k_tiles,
                                  num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, STAGES,
