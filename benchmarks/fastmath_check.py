@@ -4,7 +4,7 @@
     PYTHONUNBUFFERED=1 python -m benchmarks.fastmath_check --out $OUT [--deadline-s 310] [--workers 14]
 
 0. The approximations alone (main process, while the workers compile): ``tlmath.tanh`` / ``tanh_approx`` /
-   ``sigmoid`` / ``sigmoid_approx`` and the ``0.5 * tanh_approx(x / 2) + 0.5`` form on 8M points against float64
+   ``sigmoid`` / ``sigmoid_approx`` / ``logsigmoid`` / ``logsigmoid_approx`` and the ``0.5 * tanh_approx(x / 2) + 0.5`` form on 8M points against float64
    torch (max relative / absolute error, mean signed relative error = bias; sigmoid: relative error for x < -2),
    and tanh-GELU rounded to bf16 with each tanh against the float64 GELU rounded to bf16 (bf16 ulps).
 1. Compile + check, in parallel processes sharing the Triton and evtorch caches on disk (the timing process then
@@ -117,22 +117,27 @@ def approximations(dry: bool) -> dict:
             y = tlmath.sigmoid(x)
         elif WHICH == 3:
             y = tlmath.sigmoid_approx(x)
-        else:
+        elif WHICH == 4:
             y = 0.5 * tlmath.tanh_approx(0.5 * x) + 0.5
+        elif WHICH == 5:
+            y = tlmath.logsigmoid(x)
+        else:
+            y = tlmath.logsigmoid_approx(x)
         tl.store(y_ptr + offs, y, mask=offs < n)
 
     dev = "cuda"
     n = 1 << (12 if dry else 22)
     g = torch.Generator(device="cpu").manual_seed(7)
     x = torch.cat([torch.linspace(-30, 30, n), torch.randn(n, generator=g) * 3]).to(dev)
-    names = ["tanh", "tanh_approx", "sigmoid", "sigmoid_approx", "sigmoid_via_tanh_approx"]
-    which = [0, 1, 2, 3, 4] if not dry else [0, 2]
+    names = ["tanh", "tanh_approx", "sigmoid", "sigmoid_approx", "sigmoid_via_tanh_approx", "logsigmoid",
+             "logsigmoid_approx"]
+    which = [0, 1, 2, 3, 4, 5, 6] if not dry else [0, 2]
     res = {}
     xd = x.double()
     for w in which:
         y = torch.empty_like(x)
         _apply[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), WHICH=w, BLOCK=1024)
-        ref = torch.tanh(xd) if w < 2 else torch.sigmoid(xd)
+        ref = torch.tanh(xd) if w < 2 else torch.sigmoid(xd) if w < 5 else torch.nn.functional.logsigmoid(xd)
         yd = y.double()
         nz = ref.abs() > 1e-30
         rel = ((yd - ref).abs() / ref.abs().clamp_min(1e-300))[nz]
@@ -140,7 +145,7 @@ def approximations(dry: bool) -> dict:
         r = {"max_rel": rel.max().item(), "max_abs": (yd - ref).abs().max().item(),
              "mean_signed_rel_0.05<|x|<5": ((yd - ref) / ref)[mid & nz].mean().item(),
              "nan_ok": bool(torch.equal(y.isnan(), ref.isnan()))}
-        if w >= 2:  # (1 - |tanh| near saturation is below fp32's resolution there for either emission: not measured)
+        if 2 <= w < 5:  # (1 - |tanh| near saturation is below fp32's resolution there for either emission: not measured)
             neg = (x < -2) & (ref > 1e-30)
             r["max_rel_x<-2"] = ((yd - ref).abs() / ref)[neg].max().item()
             r["min_value"] = y.min().item()

@@ -8,6 +8,7 @@ executor, or the generated kernels through the Triton interpreter with ``backend
 from __future__ import annotations
 
 import functools
+import os
 from typing import Callable
 
 import torch
@@ -18,6 +19,7 @@ from .frontend.proxy import TracedTensor
 from .frontend.signature import check_keywords, epilogue_params, input_spec
 from .integration import dispatch as _integration
 from .ops.registry import FLOAT_ONLY, REGISTRY, define
+from .runtime import knobs
 
 GEMM_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 BACKENDS = ("reference", "triton")
@@ -28,7 +30,8 @@ def _identity(acc):
 
 
 @functools.lru_cache(maxsize=512)
-def _cached_epilogue(fn, acc_shape, acc_dtype, specs, keep):
+def _cached_epilogue(fn, acc_shape, acc_dtype, specs, keep, disabled_passes):
+    # disabled_passes (EVTORCH_DISABLE_PASSES) is part of the key only: the pipeline reads the knob itself
     return Epilogue(fn, acc_shape, acc_dtype, list(specs), keep=keep)
 
 
@@ -44,7 +47,7 @@ def get_epilogue(fn_or_ep, acc_shape, acc_dtype, inputs: dict, keep=None) -> Epi
             s.signature for s in specs), keep):
         return fn_or_ep
     try:
-        return _cached_epilogue(fn, tuple(acc_shape), acc_dtype, specs, keep)
+        return _cached_epilogue(fn, tuple(acc_shape), acc_dtype, specs, keep, knobs.disabled_passes())
     except TypeError as e:
         if "unhashable" in str(e):
             return Epilogue(fn, tuple(acc_shape), acc_dtype, list(specs), keep=keep)
@@ -125,9 +128,13 @@ _calls: dict = {}
 _CALLS_LIMIT = 1024
 
 
+_environ_get = os.environ.get
+_DISABLE_PASSES = knobs.DISABLE_PASSES.name  # (the traced epilogue depends on it)
+
+
 def _call_key(A, B, epilogue, out_dtype, backend, deterministic, allow_tf32, outputs, config, inputs) -> tuple:
     key = [epilogue, out_dtype, backend, deterministic, allow_tf32, tuple(outputs) if isinstance(outputs, list)
-           else outputs, config, A.shape, A.dtype, A.device, B.shape, B.dtype, B.device]
+           else outputs, config, A.shape, A.dtype, A.device, B.shape, B.dtype, B.device, _environ_get(_DISABLE_PASSES)]
     for name, v in inputs.items():
         key.append((name, v.shape, v.dtype, v.device) if isinstance(v, torch.Tensor) else (name, type(v)))
     return tuple(key)

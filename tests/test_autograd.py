@@ -45,7 +45,7 @@ UNARY = {
     "exp": torch.exp, "exp2": torch.exp2, "log": lambda x: torch.log(x * x + 1.0),
     "log2": lambda x: torch.log2(x * x + 1.0), "log1p": lambda x: torch.log1p(x * x),
     "sqrt": lambda x: torch.sqrt(x * x + 1.0), "rsqrt": lambda x: torch.rsqrt(x * x + 1.0),
-    "tanh": torch.tanh, "sigmoid": torch.sigmoid, "erf": torch.erf,
+    "tanh": torch.tanh, "sigmoid": torch.sigmoid, "logsigmoid": F.logsigmoid, "erf": torch.erf,
     "relu": lambda x: torch.relu(x + 0.01), "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
     "silu": F.silu, "softplus": F.softplus, "softplus_beta": lambda x: F.softplus(x, beta=2.0, threshold=1.0),
     "leaky_relu": lambda x: F.leaky_relu(x + 0.01, 0.2), "hardswish": lambda x: F.hardswish(x * 2.0 + 0.1),
@@ -102,8 +102,8 @@ def test_binary_op_gradients(name):
 
 def test_every_differentiable_op_is_covered():
     """A new op in the registry needs a gradient test here (composites are covered through their primitives)."""
-    covered = {"neg", "abs", "exp", "exp2", "log", "log2", "log1p", "sqrt", "rsqrt", "tanh", "sigmoid", "erf",
-               "relu", "pow", "floor", "ceil", "round", "sign", "cast", "clamp", "add", "sub", "mul", "div", "fma",
+    covered = {"neg", "abs", "exp", "exp2", "log", "log2", "log1p", "sqrt", "rsqrt", "tanh", "sigmoid", "logsigmoid",
+               "erf", "relu", "pow", "floor", "ceil", "round", "sign", "cast", "clamp", "add", "sub", "mul", "div", "fma",
                "maximum", "minimum", "where", "sum", "mean", "amax", "amin", "logsumexp", "logaddexp"}
     primitives = {op.name for op in REGISTRY.ops.values() if op.decompose is None and op.derivative is not None
                   and op.user_defined is None}

@@ -20,6 +20,8 @@ from evtorch.ops import REGISTRY
 from evtorch.runtime import gemm as rg
 from evtorch.runtime import knobs
 
+from helpers import ops_in
+
 BF16, F16, F32 = torch.bfloat16, torch.float16, torch.float32
 
 
@@ -71,11 +73,19 @@ def test_rule_16bit_tile_outputs():
 
 
 def test_rule_reductions_keep_accurate_unless_value_is_16bit():
-    # sigmoid -> log -> sum to a fp32 scalar: no 16-bit rounding on the way, but sigmoid's fast emission is
+    # sigmoid -> mul -> sum to a fp32 scalar: no 16-bit rounding on the way, but sigmoid's fast emission is
     # fast_exact (as accurate as the accurate one, measured): used anyway
-    ep = _ep(bce, C=evt.spec((64, 48), BF16), b=evt.spec((64,), BF16))
+    ep = _ep(lambda acc, C, b: (torch.sigmoid(acc + b[:, None]) * C).sum(), C=evt.spec((64, 48), BF16),
+             b=evt.spec((64,), BF16))
     assert _fast_targets(ep, BF16) == ["sigmoid"]
     assert _fast_targets(ep, F32) == ["sigmoid"]
+    assert _fast_targets(ep, BF16, "never") == []
+    # bce_loss: its log(clamp(sigmoid(z), ...)) is clamp(logsigmoid(z), ...) after passes/stable.py, and
+    # logsigmoid's fast emission (ex2.approx and rcp.approx for tl.exp and the divide) is fast_exact too
+    ep = _ep(bce, C=evt.spec((64, 48), BF16), b=evt.spec((64,), BF16))
+    assert "logsigmoid" in ops_in(ep.graph) and "sigmoid" not in ops_in(ep.graph)
+    assert _fast_targets(ep, BF16) == ["logsigmoid"]
+    assert _fast_targets(ep, F32) == ["logsigmoid"]
     assert _fast_targets(ep, BF16, "never") == []
     # the same with tanh (not fast_exact): accurate
     ep = _ep(lambda acc: torch.log(torch.tanh(acc).abs() + 1).sum())

@@ -257,6 +257,7 @@ SPELLINGS = [
     ("relu", lambda acc, C: F.relu(acc, inplace=False)),
     ("sigmoid", lambda acc, C: torch.sigmoid(acc)), ("sigmoid", lambda acc, C: F.sigmoid(acc)),
     ("sigmoid", lambda acc, C: acc.sigmoid()), ("tanh", lambda acc, C: F.tanh(acc)), ("tanh", lambda acc, C: acc.tanh()),
+    ("logsigmoid", lambda acc, C: F.logsigmoid(acc)),
     ("exp", lambda acc, C: acc.exp()), ("exp2", lambda acc, C: torch.exp2(acc)), ("log", lambda acc, C: torch.log(acc)),
     ("log1p", lambda acc, C: acc.log1p()), ("log2", lambda acc, C: acc.log2()), ("sqrt", lambda acc, C: acc.sqrt()),
     ("rsqrt", lambda acc, C: torch.rsqrt(acc)), ("erf", lambda acc, C: torch.erf(acc)),

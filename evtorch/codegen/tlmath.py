@@ -46,6 +46,33 @@ def log1p(x):
 
 
 @triton.jit
+def _atanh2(s):
+    # 2 atanh(s) = log((1 + s) / (1 - s)) for 0 <= s <= 1/3 by its odd series to s^13 (truncation < 2e-8 relative)
+    s2 = s * s
+    p = 0.15384615384615385 * s2 + 0.18181818181818182
+    p = p * s2 + 0.2222222222222222
+    p = p * s2 + 0.2857142857142857
+    p = p * s2 + 0.4
+    p = p * s2 + 0.6666666666666666
+    p = p * s2 + 2.0
+    return s * p
+
+
+@triton.jit
+def logsigmoid(x):
+    # log(sigmoid(x)) = min(x, 0) - log1p(u), u = exp(-|x|) in (0, 1]: no rounding of sigmoid, no underflow (eager's
+    # log(sigmoid(x)) is -inf below x = -103.9; this gives x). fp32: log1p(u) = 2 atanh(s), s = u / (2 + u) in
+    # (0, 1/3]: FFMAs and one divide where tl.log is a ~20-instruction sequence. fp64: tlmath.log1p (the series
+    # is an fp32 one).
+    u = tl.exp(-tl.abs(x))
+    if x.dtype == tl.float64:
+        t = log1p(u)
+    else:
+        t = _atanh2(u / (2.0 + u))
+    return tl.where(x < 0, x, 0.0) - t
+
+
+@triton.jit
 def erf(x):
     return tl.erf(x)
 
@@ -145,11 +172,33 @@ def tanh_approx(x):
 
 
 @triton.jit
+def _ex2_ftz(x):
+    # 2^x, one MUFU.EX2 (tl.exp / tl.exp2 add a denormal range fix-up: 4 more instructions); results below 2^-126
+    # flush to zero
+    return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True,
+                                     pack=1)
+
+
+@triton.jit
+def _rcp_ftz(x):
+    # 1 / x, one MUFU.RCP (a true divide adds range scaling)
+    return tl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True,
+                                     pack=1)
+
+
+@triton.jit
 def sigmoid_approx(x):
     # 1 / (1 + 2^(-x log2 e)) with ex2.approx and rcp.approx (2 MUFU ops + 2): max relative error 1.79e-6 measured on
     # an H200 for x in [-30, 30], as `sigmoid` (1.75e-6), also where sigmoid is tiny; 0.5 * tanh.approx(x / 2) + 0.5
     # has an absolute error there (it returned 0 for x < -17: relative error 1); x -> -inf gives 0, +inf gives 1
-    z = x.to(tl.float32) * -1.4426950408889634
-    return tl.inline_asm_elementwise(
-        "{ .reg .f32 t; ex2.approx.ftz.f32 t, $1; add.ftz.f32 t, t, 0f3F800000; rcp.approx.ftz.f32 $0, t; }",
-        "=r,r", [z], dtype=tl.float32, is_pure=True, pack=1)
+    return _rcp_ftz(1.0 + _ex2_ftz(x.to(tl.float32) * -1.4426950408889634))
+
+
+@triton.jit
+def logsigmoid_approx(x):
+    # `logsigmoid` with its exp and divide as single MUFU ops (ex2.approx, rcp.approx: a few ulp, like tl.exp's own
+    # ex2.approx): about 14 instructions per element against 25; a result below 2^-126 in magnitude (x > 87) flushes
+    # to zero
+    x = x.to(tl.float32)
+    u = _ex2_ftz(tl.abs(x) * -1.4426950408889634)
+    return tl.where(x < 0, x, 0.0) - _atanh2(u * _rcp_ftz(2.0 + u))

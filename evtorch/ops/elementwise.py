@@ -183,6 +183,12 @@ _float_unary("tanh", torch.tanh, "tlmath.tanh({0})", lambda g, x, out: (g * (1.0
              extra_fns=(F.tanh,), triton_fast="tlmath.tanh_approx({0})")
 _float_unary("sigmoid", torch.sigmoid, "tlmath.sigmoid({0})", lambda g, x, out: (g * out * (1.0 - out),),
              extra_fns=(F.sigmoid,), triton_fast="tlmath.sigmoid_approx({0})", fast_exact=True)
+# log(sigmoid(x)) as one op: F.logsigmoid, and what passes/stable.py turns log(sigmoid(x)) / log(1 - sigmoid(x)) into
+# (no sigmoid rounding or underflow; on the GPU a series instead of a ~20-instruction log, see tlmath.logsigmoid)
+define("logsigmoid", _unary, torch_ref=F.logsigmoid, triton="tlmath.logsigmoid({0})",
+       triton_fast="tlmath.logsigmoid_approx({0})", fast_exact=True,
+       derivative=lambda g, x, out: (g * torch.sigmoid(-x),),
+       torch_fns=(F.logsigmoid,), traits=frozenset({FLOAT_ONLY}))
 _float_unary("erf", torch.erf, "tlmath.erf({0})",
              lambda g, x, out: (g * (2.0 / math.sqrt(math.pi)) * torch.exp(-x * x),),
              extra_fns=(torch.special.erf,))

@@ -1,6 +1,6 @@
 """The optimization pipeline, readable top to bottom.
 
-    prune → cse → simplify → cse → fuse_fma → split_stages → cse → prune
+    prune → cse → simplify → stable → cse → fuse_fma → split_stages → cse → prune
 
 ``run_pipeline`` copies the graph, runs each pass, checks its promises in debug mode and, when asked,
 records the IR after each pass (``evtorch show`` prints that record).
@@ -14,11 +14,23 @@ from .cse import CSE
 from .fuse import FuseFMA
 from .prune import Prune
 from .simplify import Simplify
+from .stable import StableForms
 from .stages import SplitStages
 
 
-def default_passes(keep=None) -> list:
-    return [Prune(keep), CSE(), Simplify(), CSE(), FuseFMA(), SplitStages(), CSE(), Prune()]
+#: passes that only optimize: nothing after them requires their facts, so EVTORCH_DISABLE_PASSES may skip them
+OPTIONAL = ("stable", "fuse_fma")
+
+
+def default_passes(keep=None, disabled=None) -> list:
+    """The pipeline, without the OPTIONAL passes named in ``disabled`` (default: EVTORCH_DISABLE_PASSES)."""
+    disabled = knobs.disabled_passes() if disabled is None else frozenset(disabled)
+    unknown = disabled - set(OPTIONAL)
+    if unknown:
+        raise ValueError(f"EVTORCH_DISABLE_PASSES: cannot skip {', '.join(sorted(unknown))}; the passes that can be "
+                         f"skipped are {', '.join(OPTIONAL)}")
+    passes = [Prune(keep), CSE(), Simplify(), StableForms(), CSE(), FuseFMA(), SplitStages(), CSE(), Prune()]
+    return [p for p in passes if p.name not in disabled]
 
 
 def run_pipeline(graph: Graph, keep=None, debug: bool | None = None, record: list | None = None,

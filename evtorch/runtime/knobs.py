@@ -181,3 +181,23 @@ ALL_KNOBS = ALL_KNOBS + (DIRECT_LAUNCH,)
 def direct_launch_enabled() -> bool:
     """EVTORCH_DIRECT_LAUNCH (default on; see runtime/launcher.py)."""
     return DIRECT_LAUNCH.get()
+
+
+def _parse_names(name: str, text: str) -> frozenset:
+    """A comma-separated list of names (spaces ignored; empty means none)."""
+    return frozenset(part.strip() for part in text.split(",") if part.strip())
+
+
+DISABLE_PASSES: Knob[frozenset] = Knob(
+    "EVTORCH_DISABLE_PASSES",
+    frozenset,
+    _parse_names,
+    "comma-separated optimization passes to skip (passes/pipeline.py OPTIONAL: stable, fuse_fma), for A/B "
+    "measurements (benchmarks/ab_check.py) and for bisecting a numerical difference; read when an epilogue is traced",
+)
+ALL_KNOBS = ALL_KNOBS + (DISABLE_PASSES,)
+
+
+def disabled_passes() -> frozenset:
+    """EVTORCH_DISABLE_PASSES: names of optional passes to skip (default none)."""
+    return DISABLE_PASSES.get()

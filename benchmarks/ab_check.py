@@ -1,0 +1,182 @@
+"""A/B of one environment setting on the benchmark workloads, in one process and one device call:
+
+    PYTHONUNBUFFERED=1 python -m benchmarks.ab_check --out $OUT --env EVTORCH_DISABLE_PASSES=stable \
+        [--workloads bce_loss,identity] [--shapes 8192x8192x4096,8192x4096x1024] [--deadline-s 300] [--approximations]
+
+Variant A is the environment as it is, variant B the same with ``--env NAME=VALUE`` set (e.g. a pass skipped with
+``EVTORCH_DISABLE_PASSES``, or ``EVTORCH_FAST_MATH=never``). Per shape and workload:
+
+1. correctness of each variant: one call with outputs poisoned (``EVTORCH_POISON=1``), max error over the fp32
+   reference (as ``evtorch bench``) and over the float64 one;
+2. the forced config (``--config``, default the 128x256 persistent halves kernel) of each variant, CUDA-graph
+   replay (do_bench median, L2 flushed), interleaved A, B, A, B: the repeat is the noise;
+3. the tuned default of each variant (``EVTORCH_AUTOTUNE=1``, 5 candidates, a fresh tuning cache), timed the same
+   way, A, B, A, B; the configs the tuner picked;
+4. cuBLAS (``torch.matmul``) right before and after the row: ratios divide by the one before.
+
+``--approximations`` first runs ``fastmath_check``'s error table of the tlmath approximations (float64 reference).
+Writes ab.json and ab_log.txt under --out. ``--dry-run``: tiny sizes through the Triton interpreter (checks the
+script; no timing of graphs, no tuning).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.experiment import workload_rows  # noqa: E402
+from benchmarks.pingpong_check import max_error, workload  # noqa: E402
+
+T0 = time.time()
+
+
+def parse_args(argv=None):
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--env", required=True, help="NAME=VALUE set for variant B")
+    ap.add_argument("--workloads", default="bce_loss,identity")
+    ap.add_argument("--shapes", default="8192x8192x4096,8192x4096x1024")
+    ap.add_argument("--config", default="tma_128x256_halves", choices=sorted(FORCED))
+    ap.add_argument("--deadline-s", type=float, default=300.0)
+    ap.add_argument("--approximations", action="store_true")
+    ap.add_argument("--dry-run", action="store_true")
+    args = ap.parse_args(argv)
+    name, sep, value = args.env.partition("=")
+    if not sep or not name:
+        ap.error(f"--env must be NAME=VALUE, got {args.env!r}")
+    args.env_name, args.env_value = name, value
+    return args
+
+
+def _tma_halves():
+    from evtorch.codegen.configs import GemmConfig
+
+    return GemmConfig("persistent_tma", 128, 256, 64, 8, 1, 8, 3, (("EPILOGUE_SUBTILE", True),))
+
+
+FORCED = {"tma_128x256_halves": _tma_halves}
+
+
+class Variant:
+    """Variant B's environment setting, applied around each ``run('B', fn)``; A runs ``fn`` as the environment is."""
+
+    def __init__(self, name: str, value: str):
+        self.name, self.value = name, value
+
+    def run(self, which: str, fn):
+        old = os.environ.get(self.name)
+        if which == "B":
+            os.environ[self.name] = self.value
+        try:
+            return fn()
+        finally:
+            if old is None:
+                os.environ.pop(self.name, None)
+            else:
+                os.environ[self.name] = old
+
+
+def check(variant, which, A, B, fn, inputs, kw) -> dict:
+    """One poisoned call of variant ``which``: max error over the fp32 and the float64 reference."""
+    import torch
+
+    import evtorch as evt
+
+    def call():
+        os.environ["EVTORCH_POISON"] = "1"
+        try:
+            return evt.gemm(A, B, fn, **kw, **inputs)
+        finally:
+            os.environ.pop("EVTORCH_POISON", None)
+
+    out = variant.run(which, call)
+    ref32 = fn(A.float() @ B.float(), **{k: v.float() if torch.is_tensor(v) and v.is_floating_point() else v
+                                         for k, v in inputs.items()})
+    ref64 = fn(A.double() @ B.double(), **{k: v.double() if torch.is_tensor(v) and v.is_floating_point() else v
+                                           for k, v in inputs.items()})
+    return {"max_err_fp32": max_error(out, ref32), "max_err_fp64": max_error(out, ref64)}
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.dry_run:
+        os.environ["TRITON_INTERPRET"] = "1"
+    os.environ["EVTORCH_CACHE_DIR"] = tempfile.mkdtemp(prefix="evtorch_ab_")  # fresh kernels and tuning
+    import torch
+
+    import evtorch as evt
+    import evtorch.runtime.gemm as rg
+    from benchmarks.harness import Harness
+    from evtorch.api import get_epilogue
+
+    cuda = not args.dry_run and torch.cuda.is_available()
+    results = {"env": {"torch": torch.__version__, "device": torch.cuda.get_device_name() if cuda else "cpu",
+                       "argv": sys.argv[1:], "variant_B": args.env}, "approximations": None, "rows": []}
+    b = Harness(args, "ab", results, cuda=cuda, warmup_ms=25.0, rep_ms=100.0, t0=T0)
+    b.dev = "cuda" if cuda else "cpu"
+    import triton
+
+    results["env"]["triton"] = triton.__version__
+    b.log("ENV", json.dumps(results["env"]))
+    if args.approximations and cuda:
+        from benchmarks.fastmath_check import approximations
+
+        results["approximations"] = approximations(False)
+        b.log("APPROX", json.dumps(results["approximations"]))
+    variant = Variant(args.env_name, args.env_value)
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")] if not args.dry_run else [(64, 64, 32)]
+    kw = {} if cuda else {"backend": "triton"}
+    forced = FORCED[args.config]()
+    timer = b.graph_timer if cuda else b.timer
+    for M, N, K, A, B, name, fn, inputs in workload_rows(b, shapes, args.workloads.split(","), workload, skip_s=30):
+        row = {"workload": name, "shape": [M, N, K], "check": {}, "forced": {"A": [], "B": []},
+               "tuned": {"A": [], "B": []}, "tuned_config": {}}
+        results["rows"].append(row)
+        row["cublas_ms"] = b.timer(lambda: torch.matmul(A, B))
+        for which in "AB":
+            row["check"][which] = check(variant, which, A, B, fn, inputs, kw)
+        for _ in range(2):
+            for which in "AB":
+                row["forced"][which].append(variant.run(which, lambda: timer(
+                    lambda: evt.gemm(A, B, fn, config=forced, **kw, **inputs))))
+        if cuda:
+            os.environ["EVTORCH_AUTOTUNE"] = "1"
+            rg.MAX_TUNE_CANDIDATES = 5
+            try:
+                for which in "AB":
+                    def tune():
+                        evt.gemm(A, B, fn, **inputs)
+                        ep = get_epilogue(fn, (M, N), torch.float32, inputs)
+                        launch = rg._launches.get(rg.launch_key(ep, A, B, inputs, A.dtype, False, False, None))
+                        return launch.config.short() if launch is not None else None
+                    row["tuned_config"][which] = variant.run(which, tune)
+                for _ in range(2):
+                    for which in "AB":
+                        row["tuned"][which].append(variant.run(which, lambda: timer(
+                            lambda: evt.gemm(A, B, fn, **inputs))))
+            finally:
+                os.environ.pop("EVTORCH_AUTOTUNE", None)
+        row["cublas_ms_after"] = b.timer(lambda: torch.matmul(A, B))
+        c = row["cublas_ms"]
+
+        def ratios(vs):
+            return "/".join(f"{v / c:.3f}" if v else "-" for v in vs)
+        b.log(f"{name:15s} {M}x{N}x{K} cuBLAS {c:.4f} after {row['cublas_ms_after']:.4f} | forced A {ratios(row['forced']['A'])}"
+              f" B {ratios(row['forced']['B'])} | tuned A {ratios(row['tuned']['A'])} ({row['tuned_config'].get('A')})"
+              f" B {ratios(row['tuned']['B'])} ({row['tuned_config'].get('B')}) | err A "
+              f"{row['check']['A']['max_err_fp64']:.2e} B {row['check']['B']['max_err_fp64']:.2e} (fp64 reference)")
+        b.save()
+    b.save()
+    b.log(f"done in {time.time() - T0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
