@@ -8,7 +8,6 @@ executor, or the generated kernels through the Triton interpreter with ``backend
 from __future__ import annotations
 
 import functools
-import os
 from typing import Callable
 
 import torch
@@ -128,8 +127,7 @@ _calls: dict = {}
 _CALLS_LIMIT = 1024
 
 
-_environ_get = os.environ.get
-_DISABLE_PASSES = knobs.DISABLE_PASSES.name  # (the traced epilogue depends on it)
+_environ_get, (_DISABLE_PASSES,) = knobs.raw_reader(knobs.DISABLE_PASSES)  # (the traced epilogue depends on it)
 
 
 def _call_key(A, B, epilogue, out_dtype, backend, deterministic, allow_tf32, outputs, config, inputs) -> tuple:

@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 
@@ -148,15 +147,9 @@ _launches: dict = {}
 
 _IN, _SCALAR, _BOOL, _NEW, _FLOAT = range(5)  # _FLOAT: a float scalar (Triton does not specialise floats)
 
-# The knobs a launch depends on, read raw on every call (tests change them at any time) from the mapping behind
-# os.environ: ``os.environ.get`` costs ~0.8 us a name, encoding the name each time.
-_KNOB_NAMES = ("EVTORCH_POISON", "EVTORCH_AUTOTUNE", "EVTORCH_CACHE_DIR", "EVTORCH_FAST_MATH")
-try:
-    _environ_get = os.environ._data.get
-    _POISON, _AUTOTUNE, _CACHE_DIR, _FAST_MATH = (os.environ.encodekey(n) for n in _KNOB_NAMES)
-except AttributeError:  # not CPython's os.environ
-    _environ_get = os.environ.get
-    _POISON, _AUTOTUNE, _CACHE_DIR, _FAST_MATH = _KNOB_NAMES
+# The knobs a launch depends on, read raw on every call (tests change them at any time)
+_environ_get, (_POISON, _AUTOTUNE, _CACHE_DIR, _FAST_MATH) = knobs.raw_reader(
+    knobs.POISON, knobs.AUTOTUNE, knobs.CACHE_DIR, knobs.FAST_MATH)
 
 
 def _remember(memo: dict, key, value):

@@ -79,6 +79,16 @@ TRITON_INTERPRET: Knob[bool] = Knob(
 ALL_KNOBS: tuple[Knob, ...] = (CACHE_DIR, AUTOTUNE, DEBUG, TRITON_INTERPRET)
 
 
+def raw_reader(*knobs: Knob):
+    """``(get, keys)`` for reading the raw environment text of ``knobs`` on a per-call hot path: ``get(key)`` is
+    the text or None. CPython's ``os.environ.get`` costs ~0.8 us a name (it encodes the name and raises KeyError
+    inside for an unset one); the mapping behind it, with the names encoded once, costs a dict lookup."""
+    try:
+        return os.environ._data.get, tuple(os.environ.encodekey(k.name) for k in knobs)
+    except AttributeError:  # not CPython's os.environ
+        return os.environ.get, tuple(k.name for k in knobs)
+
+
 def cache_dir() -> Path:
     """Root cache directory (EVTORCH_CACHE_DIR, default ~/.cache/evtorch). Not created here."""
     return CACHE_DIR.get()
