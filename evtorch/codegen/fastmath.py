@@ -1,11 +1,12 @@
-"""The fast-math path: where a generated epilogue may use hardware approximations of tanh and sigmoid.
+"""The fast-math path: where a generated epilogue may use hardware approximations (tanh, sigmoid, logsigmoid).
 
 The accurate emissions (``tlmath.tanh``, ``tlmath.sigmoid``: exp + divide + polynomial + selects, about 27 and 17
 instructions) are the only ones the interpreter can run. On a GPU, ops with an ``OpDef.triton_fast`` emission may use
 it instead, node by node, when this rule allows. Measured on an H200 (``benchmarks/fastmath_check.py``, 8M points in
 [-30, 30] against float64): tanh as ``tanh.approx.f32`` (one MUFU.TANH; the PTX ISA promises about 2^-11 relative)
 max relative error 1.1e-5 (``tlmath.tanh`` 6.1e-7); sigmoid as ``ex2.approx`` + ``rcp.approx`` 1.79e-6, the same as
-``tlmath.sigmoid`` (1.75e-6), which is why sigmoid's is marked ``fast_exact``.
+``tlmath.sigmoid`` (1.75e-6), which is why sigmoid's is marked ``fast_exact``; logsigmoid's (the same two MUFU
+ops for its exp and divide) 1.75e-6 as its accurate one (``benchmarks/ab_check.py --approximations``): ``fast_exact``.
 
 **The rule (mode ``auto``).** An op whose fast emission is ``fast_exact`` uses it everywhere. Any other node may be
 approximated when its value is rounded to 16 bits before it can reach any output at a higher precision. Walking

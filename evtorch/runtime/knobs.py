@@ -166,8 +166,8 @@ FAST_MATH: Knob[str] = Knob(
     _parse_mode,
     "hardware tanh/sigmoid approximations in kernels compiled for a GPU (never under the interpreter; "
     "codegen/fastmath.py): auto (or 1; the default) tanh where every value it produces is rounded to fp16/bf16 "
-    "before it reaches an output, sigmoid everywhere (measured as accurate as the accurate one); always (every "
-    "tanh/sigmoid, fp32 outputs and reductions included); never (or 0)",
+    "before it reaches an output, sigmoid and logsigmoid everywhere (measured as accurate as the accurate ones); "
+    "always (every op with a fast emission, fp32 outputs and reductions included); never (or 0)",
 )
 ALL_KNOBS = ALL_KNOBS + (FAST_MATH,)
 
