@@ -30,6 +30,27 @@ class Pass:
         return f"<pass {self.name}>"
 
 
+def rewrite_until_fixed(graph: Graph, rewrite: Callable) -> Graph:
+    """Replace nodes until no rule applies anywhere. ``rewrite(graph, n)`` returns None to keep ``n``, or the node
+    that replaces it: an existing one, or the last of the nodes it created with ``graph.add`` (created nodes are
+    moved in front of ``n`` in creation order). ``n``'s users take the replacement and ``n`` is removed; nodes that
+    become unused stay for ``prune``."""
+    changed = True
+    while changed:
+        changed = False
+        for n in list(graph.nodes):
+            mark = len(graph.nodes)
+            r = rewrite(graph, n)
+            if r is None:
+                continue
+            for m in graph.nodes[mark:]:
+                graph.insert_before(n, m)
+            graph.replace_uses(n, r)
+            graph.remove([n])
+            changed = True
+    return graph
+
+
 FACTS: dict[str, Callable[[Graph], str | None]] = {}
 
 

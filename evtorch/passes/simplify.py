@@ -16,7 +16,7 @@ import torch
 from ..ir.graph import Graph
 from ..ir.node import Node
 from ..ops import REGISTRY
-from .base import Pass, fact
+from .base import Pass, fact, rewrite_until_fixed
 
 
 def _is_const(n: Node, value) -> bool:
@@ -77,33 +77,28 @@ def _fold(n: Node):
     return ("const", value.to(n.dtype).item())
 
 
+def _apply(graph: Graph, n: Node) -> Node | None:
+    """``rewrite_until_fixed``'s rule: ``_rewrite``'s replacement, a folded value as a new constant."""
+    r = _rewrite(n)
+    if not isinstance(r, tuple):
+        return r
+    value = r[1]
+    if n.dtype.is_floating_point:
+        value = float(value)
+    elif n.dtype == torch.bool:
+        value = bool(value)
+    else:
+        value = int(value)
+    return graph.add("const", value, (), {}, (), n.dtype, n.stage, name="c")
+
+
 class Simplify(Pass):
     name = "simplify"
     ensures = frozenset({"simplified"})
     invalidates = frozenset({"no_dead", "cse"})  # operands of removed nodes, equal folded constants
 
     def run(self, graph: Graph) -> Graph:
-        changed = True
-        while changed:
-            changed = False
-            for n in list(graph.nodes):
-                r = _rewrite(n)
-                if r is None:
-                    continue
-                if isinstance(r, tuple):
-                    value = r[1]
-                    if n.dtype.is_floating_point:
-                        value = float(value)
-                    elif n.dtype == torch.bool:
-                        value = bool(value)
-                    else:
-                        value = int(value)
-                    r = graph.add("const", value, (), {}, (), n.dtype, n.stage, name="c")
-                    graph.insert_before(n, r)
-                graph.replace_uses(n, r)
-                graph.remove([n])
-                changed = True
-        return graph
+        return rewrite_until_fixed(graph, _apply)
 
 
 @fact("simplified")

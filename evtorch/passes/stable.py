@@ -28,7 +28,7 @@ import torch
 
 from ..ir.graph import Graph
 from ..ir.node import Node
-from .base import Pass, fact
+from .base import Pass, fact, rewrite_until_fixed
 
 _FLOATS = (torch.float32, torch.float64)
 _NONNEGATIVE_OPS = frozenset({"sigmoid", "exp", "exp2", "relu", "abs", "sqrt"})
@@ -36,8 +36,8 @@ _NONNEGATIVE_OPS = frozenset({"sigmoid", "exp", "exp2", "relu", "abs", "sqrt"})
 
 def value_range(n: Node) -> tuple[float, float]:
     """Bounds (lo, hi) on every non-NaN value ``n`` takes, from what its ops guarantee; (-inf, inf) if unknown."""
-    if n.op == "const" and isinstance(n.target, (int, float)) and not isinstance(n.target, bool):
-        v = float(n.target)
+    v = _bound(n)
+    if v is not None:
         return (v, v) if not math.isnan(v) else (-math.inf, math.inf)
     if n.op != "compute":
         return (-math.inf, math.inf)
@@ -64,7 +64,7 @@ def value_range(n: Node) -> tuple[float, float]:
 
 
 def _bound(n: Node) -> float | None:
-    """A clamp bound's constant value; None for an absent bound (a None constant) or one that is not constant."""
+    """A numeric constant's value (a clamp bound's); None for an absent bound (a None constant) or a non-constant."""
     if n.op == "const" and isinstance(n.target, (int, float)) and not isinstance(n.target, bool):
         return float(n.target)
     return None
@@ -109,40 +109,28 @@ def _log_const(graph: Graph, bound: Node, like: Node) -> Node:
     return graph.add("const", value, (), {}, (), like.dtype, like.stage, name="c")
 
 
+def _apply(graph: Graph, n: Node) -> Node | None:
+    """``rewrite_until_fixed``'s rule: the node replacing ``n`` (a log) if a rule applies, built with ``graph.add``."""
+    found = _match(n)
+    if found is None:
+        return None
+    kind, x = found
+    if kind == "clamp":
+        log = graph.add("compute", "log", (x.args[0],), {}, n.axes, n.dtype, n.stage)
+        lo, hi = _log_const(graph, x.args[1], n), _log_const(graph, x.args[2], n)
+        return graph.add("compute", "clamp", (log, lo, hi), {}, n.axes, n.dtype, n.stage)
+    if kind == "one_minus":
+        x = x.args[0] if _compute(x, "neg") else graph.add("compute", "neg", (x,), {}, x.axes, x.dtype, x.stage)
+    return graph.add("compute", "logsigmoid", (x,), {}, n.axes, n.dtype, n.stage)
+
+
 class StableForms(Pass):
     name = "stable"
     ensures = frozenset({"stable"})
     invalidates = frozenset({"no_dead", "cse"})
 
     def run(self, graph: Graph) -> Graph:
-        changed = True
-        while changed:
-            changed = False
-            for n in list(graph.nodes):
-                found = _match(n)
-                if found is None:
-                    continue
-                kind, x = found
-                new = []
-                if kind == "clamp":
-                    log = graph.add("compute", "log", (x.args[0],), {}, n.axes, n.dtype, n.stage)
-                    lo, hi = _log_const(graph, x.args[1], n), _log_const(graph, x.args[2], n)
-                    new = [log] + [c for c in (lo, hi) if c is not x.args[1] and c is not x.args[2]]
-                    new.append(graph.add("compute", "clamp", (log, lo, hi), {}, n.axes, n.dtype, n.stage))
-                else:
-                    if kind == "one_minus":
-                        if _compute(x, "neg"):
-                            x = x.args[0]
-                        else:
-                            x = graph.add("compute", "neg", (x,), {}, x.axes, x.dtype, x.stage)
-                            new.append(x)
-                    new.append(graph.add("compute", "logsigmoid", (x,), {}, n.axes, n.dtype, n.stage))
-                for m in new:
-                    graph.insert_before(n, m)
-                graph.replace_uses(n, new[-1])
-                graph.remove([n])
-                changed = True
-        return graph
+        return rewrite_until_fixed(graph, _apply)
 
 
 @fact("stable")
