@@ -81,6 +81,23 @@ MMA_REGS = 160
 
 _SWIZZLE = GROUP_ORDER.replace("__T__", "t").replace("tl.", "gl.")  # the persistent template's tile order
 
+# Template text shared by the partitions: the tile grid (with _SWIZZLE's group size), the epilogue's slice layout
+# and a tile's row / column offsets in it
+_GRID = """\
+    num_pid_m = gl.cdiv(M, BLOCK_M)
+    num_pid_n = gl.cdiv(N, BLOCK_N)
+    num_pid_in_group = GROUP_M * num_pid_n
+    num_tiles = num_pid_m * num_pid_n
+"""
+_EPI_LAYOUT = """\
+    EPI_N: gl.constexpr = BLOCK_N // EPILOGUE_SUBTILE
+    epi_layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (EPI_N // 8), EPI_N // 8], [4, 1], [1, 0])
+"""
+_EPI_OFFS = """\
+        offs_m = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, epi_layout))
+        offs_n = pid_n * BLOCK_N + gl.arange(0, EPI_N, layout=gl.SliceLayout(0, epi_layout))
+"""
+
 _ARGS = ("a_desc, b_desc, a_bufs, b_bufs, ready, empty, turn, c_desc, c_bufs, c_ready, c_empty, acc_bufs, "
          "acc_ready, acc_empty, M, N, K, L, start_pid__PARAMS_CALL__, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, "
          "NUM_PROGRAMS, STAGES, B_COL_MAJOR, EPILOGUE_SUBTILE, PREFETCH, EPI_TMA, EPI_WG")
@@ -126,10 +143,7 @@ def __KERNEL___load(
 ''' + _PARTITION_SIG + '''\
 ):
     """Loader partition: TMA copies of every (tile, K step) of this program into the ring, in consumption order."""
-    num_pid_m = gl.cdiv(M, BLOCK_M)
-    num_pid_n = gl.cdiv(N, BLOCK_N)
-    num_pid_in_group = GROUP_M * num_pid_n
-    num_tiles = num_pid_m * num_pid_n
+''' + _GRID + '''\
     k_tiles = gl.cdiv(K, BLOCK_K)
     EPI_N: gl.constexpr = BLOCK_N // EPILOGUE_SUBTILE
     c_nbytes: gl.constexpr = BLOCK_M * EPI_N * c_desc.dtype.primitive_bitwidth // 8
@@ -159,18 +173,12 @@ def __KERNEL___consume(
     # The epilogue's layout: 8 consecutive columns per thread (16-byte loads and stores of 16-bit tiles), a warp's
     # threads along a slice row first. The wgmma layout gives each thread pairs of columns in 8 rows, so loads and
     # stores in it are 4-byte accesses over many rows.
-    EPI_N: gl.constexpr = BLOCK_N // EPILOGUE_SUBTILE
-    epi_layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (EPI_N // 8), EPI_N // 8], [4, 1], [1, 0])
-    num_pid_m = gl.cdiv(M, BLOCK_M)
-    num_pid_n = gl.cdiv(N, BLOCK_N)
-    num_pid_in_group = GROUP_M * num_pid_n
-    num_tiles = num_pid_m * num_pid_n
+''' + _EPI_LAYOUT + _GRID + '''\
     k_tiles = gl.cdiv(K, BLOCK_K)
     j = 0
     for t in range(start_pid + WHICH * NUM_PROGRAMS, num_tiles, 2 * NUM_PROGRAMS):
 ''' + _indent(_SWIZZLE, 8) + '''\
-        offs_m = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, epi_layout))
-        offs_n = pid_n * BLOCK_N + gl.arange(0, EPI_N, layout=gl.SliceLayout(0, epi_layout))
+''' + _EPI_OFFS + '''\
 __PREFETCH_TOP__        cnt = (2 * j + WHICH) * k_tiles
         if WHICH == 0:
             mbarrier.wait(turn.index(0), (j & 1) ^ 1)
@@ -256,17 +264,11 @@ def __KERNEL___epi(
 ):
     """EPI_WG schedule, epilogue partition (one warpgroup): the program's tiles in the MMA partition's order,
     each slice read from the hand-off ring (freed at once), then the generated epilogue on it."""
-    EPI_N: gl.constexpr = BLOCK_N // EPILOGUE_SUBTILE
-    epi_layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (EPI_N // 8), EPI_N // 8], [4, 1], [1, 0])
-    num_pid_m = gl.cdiv(M, BLOCK_M)
-    num_pid_n = gl.cdiv(N, BLOCK_N)
-    num_pid_in_group = GROUP_M * num_pid_n
-    num_tiles = num_pid_m * num_pid_n
+''' + _EPI_LAYOUT + _GRID + '''\
     tseq = 0
     for t in range(start_pid, num_tiles, NUM_PROGRAMS):
 ''' + _indent(_SWIZZLE, 8) + '''\
-        offs_m = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, epi_layout))
-        offs_n = pid_n * BLOCK_N + gl.arange(0, EPI_N, layout=gl.SliceLayout(0, epi_layout))
+''' + _EPI_OFFS + '''\
 __PREFETCH_TOP____EPI_WG_CALLS__        tseq += 1
 
 
