@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.experiment import workload_rows  # noqa: E402
+from benchmarks.experiment import tuned_config, workload_rows  # noqa: E402
 from benchmarks.pingpong_check import max_error, workload  # noqa: E402
 
 T0 = time.time()
@@ -84,10 +84,12 @@ class Variant:
 
 
 def check(variant, which, A, B, fn, inputs, kw) -> dict:
-    """One poisoned call of variant ``which``: max error over the fp32 and the float64 reference."""
+    """One poisoned call of variant ``which``: max error over the fp32 reference (``eager_reference``, as ``evtorch
+    bench``: inputs in their own dtype) and over the float64 one (operands and float inputs in float64)."""
     import torch
 
     import evtorch as evt
+    from evtorch.examples import eager_reference
 
     def call():
         os.environ["EVTORCH_POISON"] = "1"
@@ -97,10 +99,9 @@ def check(variant, which, A, B, fn, inputs, kw) -> dict:
             os.environ.pop("EVTORCH_POISON", None)
 
     out = variant.run(which, call)
-    ref32 = fn(A.float() @ B.float(), **{k: v.float() if torch.is_tensor(v) and v.is_floating_point() else v
-                                         for k, v in inputs.items()})
-    ref64 = fn(A.double() @ B.double(), **{k: v.double() if torch.is_tensor(v) and v.is_floating_point() else v
-                                           for k, v in inputs.items()})
+    ref32 = eager_reference(fn, A, B, **inputs)
+    ref64 = eager_reference(fn, A.double(), B.double(), **{
+        k: v.double() if torch.is_tensor(v) and v.is_floating_point() else v for k, v in inputs.items()})
     return {"max_err_fp32": max_error(out, ref32), "max_err_fp64": max_error(out, ref64)}
 
 
@@ -114,7 +115,6 @@ def main(argv=None) -> int:
     import evtorch as evt
     import evtorch.runtime.gemm as rg
     from benchmarks.harness import Harness
-    from evtorch.api import get_epilogue
 
     cuda = not args.dry_run and torch.cuda.is_available()
     results = {"env": {"torch": torch.__version__, "device": torch.cuda.get_device_name() if cuda else "cpu",
@@ -151,12 +151,7 @@ def main(argv=None) -> int:
             rg.MAX_TUNE_CANDIDATES = 5
             try:
                 for which in "AB":
-                    def tune():
-                        evt.gemm(A, B, fn, **inputs)
-                        ep = get_epilogue(fn, (M, N), torch.float32, inputs)
-                        launch = rg._launches.get(rg.launch_key(ep, A, B, inputs, A.dtype, False, False, None))
-                        return launch.config.short() if launch is not None else None
-                    row["tuned_config"][which] = variant.run(which, tune)
+                    row["tuned_config"][which] = variant.run(which, lambda: tuned_config(fn, A, B, inputs))
                 for _ in range(2):
                     for which in "AB":
                         row["tuned"][which].append(variant.run(which, lambda: timer(

@@ -100,3 +100,18 @@ def workload_rows(b, shapes, names, workload, skip_s: float, dtype=None, tag: st
                 continue
             fn, make_inputs = workload(name)
             yield M, N, K, A, B, name, fn, make_inputs(M, N, b.dev, A.dtype)
+
+
+def tuned_config(fn, A, B, inputs: dict):
+    """Call ``evt.gemm(A, B, fn, **inputs)`` once (it tunes if ``EVTORCH_AUTOTUNE=1`` and this signature is new) and
+    return the short name of the config its launch runs (None if there is no launch record)."""
+    import torch
+
+    import evtorch as evt
+    import evtorch.runtime.gemm as rg
+    from evtorch.api import get_epilogue
+
+    evt.gemm(A, B, fn, **inputs)
+    ep = get_epilogue(fn, tuple(A.shape[:-1]) + (B.shape[-1],), torch.float32, inputs)
+    launch = rg._launches.get(rg.launch_key(ep, A, B, inputs, A.dtype, False, False, None))
+    return launch.config.short() if launch is not None else None

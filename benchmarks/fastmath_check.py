@@ -36,8 +36,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.pingpong_check import SHAPES, WORKLOADS, kernel_rows, max_error, workload  # noqa: E402
-from benchmarks.experiment import (ROOT, finish_workers, parser, start_workers, worker_env,  # noqa: E402
-                                  worker_share, workload_rows)
+from benchmarks.experiment import (ROOT, finish_workers, parser, start_workers, tuned_config,  # noqa: E402
+                                  worker_env, worker_share, workload_rows)
 
 T0 = time.time()
 MODES = ("never", "auto", "always")
@@ -330,7 +330,6 @@ def phase2(args, b, results, modes) -> None:
 
     import evtorch as evt
     import evtorch.runtime.gemm as rg
-    from evtorch.api import get_epilogue
 
     cfg = base_config()
     shapes = SHAPES if not args.dry_run else ((64, 64, 32),)
@@ -371,15 +370,12 @@ def phase2(args, b, results, modes) -> None:
         if (name, M, N, K) not in rows:
             continue
         row = rows[(name, M, N, K)]
-        ep = get_epilogue(fn, (M, N), torch.float32, inputs)
         for m in modes[name]:
             os.environ["EVTORCH_FAST_MATH"] = m
             try:
                 t = time.time()
-                evt.gemm(A, B, fn, **inputs)
-                launch = rg._launches.get(rg.launch_key(ep, A, B, inputs, A.dtype, False, False, None))
-                rec = {"tune_s": round(time.time() - t, 1),
-                       "config": launch.config.short() if launch is not None else None}
+                config = tuned_config(fn, A, B, inputs)
+                rec = {"tune_s": round(time.time() - t, 1), "config": config}
             finally:
                 os.environ.pop("EVTORCH_FAST_MATH", None)
             rec["ms"] = timed(lambda: evt.gemm(A, B, fn, **inputs), m)
