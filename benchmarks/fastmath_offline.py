@@ -43,6 +43,12 @@ PINGPONG_CONFIGS = {f"pp_{name}": dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, STA
                                        PREFETCH=pf, EPI_TMA=bool(tma))
                     for name, sub, pf, tma in (("h", 2, 1, 0), ("h_p0", 2, 0, 0), ("q4", 4, 1, 0), ("q4_p0", 4, 0, 0),
                                                ("h_tma", 2, 0, 1), ("q4_tma", 4, 0, 1))}
+# the consumers' epilogue as a loop over slices read from shared memory (EPI_SMEM tile buffers)
+PINGPONG_CONFIGS.update({f"pp_{name}": dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, STAGES=stages, EPILOGUE_SUBTILE=sub,
+                                            PREFETCH=pf, EPI_TMA=False, EPI_SMEM=bufs)
+                         for name, stages, sub, pf, bufs in (("es1_q4", 4, 4, 1, 1), ("es1_q4_p0", 4, 4, 0, 1),
+                                                             ("es2_q4", 4, 4, 1, 2), ("es1_h", 4, 2, 1, 1),
+                                                             ("es2_h", 4, 2, 1, 2))})
 # the epilogue-warpgroup schedule (EPI_WG = hand-off slots), launched with num_warps=4, maxnreg=MAXNREG_WG
 PINGPONG_CONFIGS.update({f"wg_{name}": dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, STAGES=stages,
                                             EPILOGUE_SUBTILE=sub, PREFETCH=pf, EPI_TMA=False, EPI_WG=slots)
@@ -137,7 +143,7 @@ def compile_workload(name: str, mode: str, config: str, out_dtype=torch.bfloat16
         kern = getattr(prog.module, kernel_symbol("gemm", "pingpong"))
         from evtorch.codegen.gluon_template import MAXNREG_WG
 
-        consts = dict(base, B_COL_MAJOR=False, **{"EPI_WG": 0, **PINGPONG_CONFIGS[config]})
+        consts = dict(base, B_COL_MAJOR=False, **{"EPI_WG": 0, "EPI_SMEM": 0, **PINGPONG_CONFIGS[config]})
         options = {"num_warps": 4, "maxnreg": MAXNREG_WG if consts["EPI_WG"] else MAXNREG}
         source = GluonASTSource
     else:

@@ -5,6 +5,7 @@ the template must render for every epilogue, compile for sm_90 with the installe
 ptxas; this is what catches a Gluon API change), and a ping-pong config must run everywhere else by falling
 back to the persistent TMA template.
 """
+import dataclasses
 import json
 import os
 import subprocess
@@ -81,6 +82,35 @@ def test_epilogue_warpgroup_config_rules():
     assert fell.template == "persistent_tma" and dict(fell.extra) == {"EPILOGUE_SUBTILE": 4}
 
 
+def test_epilogue_loop_config_rules():
+    """EPI_SMEM: 1 (a whole-tile buffer the consumers share) or 2 (a half-tile buffer each, halves of two or four
+    slices), either 64 KiB of fp32 in shared memory, which fits beside a 4-stage ring, not a 5-stage one; not with
+    the loader's EPI_TMA input or the EPI_WG schedule; dropped by the fallback. The template's 128-byte swizzled
+    TMA tiles need BLOCK_K and BLOCK_N of 64 or more (a 32-deep K step failed inside Triton's TMA lowering)."""
+    es = pp(4, EPI_SMEM=1)
+    assert es.short() == "pingpong_128x128x64_g8_w4_s5_epilogue_subtile4_epi_smem1"
+    assert pp(4, EPI_SMEM=0) == pp(4)
+    ring = (128 * 64 + 64 * 128) * 2
+    assert es.smem_bytes(2) == pp(2, EPI_SMEM=2).smem_bytes(2) == 5 * ring + 128 * 128 * 4
+    from evtorch.codegen.configs import fits_smem
+    assert fits_smem(dataclasses.replace(es, num_stages=4), torch.bfloat16, H200)
+    assert not fits_smem(es, torch.bfloat16, H200)  # 5 x 32 KiB + 64 KiB
+    with pytest.raises(ValueError, match="must be one of"):
+        pp(4, EPI_SMEM=3)
+    with pytest.raises(ValueError, match="EPI_SMEM=2 .* needs EPILOGUE_SUBTILE 2 or 4"):
+        pp(1, EPI_SMEM=2)
+    with pytest.raises(ValueError, match="not with EPI_TMA or EPI_WG"):
+        pp(4, EPI_SMEM=1, EPI_TMA=True)
+    with pytest.raises(ValueError, match="not with EPI_TMA or EPI_WG"):
+        GemmConfig("pingpong", 128, 256, 64, 8, 1, 4, 3, (("EPI_WG", 2), ("EPI_SMEM", 1)))
+    with pytest.raises(ValueError, match="EPI_SMEM only applies"):
+        GemmConfig("persistent_tma", 128, 256, 64, 8, 1, 8, 3, (("EPI_SMEM", 1),))
+    with pytest.raises(ValueError, match="BLOCK_K >= 64 and BLOCK_N >= 64 .* got BLOCK_K=32"):
+        GemmConfig("pingpong", 128, 128, 32, 8, 1, 4, 4)
+    fell = resolve_config(torch.randn(64, 32), torch.randn(32, 64), es)
+    assert fell.template == "persistent_tma" and dict(fell.extra) == {"EPILOGUE_SUBTILE": 4}
+
+
 def test_candidates_offer_pingpong_only_where_it_runs():
     cands = candidate_configs(8192, 4096, 1024, torch.bfloat16, H200, tma_ok=True)
     templates = [c.template for c in cands[:5]]
@@ -124,6 +154,15 @@ def test_render_validates_and_names_partitions():
                  "acc_bufs.index(q % EPI_WG).load(epi_layout)", "], [8], [" + str(gluon_template.MMA_REGS) + "])"):
         assert name in text, name
     assert gluon_template.MAXNREG_WG * 384 <= 65536 and gluon_template.MMA_REGS <= gluon_template.MAXNREG_WG
+    # EPI_SMEM: the accumulator's slices stored once, one runtime loop over them calling the epilogue once, the
+    # next slice's prefetch bounded to nothing after the last slice
+    for name in ("acc_bufs.index(ebase + 3).store(acc_s3)", "elif h == 1:\n", "acc_bufs.index(ebase + 1).store(acc_s3)",
+                 "for h in range(EPI_SMEM):", "for s2 in range(EPILOGUE_SUBTILE // EPI_SMEM):",
+                 "acc_e = acc_bufs.index(ebase + s2).load(epi_layout)", "M * (s + 1 < EPILOGUE_SUBTILE)",
+                 "mbarrier.arrive(acc_ready.index(1 - WHICH), count=1)"):
+        assert name in text, name
+    loop = text.split("if EPI_SMEM > 0:")[1].split("\n        else:\n")[0]
+    assert loop.count("epi_pf(") == 1 and loop.count("epi(") == 1
 
 
 @pytest.mark.parametrize("name", ["mixed_dag", "row_reduction", "bce_loss"])
@@ -172,7 +211,9 @@ def test_offline_compile_specialises_unit_strides_as_a_launch_does():
                                               ("pp_h_p0", "mixed_dag,bce_loss"),
                                               ("pp_h_tma", "lincomb_relu,dgelu_bgrad"),
                                               ("wg_q4", "identity,bias_gelu_aux,rowreduce_tanh"),
-                                              ("wg_q4_s2r3", "mixed_dag,bce_loss")])
+                                              ("wg_q4_s2r3", "mixed_dag,bce_loss"),
+                                              ("pp_es1_q4", "bce_loss,colbcast_leaky,dgelu_bgrad"),
+                                              ("pp_es2_h", "mixed_dag,rowreduce_tanh,bias_gelu_aux")])
 def test_compiles_for_sm90(tmp_path, config, workloads):
     """Every kind of epilogue (stores, broadcasts, prefetched input, row / column / full reductions, two inputs)
     compiles for sm_90 with the installed Triton, within the shared memory of one SM."""

@@ -169,3 +169,22 @@ def test_epilogue_warpgroup_schedule(name):
     _check(name, 1000, 776, 520, wg())
     _check(name, 4096, 4096, 768, wg(slots=3, stages=2), b_col=True, seed=1)
     _check(name, 4096, 3000, 1000, wg(), dtype=torch.float16, seed=2, deterministic=True)
+
+
+def es(sub: int = 4, bufs: int = 1, stages: int = 4, **flags) -> GemmConfig:
+    return GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, stages,
+                      (("EPILOGUE_SUBTILE", sub), ("EPI_SMEM", bufs)) + tuple(flags.items()))
+
+
+@needs_hopper
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_epilogue_loop_from_shared_memory(name):
+    """EPI_SMEM: every epilogue kind run as a loop over slices read back from the consumer's accumulator buffer:
+    ragged (partial tiles, K ends mid-step) with the shared buffer and the one-slice-ahead prefetch (the last
+    slice's prefetch must load nothing), many tiles per program (the shared buffer's turn barriers wrap many
+    times; column-major B; no prefetch), and a half-tile buffer per consumer (EPI_SMEM=2, on quarters and on
+    halves) in fp16, deterministic."""
+    _check(name, 1000, 776, 520, es())
+    _check(name, 4096, 4096, 768, es(PREFETCH=0), b_col=True, seed=1)
+    _check(name, 4096, 3000, 1000, es(bufs=2), dtype=torch.float16, seed=2, deterministic=True)
+    _check(name, 1000, 776, 520, es(sub=2, bufs=2, PREFETCH=0), seed=3)

@@ -42,13 +42,20 @@ EXTRA_FLAGS: dict[str, type | tuple[type, ...]] = {
     # the main loop of every tile and hand its accumulator, slice by slice, to a third warpgroup that runs the
     # epilogue, through a ring of this many fp32 slice buffers in shared memory (0: ping-pong)
     "EPI_WG": int,
+    # pingpong only: each consumer stores its accumulator into shared memory and runs the epilogue as a loop over
+    # its EPILOGUE_SUBTILE slices read back from there (one slice's code instead of S inlined copies per consumer):
+    # 1: through one fp32 [BM, BN] buffer the two consumers take in turn; 2: through a [BM, BN / 2] buffer each,
+    # one half of the accumulator after the other; 0: the slices straight from registers
+    "EPI_SMEM": int,
 }
 # Values allowed for the int flags, and the value each flag takes when absent (dropped from ``extra``).
 _FLAG_VALUES: dict[str, tuple[Any, ...]] = {"EPILOGUE_SUBTILE": (False, True, 1, 2, 4), "PROGRAMS_PER_SM": (1, 2, 3, 4),
-                                           "PREFETCH": (0, 1, 2, 3, 4), "EPI_WG": (0, 2, 3, 4)}
-_PINGPONG_FLAGS = frozenset({"EPILOGUE_SUBTILE", "PREFETCH", "EPI_TMA", "EPI_WG"})
+                                           "PREFETCH": (0, 1, 2, 3, 4), "EPI_WG": (0, 2, 3, 4),
+                                           "EPI_SMEM": (0, 1, 2)}
+_PINGPONG_FLAGS = frozenset({"EPILOGUE_SUBTILE", "PREFETCH", "EPI_TMA", "EPI_WG", "EPI_SMEM"})
 _FLAG_DEFAULTS: dict[str, Any] = {"EPILOGUE_SUBTILE": False, "WARP_SPECIALIZE": False, "FLATTEN": False,
-                                  "PROGRAMS_PER_SM": 1, "PREFETCH": None, "EPI_TMA": False, "EPI_WG": 0}
+                                  "PROGRAMS_PER_SM": 1, "PREFETCH": None, "EPI_TMA": False, "EPI_WG": 0,
+                                  "EPI_SMEM": 0}
 
 # Registers per SM (every NVIDIA GPU since Kepler) and the most one thread can hold: a program of w warps is
 # guaranteed co-resident with (programs_per_sm - 1) others whatever its epilogue needs only if
@@ -149,15 +156,26 @@ class GemmConfig:
             if self.BLOCK_M % 64 or self.BLOCK_N > 256:
                 raise ValueError(f"template='pingpong' needs BLOCK_M a multiple of 64 (wgmma rows per warpgroup) and "
                                  f"BLOCK_N <= 256 (wgmma width), got {self.BLOCK_M}x{self.BLOCK_N}")
+            if self.BLOCK_K < 64 or self.BLOCK_N < 64:
+                raise ValueError(f"template='pingpong' needs BLOCK_K >= 64 and BLOCK_N >= 64 (its TMA tiles of 16-bit "
+                                 f"operands are 128-byte swizzled: rows of at least 128 bytes), got BLOCK_K="
+                                 f"{self.BLOCK_K}, BLOCK_N={self.BLOCK_N}")
             if extra.get("EPI_WG") and (self.BLOCK_M != 128 or extra.get("EPI_TMA")):
                 raise ValueError(f"GemmConfig.extra EPI_WG={extra['EPI_WG']} needs BLOCK_M == 128 (two MMA warpgroups "
                                  f"of 64 rows) and no EPI_TMA, got BLOCK_M={self.BLOCK_M}, "
                                  f"EPI_TMA={extra.get('EPI_TMA', False)}")
+            if extra.get("EPI_SMEM") == 2 and _subtile_count(extra.get("EPILOGUE_SUBTILE", False)) < 2:
+                raise ValueError("GemmConfig.extra EPI_SMEM=2 (a half-tile buffer per consumer) needs EPILOGUE_SUBTILE "
+                                 f"2 or 4, got {extra.get('EPILOGUE_SUBTILE', False)!r}")
+            if extra.get("EPI_SMEM") and (extra.get("EPI_TMA") or extra.get("EPI_WG")):
+                raise ValueError(f"GemmConfig.extra EPI_SMEM={extra['EPI_SMEM']} is a ping-pong consumer's epilogue "
+                                 f"loop: not with EPI_TMA or EPI_WG, got EPI_TMA={extra.get('EPI_TMA', False)}, "
+                                 f"EPI_WG={extra.get('EPI_WG', 0)}")
         elif extra and self.template != "persistent_tma":
             raise ValueError(f"GemmConfig.extra flags {sorted(extra)} only apply to template='persistent_tma'")
-        elif "EPI_TMA" in extra or "EPI_WG" in extra:
-            raise ValueError(f"GemmConfig.extra {'/'.join(sorted({'EPI_TMA', 'EPI_WG'} & set(extra)))} only "
-                             "applies to template='pingpong'")
+        elif {"EPI_TMA", "EPI_WG", "EPI_SMEM"} & set(extra):
+            raise ValueError(f"GemmConfig.extra {'/'.join(sorted({'EPI_TMA', 'EPI_WG', 'EPI_SMEM'} & set(extra)))} "
+                             "only applies to template='pingpong'")
         subtiles = _subtile_count(extra.get("EPILOGUE_SUBTILE", False))
         if subtiles > 1 and self.BLOCK_N // subtiles < 16:
             raise ValueError(f"GemmConfig.extra EPILOGUE_SUBTILE={subtiles} needs BLOCK_N >= {16 * subtiles} "
@@ -223,9 +241,11 @@ class GemmConfig:
     def smem_bytes(self, elem_bytes: int) -> int:
         """Pipelined operand buffers in shared memory: (BM*BK + BK*BN) * bytes * stages; with EPI_TMA also the
         ping-pong loader's epilogue-input buffers (two [BM, BN] tiles of 16-bit values), with EPI_WG = R the
-        accumulator hand-off ring (R fp32 [BM, BN / EPILOGUE_SUBTILE] slices)."""
+        accumulator hand-off ring (R fp32 [BM, BN / EPILOGUE_SUBTILE] slices), with EPI_SMEM the consumers'
+        accumulator buffers (one fp32 [BM, BN] tile, or two halves)."""
         ring = (self.BLOCK_M * self.BLOCK_K + self.BLOCK_K * self.BLOCK_N) * elem_bytes * self.num_stages
-        handoff = self.flag("EPI_WG", 0) * self.BLOCK_M * self.epilogue_block_n * 4
+        slices = self.flag("EPI_WG", 0) * self.epilogue_block_n + (self.BLOCK_N if self.flag("EPI_SMEM", 0) else 0)
+        handoff = slices * self.BLOCK_M * 4
         return ring + handoff + (2 * self.BLOCK_M * self.BLOCK_N * 2 if self.flag("EPI_TMA") else 0)
 
     def to_dict(self) -> dict[str, Any]:

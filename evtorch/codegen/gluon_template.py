@@ -100,14 +100,14 @@ _EPI_OFFS = """\
 
 _ARGS = ("a_desc, b_desc, a_bufs, b_bufs, ready, empty, turn, c_desc, c_bufs, c_ready, c_empty, acc_bufs, "
          "acc_ready, acc_empty, M, N, K, L, start_pid__PARAMS_CALL__, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, "
-         "NUM_PROGRAMS, STAGES, B_COL_MAJOR, EPILOGUE_SUBTILE, PREFETCH, EPI_TMA, EPI_WG")
+         "NUM_PROGRAMS, STAGES, B_COL_MAJOR, EPILOGUE_SUBTILE, PREFETCH, EPI_TMA, EPI_WG, EPI_SMEM")
 
 _PARTITION_SIG = """\
     a_desc, b_desc, a_bufs, b_bufs, ready, empty, turn, c_desc, c_bufs, c_ready, c_empty, acc_bufs, acc_ready,
     acc_empty, M, N, K, L, start_pid,
 __PARAMS_SIG__    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
     NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, B_COL_MAJOR: gl.constexpr, EPILOGUE_SUBTILE: gl.constexpr,
-    PREFETCH: gl.constexpr, EPI_TMA: gl.constexpr, EPI_WG: gl.constexpr,
+    PREFETCH: gl.constexpr, EPI_TMA: gl.constexpr, EPI_WG: gl.constexpr, EPI_SMEM: gl.constexpr,
 """
 
 _PINGPONG = '''\
@@ -193,6 +193,8 @@ __PREFETCH_TOP__        cnt = (2 * j + WHICH) * k_tiles
         acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc])
         mbarrier.arrive(empty.index((cnt + STAGES - 1) % STAGES), count=1, pred=k_tiles > 0)
         mbarrier.arrive(turn.index(1 - WHICH), count=1)
+        if EPI_SMEM > 0:
+__EPI_SMEM_LOOP__        else:
 __EPILOGUE_CALLS__        j += 1
 
 
@@ -281,7 +283,7 @@ def __KERNEL__(
 __PARAMS_SIG__    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
     ALLOW_TF32: gl.constexpr, ACC_DTYPE: gl.constexpr, DOT_UPCAST: gl.constexpr,
     NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, B_COL_MAJOR: gl.constexpr, EPILOGUE_SUBTILE: gl.constexpr,
-    PREFETCH: gl.constexpr, EPI_TMA: gl.constexpr, EPI_WG: gl.constexpr,
+    PREFETCH: gl.constexpr, EPI_TMA: gl.constexpr, EPI_WG: gl.constexpr, EPI_SMEM: gl.constexpr,
 ):
     """Ping-pong GEMM + epilogue (Hopper, Gluon); grid (min(NUM_PROGRAMS, tiles),), launched with num_warps=4
     and maxnreg=MAXNREG; 16-bit A row-major (M, K), B (K, N) row-major or, with B_COL_MAJOR, column-major."""
@@ -314,13 +316,18 @@ __C_RING__    c_ready = gl.allocate_shared_memory(gl.int64, [C_SLOTS, 1], mbarri
         mbarrier.init(c_ready.index(i), count=1)
         mbarrier.init(c_empty.index(i), count=1)
     # EPI_WG: the MMA partition hands each accumulator slice to the epilogue partition through a ring of EPI_WG
-    # fp32 [BLOCK_M, BLOCK_N / EPILOGUE_SUBTILE] buffers; otherwise placeholders
+    # fp32 [BLOCK_M, BLOCK_N / EPILOGUE_SUBTILE] buffers. EPI_SMEM: EPILOGUE_SUBTILE such slices hold the
+    # consumers' accumulators (1: a whole tile the consumers take in turn, acc_ready ordering them as turn orders
+    # the main loops; 2: half a tile each). Otherwise placeholders.
+    acc_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2)
     if EPI_WG > 0:
-        acc_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2)
         acc_bufs = gl.allocate_shared_memory(gl.float32, [EPI_WG, BLOCK_M, BLOCK_N // EPILOGUE_SUBTILE], acc_smem)
+    elif EPI_SMEM > 0:
+        acc_bufs = gl.allocate_shared_memory(gl.float32, [EPILOGUE_SUBTILE, BLOCK_M, BLOCK_N // EPILOGUE_SUBTILE],
+                                             acc_smem)
     else:
         acc_bufs = a_bufs
-    ACC_SLOTS: gl.constexpr = EPI_WG if EPI_WG > 0 else 1
+    ACC_SLOTS: gl.constexpr = EPI_WG if EPI_WG > 0 else 2
     acc_ready = gl.allocate_shared_memory(gl.int64, [ACC_SLOTS, 1], mbarrier.MBarrierLayout())
     acc_empty = gl.allocate_shared_memory(gl.int64, [ACC_SLOTS, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(ACC_SLOTS):
@@ -383,10 +390,10 @@ def _acc_slice(i: int, n: int, from_smem: bool) -> list[str]:
             "mbarrier.arrive(acc_empty.index(q % EPI_WG), count=1)"]
 
 
-def _per_subtiling(slice_lines, split: bool) -> str:
+def _per_subtiling(slice_lines, split: bool, indent: int = 8) -> str:
     """Constexpr branches on EPILOGUE_SUBTILE (4, 2, else 1): in each, with ``split`` the persistent template's
     split of ``acc`` into ``acc_s0 .. acc_s{n-1}`` (in Gluon, all of it before the first slice), then
-    ``slice_lines(i, n)`` for every slice i of n."""
+    ``slice_lines(i, n)`` for every slice i of n; indented by ``indent``."""
     splits = {n: [line.replace("tl.", "gl.") for _, code in _SPLITS[n] for line in code.split("\n")] for n in (2, 4)}
     out = []
     for n, kw in ((4, "if"), (2, "elif"), (1, "else")):
@@ -395,10 +402,10 @@ def _per_subtiling(slice_lines, split: bool) -> str:
         for i in range(n):
             body += slice_lines(i, n)
         out += ["    " + line for code in body for line in code.split("\n")]
-    return _indent("\n".join(out), 8)
+    return _indent("\n".join(out), indent)
 
 
-def _epilogue_calls(prefetch: int, tma: bool, from_smem: bool = False) -> str:
+def _epilogue_calls(prefetch: int, tma: bool, from_smem: bool = False, indent: int = 8) -> str:
     """The S-way split of the accumulator, each slice moved to the epilogue's layout and handed to the epilogue;
     with ``prefetch`` M x N inputs and PREFETCH = 1, slice i + 1's inputs are loaded before slice i runs (slice 0's
     before the main loop: ``_prefetch_top``); with ``tma`` and EPI_TMA, the one input's slice comes from the
@@ -429,7 +436,57 @@ def _epilogue_calls(prefetch: int, tma: bool, from_smem: bool = False) -> str:
                        f"    __EPILOGUE___pf(acc_e, {args}, pf_t)",
                        "else:"] + ["    " + line for line in plain]
 
-    return _per_subtiling(slice_lines, split=not from_smem)
+    return _per_subtiling(slice_lines, split=not from_smem, indent=indent)
+
+
+def _epi_smem_loop(prefetch: int) -> str:
+    """EPI_SMEM: the consumer stores its accumulator, split into EPILOGUE_SUBTILE slices, into a shared-memory
+    buffer and runs the epilogue in a loop over the slices, each loaded in the epilogue's layout: one slice's
+    epilogue code instead of EPILOGUE_SUBTILE inlined copies per consumer (with both consumers' copies,
+    bce_loss's kernel was ~8000 SASS instructions and its epilogue warps waited on instruction fetch for 24% of
+    their stall samples: Nsight Compute, H200). EPI_SMEM == 1: one [BM, BN] buffer that the consumers take in
+    turn (acc_ready ordering them), released after the last slice is read; EPI_SMEM == 2: a [BM, BN / 2] buffer
+    per consumer that takes the accumulator's two halves in turn (the second half waits in registers). With
+    PREFETCH = 1 slice s + 1's inputs are loaded before slice s runs (none after the last slice: its row bound is
+    0)."""
+    args = "offs_m, offs_n + s * EPI_N, pid_m, EPILOGUE_SUBTILE * pid_n + s, 0, M, N, L__PARAMS_CALL__"
+    head = ["if EPI_SMEM == 1:",
+            "    mbarrier.wait(acc_ready.index(WHICH), (j & 1) ^ (1 - WHICH))",
+            "    ebase = 0",
+            "else:",
+            "    ebase = WHICH * (EPILOGUE_SUBTILE // 2)"]
+
+    def stores(i: int, n: int) -> list[str]:  # slice i of n: into the whole-tile buffer, or in its half's turn
+        whole = [f"acc_bufs.index(ebase + {i}).store(acc_s{i})"]
+        if n == 1:  # EPI_SMEM == 2 needs two or four slices (GemmConfig)
+            return whole
+        return ["if EPI_SMEM == 1:", "    " + whole[0], f"elif h == {2 * i // n}:",
+                f"    acc_bufs.index(ebase + {i % (n // 2)}).store(acc_s{i})"]
+
+    loop = ["for h in range(EPI_SMEM):",
+            "    partition_barrier()  # this consumer's warps have read the buffer's previous slices",
+            _per_subtiling(stores, split=False, indent=0).rstrip("\n").replace("\n", "\n    ").join(["    ", ""]),
+            "    partition_barrier()",
+            "    for s2 in range(EPILOGUE_SUBTILE // EPI_SMEM):",
+            "        s = h * (EPILOGUE_SUBTILE // EPI_SMEM) + s2",
+            "        acc_e = acc_bufs.index(ebase + s2).load(epi_layout)",
+            "        if EPI_SMEM == 1:",
+            "            if s == EPILOGUE_SUBTILE - 1:  # every warp has read every slice: the buffer is the other's",
+            "                partition_barrier()",
+            "                mbarrier.arrive(acc_ready.index(1 - WHICH), count=1)"]
+    if prefetch:
+        cur, nxt = _pf_names(0, prefetch), ", ".join(f"pfn_{k}" for k in range(prefetch))
+        loop += ["        if PREFETCH > 0:",
+                 f"            {nxt} = __EPILOGUE___prefetch(offs_m, offs_n + (s + 1) * EPI_N, 0, "
+                 "M * (s + 1 < EPILOGUE_SUBTILE), N, L__PARAMS_CALL__)",
+                 f"            __EPILOGUE___pf(acc_e, {args}, {cur})",
+                 f"            {cur} = {nxt}",
+                 "        else:",
+                 f"            __EPILOGUE__(acc_e, {args})"]
+    else:
+        loop.append(f"        __EPILOGUE__(acc_e, {args})")
+    split = _per_subtiling(lambda i, n: [], split=True, indent=0)
+    return _indent("\n".join(head) + "\n" + split + "\n".join(loop), 12)
 
 
 def _handoff_stores() -> str:
@@ -470,7 +527,8 @@ def render_pingpong(kernel_name: str, epilogue_fn: str, epilogue_params: list[st
             raise ValueError(f"tma_input needs exactly one prefetched input tile, got prefetch={prefetch}")
         tma_input = (_check_identifier("tma_input pointer", tma_input[0]),
                      _check_identifier("tma_input stride", tma_input[1]))
-    text = (_PINGPONG.replace("__EPILOGUE_CALLS__", _epilogue_calls(prefetch, tma_input is not None))
+    text = (_PINGPONG.replace("__EPILOGUE_CALLS__", _epilogue_calls(prefetch, tma_input is not None, indent=12))
+            .replace("__EPI_SMEM_LOOP__", _epi_smem_loop(prefetch))
             .replace("__EPI_WG_CALLS__", _epilogue_calls(prefetch, False, from_smem=True))
             .replace("__HANDOFF_STORES__", _handoff_stores())
             .replace("__PREFETCH_TOP__", _prefetch_top(prefetch))

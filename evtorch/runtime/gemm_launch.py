@@ -140,7 +140,7 @@ def resolve_config(A: torch.Tensor, B: torch.Tensor, config: GemmConfig) -> Gemm
     if config.template == "pingpong" and not pingpong_eligible(A, B):
         config = GemmConfig("persistent_tma", config.BLOCK_M, config.BLOCK_N, config.BLOCK_K, config.GROUP_M, 1, 8,
                             min(config.num_stages, 3),
-                            tuple((k, v) for k, v in config.extra if k not in ("EPI_TMA", "EPI_WG")))
+                            tuple((k, v) for k, v in config.extra if k not in ("EPI_TMA", "EPI_WG", "EPI_SMEM")))
     if config.template == "persistent_tma" and not tma_eligible(A, B):
         return dataclasses.replace(config, template="portable", extra=())
     return config
@@ -356,6 +356,7 @@ def prepare_launch(
         epi_wg = config.flag("EPI_WG", 0)
         common.update(NUM_PROGRAMS=config.persistent_programs(num_sms), STAGES=config.num_stages,
                       B_COL_MAJOR=tma_layout(A, B)[2], EPILOGUE_SUBTILE=config.epilogue_subtiles, EPI_WG=epi_wg,
+                      EPI_SMEM=config.flag("EPI_SMEM", 0),
                       maxnreg=MAXNREG_WG if epi_wg else MAXNREG,
                       PREFETCH=config.prefetch_slices(getattr(module, "EPILOGUE_PREFETCH", 0), A.element_size()),
                       EPI_TMA=False)  # runtime.gemm turns it on per call where the input allows (see there)
