@@ -31,6 +31,8 @@ def configs() -> dict:
         "g_q4_p0": gl(5, 4, PREFETCH=0),
         "g_h_tma": gl(4, 2, EPI_TMA=True),
         "g_q4_tma": gl(4, 4, EPI_TMA=True),
+        "es1_h": gl(4, 2, EPI_SMEM=1),
+        "es2_q4": gl(4, 4, EPI_SMEM=2),
     }
 
 

@@ -119,13 +119,15 @@ def test_candidates_offer_pingpong_only_where_it_runs():
         others = candidate_configs(8192, 4096, 1024, dtype, H200, **{"tma_ok": True, **kw})
         assert "pingpong" not in {c.template for c in others}
     # an epilogue without the loader's one 16-bit M x N input (mixed_dag: two) loses the EPI_TMA candidate, and
-    # ping-pong quarters without prefetch moves into the first five
+    # the epilogue loop from shared memory (halves, one shared buffer, 4 stages) moves into the first five
     if gluon_template.available():
         with_tma = for_epilogue(cands, tma_input=True)
         without = for_epilogue(cands, tma_input=False)
         assert with_tma == cands and any(c.flag("EPI_TMA") for c in cands[:5])
         assert not any(c.flag("EPI_TMA") for c in without) and len(without) == len(cands) - 1
-        assert pp(4, PREFETCH=0).extra in {c.extra for c in without[:5] if c.template == "pingpong"}
+        loop = dataclasses.replace(pp(2, EPI_SMEM=1), num_stages=4)
+        assert loop in without[:5] and loop not in with_tma[:5] and loop in with_tma
+        assert pp(4, PREFETCH=0) in without[5:]
     A100 = DeviceInfo("cuda", "A100", (8, 0), 108, 166912)
     assert "pingpong" not in {c.template for c in candidate_configs(8192, 4096, 1024, torch.bfloat16, A100,
                                                                     tma_ok=True)}

@@ -486,9 +486,15 @@ _PINGPONG_16 = ((128, 128, 64, 3, 4),)
 # third warpgroup through shared memory) is not offered: on the H200 it was 6-38% slower than the fastest of these
 # configs at 8192x8192x4096 and 12-111% at 8192x4096x1024, the identity included (docs/benchmarks.md, "Epilogue
 # warpgroup schedule"). It stays available as a GemmConfig flag.
-# (BM, BN, BK, stages, subtile, PREFETCH or None, EPI_TMA)
-_PINGPONG_GLUON_16 = ((128, 128, 64, 5, 2, None, False), (128, 128, 64, 5, 2, 0, False),
-                      (128, 128, 64, 4, 2, None, True), (128, 128, 64, 5, 4, 0, False))
+# The consumers' epilogue as a loop over slices read back from one shared whole-tile buffer (flag EPI_SMEM = 1,
+# halves, 4 stages) was the fastest config of mixed_dag at 8192x4096x1024 in two H200 runs (1.87 / 1.82 x cuBLAS
+# against 1.98 / 1.95 for ping-pong halves and 2.07 for quarters without prefetch) and within 1-3% of the best of
+# the others at 8192x8192x4096 (docs/benchmarks.md, "Epilogue loop from shared memory"); it follows the EPI_TMA
+# config, so an epilogue without the loader's input times it among its first five instead of quarters.
+# (BM, BN, BK, stages, subtile, PREFETCH or None, EPI_TMA, EPI_SMEM)
+_PINGPONG_GLUON_16 = ((128, 128, 64, 5, 2, None, False, 0), (128, 128, 64, 5, 2, 0, False, 0),
+                      (128, 128, 64, 4, 2, None, True, 0), (128, 128, 64, 4, 2, None, False, 1),
+                      (128, 128, 64, 5, 4, 0, False, 0))
 
 # fp32 without TF32 has no tensor-core path: tl.dot becomes FMA loops whose register use grows with the
 # tile. On the H200 run, 128x256 / 128x128 persistent fp32-IEEE kernels spilled 24 to 3052 registers
@@ -595,12 +601,12 @@ def candidate_configs(
                     for bm, bn, bk, stages, warps in _PINGPONG_16] if DTYPE_BYTES[dtype] == 2 else []
         if pingpong_allowed(dtype, info, tma_ok):
             gluon = [GemmConfig("pingpong", bm, bn, bk, 8, 1, 4, stages,
-                                (("EPILOGUE_SUBTILE", sub), ("EPI_TMA", tma)) + ((("PREFETCH", pf),) if pf is not None
-                                                                                else ()))
-                     for bm, bn, bk, stages, sub, pf, tma in _PINGPONG_GLUON_16]
+                                (("EPILOGUE_SUBTILE", sub), ("EPI_TMA", tma), ("EPI_SMEM", smem))
+                                + ((("PREFETCH", pf),) if pf is not None else ()))
+                     for bm, bn, bk, stages, sub, pf, tma, smem in _PINGPONG_GLUON_16]
             # five candidates (the bench's default): halves, ping-pong halves with / without prefetch, quarters +
             # flatten, ping-pong halves with the input through the loader (dropped by ``for_epilogue`` where the
-            # epilogue has no such input); then ping-pong quarters
+            # epilogue has no such input); then ping-pong halves looped from shared memory, ping-pong quarters
             space += persistent[:1] + gluon[:2] + persistent[2:3] + gluon[2:] + persistent[1:2] + persistent[3:]
             space += pingpong
         else:
