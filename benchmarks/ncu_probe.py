@@ -58,6 +58,46 @@ def summarize(text: str) -> list[dict]:
     return rows
 
 
+def stall_summary(path: str) -> list[dict]:
+    """Per kernel of a source-page export (``benchmarks/ncu_source.sh``: ``ncu --page source --csv --print-source
+    sass``, gzipped or not): SASS instruction count, warp-stall samples by reason and by opcode, and shared-memory
+    wavefronts against the ideal (bank conflicts). Samples of warps parked at a barrier on a NOP (a Gluon
+    kernel's idle warps of the loader's warpgroup, waiting at the partitions' join) are counted apart as
+    ``parked``: they take no issue slots."""
+    import collections
+    import csv
+    import gzip
+    import io
+    import re
+
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        text = f.read()
+    out = []
+    for block in text.split('"Kernel Name",')[1:]:
+        name, rest = block.split("\n", 1)
+        rows = list(csv.DictReader(io.StringIO(rest)))
+        reasons, ops = collections.Counter(), collections.Counter()
+        waves = collections.Counter()
+        parked = 0
+        for r in rows:
+            op = re.sub(r"^@!?U?P\w+\s+", "", r["Source"].strip()).split()[0]
+            counts = {k[6:]: int(v) for k, v in r.items()
+                      if k.startswith("stall_") and "Not Issued" not in k and v and int(v)}
+            if op == "NOP" and counts.get("barrier"):
+                parked += sum(counts.values())
+                continue
+            reasons.update(counts)
+            ops[op.split(".")[0]] += sum(counts.values())
+            if op.startswith(("LDS", "STS", "LDSM", "STSM")):
+                waves["actual"] += int(r.get("L1 Wavefronts Shared") or 0)
+                waves["ideal"] += int(r.get("L1 Wavefronts Shared Ideal") or 0)
+        out.append({"kernel": name.strip('",'), "instructions": len(rows), "samples": sum(reasons.values()),
+                    "parked": parked, "reasons": dict(reasons.most_common()), "ops": dict(ops.most_common()),
+                    "shared_wavefronts": dict(waves)})
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shape", default="8192,4096,1024", help="M,N,K")
@@ -65,8 +105,20 @@ def main(argv=None) -> int:
                     "tuner measures)")
     ap.add_argument("--summarize", metavar="REPORT", help="print a saved ncu text report as a markdown table "
                     "(no GPU needed) instead of running jobs")
+    ap.add_argument("--stalls", metavar="CSV", help="print the warp-stall summary of a source-page export "
+                    "(benchmarks/ncu_source.sh's ncu_source.csv.gz; no GPU needed) instead of running jobs")
     ap.add_argument("jobs", nargs="*", help="workload:config, or cublas")
     args = ap.parse_args(argv)
+    if args.stalls:
+        for i, k in enumerate(stall_summary(args.stalls)):
+            pct = {key: 100 * v / max(1, k["samples"]) for key, v in k["reasons"].items()}
+            w = k["shared_wavefronts"]
+            print(f"{i} {k['kernel']}: {k['instructions']} SASS instructions, {k['samples']} stall samples "
+                  f"(+{k['parked']} parked); shared wavefronts {w.get('actual', 0)} / ideal {w.get('ideal', 0)}")
+            print("   by reason: " + ", ".join(f"{key} {v:.1f}%" for key, v in list(pct.items())[:8]))
+            print("   by opcode: " + ", ".join(f"{op} {100 * v / max(1, k['samples']):.1f}%"
+                                           for op, v in list(k["ops"].items())[:8]))
+        return 0
     if args.summarize:
         from pathlib import Path
 

@@ -86,15 +86,13 @@ def configs() -> dict:
             "q4f_auto": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=4, FLATTEN=True),
         }
     if CONFIG_SET == "epismem":  # the consumers' epilogue as a loop over slices read back from shared memory
-        return {  # (H200 run 1 also had es1_q4 / es1_q4_p0: one whole-tile buffer, quarters; slower than es1_h)
+        return {  # (H200 run 1 also had es1_q4 / es1_q4_p0, run 2 es2_h / es2_h_p0: slower than es1_h / es2_q4)
             "base": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=True),
             "g_h": gl(5, 2),
             "g_h_tma": gl(4, 2, EPI_TMA=True),
             "g_q4_p0": gl(5, 4, PREFETCH=0),
             "es1_h": gl(4, 2, EPI_SMEM=1),
             "es2_q4": gl(4, 4, EPI_SMEM=2),
-            "es2_h": gl(4, 2, EPI_SMEM=2),
-            "es2_h_p0": gl(4, 2, EPI_SMEM=2, PREFETCH=0),
         }
     if CONFIG_SET == "epiwg":  # the epilogue-warpgroup schedule (two MMA warpgroups on 128x256, one epilogue)
         return {  # the last two are the selftest workers' configs
@@ -324,7 +322,7 @@ def phase1(args, log) -> dict:
     for ex in ("mixed_dag", "row_reduction", "bce_loss", "column_broadcast", "lincomb_relu"):
         for c in {"run1": ("pp2_h", "pp2_q4", "pp2_h_ws"), "prefetch": ("q4_auto", "q4f_auto", "h_pf2"),
                   "prefetch2": ("q4_pf1",), "gluon": ("g_h", "g_q4"), "gluon2": ("g_h_tma", "g_q4_tma"),
-                  "epiwg": ("wg_q4", "wg_q4_s2r3"), "epismem": ("es2_q4", "es2_h")}.get(
+                  "epiwg": ("wg_q4", "wg_q4_s2r3"), "epismem": ("es1_h", "es2_q4")}.get(
                 CONFIG_SET, ("pp2_q4", "base_q4")):
             for d in ("bfloat16", "float16"):
                 jobs.append(f"E:{ex}:{c}:{d}")

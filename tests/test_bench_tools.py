@@ -33,3 +33,43 @@ def test_bad_jobs_are_named(capsys):
     with pytest.raises(SystemExit):
         ncu_probe.main([])
     assert "give at least one job" in capsys.readouterr().err
+
+
+def _source_export(path, kernels):
+    """A source-page CSV as ``ncu --page source --csv --print-source sass`` writes it, one block per kernel."""
+    cols = ["Address", "Source", "Warp Stall Sampling (All Samples)", "L1 Wavefronts Shared",
+            "L1 Wavefronts Shared Ideal", "stall_barrier", "stall_long_sb", "stall_wait", "stall_no_inst",
+            "stall_long_sb (Not Issued)"]
+    lines = []
+    for name, rows in kernels:
+        lines.append(f'"Kernel Name","{name}",')
+        lines.append(",".join(f'"{c}"' for c in cols))
+        for i, row in enumerate(rows):
+            lines.append(",".join(f'"{v}"' for v in [hex(16 * i), *row]))
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_stall_summary_counts_reasons_opcodes_and_bank_conflicts(tmp_path, capsys):
+    """Samples by reason and opcode, parked warps (a barrier on a NOP) apart, the 'Not Issued' columns not
+    counted twice, shared-memory wavefronts against the ideal; gzipped or plain."""
+    rows = [["      NOP", 40, 0, 0, 40, 0, 0, 0, 0],
+            ["@!P0  BRA 0x10", 30, 0, 0, 0, 25, 5, 0, 25],
+            ["      FFMA R1, R2, R3, R4", 20, 0, 0, 0, 0, 12, 8, 0],
+            ["      STS.64 [R1], R2", 10, 200, 100, 0, 0, 10, 0, 0],
+            ["      LDS.128 R4, [R1]", 0, 50, 50, 0, 0, 0, 0, 0]]
+    path = tmp_path / "source.csv"
+    _source_export(path, [("gemm_pingpong", rows), ("nvjet", rows[1:3])])
+    first, second = ncu_probe.stall_summary(str(path))
+    assert first["kernel"] == "gemm_pingpong" and first["instructions"] == 5 and first["parked"] == 40
+    assert first["samples"] == 60 and first["reasons"] == {"wait": 27, "long_sb": 25, "no_inst": 8}
+    assert first["ops"] == {"BRA": 30, "FFMA": 20, "STS": 10, "LDS": 0}
+    assert first["shared_wavefronts"] == {"actual": 250, "ideal": 150}
+    assert second["samples"] == 50 and second["parked"] == 0
+    import gzip
+    gz = tmp_path / "source.csv.gz"
+    gz.write_bytes(gzip.compress(path.read_bytes()))
+    assert ncu_probe.stall_summary(str(gz)) == [first, second]
+    assert ncu_probe.main(["--stalls", str(gz)]) == 0
+    out = capsys.readouterr().out
+    assert "0 gemm_pingpong: 5 SASS instructions, 60 stall samples (+40 parked); shared wavefronts 250 / ideal 150" in out
+    assert "by reason: wait 45.0%, long_sb 41.7%, no_inst 13.3%" in out
