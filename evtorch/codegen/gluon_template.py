@@ -26,7 +26,12 @@ With PREFETCH = 1 the M x N inputs of slice 0 are loaded before the consumer's m
 before slice s runs (the emitter's ``epilogue_prefetch`` / ``epilogue_pf`` pair). With EPI_TMA the loader also
 copies the epilogue's one M x N input by TMA into shared memory, half way through each tile's K steps (two slot
 sets of S slice buffers, one per consumer: consumer c's tiles always use set c), and the consumer reads each slice
-from there (H200 run 3: -2 to -4% on three of four one-input workloads at 8192x4096x1024).
+from there (H200 run 3: -2 to -4% on three of four one-input workloads at 8192x4096x1024). With EPI_SMEM the
+consumer stores its accumulator's slices into shared memory and runs the epilogue as one runtime loop over them
+(``_epi_smem_loop``): one slice's epilogue code per consumer instead of one per slice. It removed the
+instruction-fetch stalls of long epilogues but added the round trip and, with one buffer for both consumers,
+serialized their epilogues: faster for mixed_dag (-5 to -7% at 8192x4096x1024), slower for bce_loss
+(docs/benchmarks.md, "Epilogue loop from shared memory").
 
 A second schedule in the same kernel, **EPI_WG = R** (the "epilogue warpgroup"): two MMA warpgroups
 (``_mma``, 8 warps) run the main loop of every 128 x 256 tile of the program and issue their own TMA copies
