@@ -94,6 +94,15 @@ def configs() -> dict:
             "es1_h": gl(4, 2, EPI_SMEM=1),
             "es2_q4": gl(4, 4, EPI_SMEM=2),
         }
+    if CONFIG_SET == "whole":  # a ping-pong consumer's epilogue on the whole 128x128 tile (more independent chains)
+        return {
+            "base": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=True),
+            "g_h": gl(5, 2),
+            "g_h_p0": gl(5, 2, PREFETCH=0),
+            "g_h_tma": gl(4, 2, EPI_TMA=True),
+            "g_w1_p0": gl(5, 1, PREFETCH=0),
+            "g_w1": gl(5, 1),
+        }
     if CONFIG_SET == "epiwg":  # the epilogue-warpgroup schedule (two MMA warpgroups on 128x256, one epilogue)
         return {  # the last two are the selftest workers' configs
             "base": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=True),
@@ -322,7 +331,7 @@ def phase1(args, log) -> dict:
     for ex in ("mixed_dag", "row_reduction", "bce_loss", "column_broadcast", "lincomb_relu"):
         for c in {"run1": ("pp2_h", "pp2_q4", "pp2_h_ws"), "prefetch": ("q4_auto", "q4f_auto", "h_pf2"),
                   "prefetch2": ("q4_pf1",), "gluon": ("g_h", "g_q4"), "gluon2": ("g_h_tma", "g_q4_tma"),
-                  "epiwg": ("wg_q4", "wg_q4_s2r3"), "epismem": ("es1_h", "es2_q4")}.get(
+                  "epiwg": ("wg_q4", "wg_q4_s2r3"), "epismem": ("es1_h", "es2_q4"), "whole": ("g_w1_p0",)}.get(
                 CONFIG_SET, ("pp2_q4", "base_q4")):
             for d in ("bfloat16", "float16"):
                 jobs.append(f"E:{ex}:{c}:{d}")
