@@ -487,10 +487,10 @@ _PINGPONG_16 = ((128, 128, 64, 3, 4),)
 # configs at 8192x8192x4096 and 12-111% at 8192x4096x1024, the identity included (docs/benchmarks.md, "Epilogue
 # warpgroup schedule"). It stays available as a GemmConfig flag.
 # The consumers' epilogue as a loop over slices read back from one shared whole-tile buffer (flag EPI_SMEM = 1,
-# halves, 4 stages) was the fastest config of mixed_dag at 8192x4096x1024 in two H200 runs (1.87 / 1.82 x cuBLAS
-# against 1.98 / 1.95 for ping-pong halves and 2.07 for quarters without prefetch) and within 1-3% of the best of
-# the others at 8192x8192x4096 (docs/benchmarks.md, "Epilogue loop from shared memory"); it follows the EPI_TMA
-# config, so an epilogue without the loader's input times it among its first five instead of quarters.
+# halves, 4 stages) was the fastest config of mixed_dag at 8192x4096x1024 in three H200 runs (1.87 / 1.82 / 1.85 x
+# cuBLAS against 1.98 / 1.95 / 1.99 for ping-pong halves and 2.07 / 2.12 for quarters without prefetch) and slower
+# for bce_loss (docs/benchmarks.md, "Epilogue loop from shared memory"); it follows the EPI_TMA config, so an
+# epilogue without the loader's input (mixed_dag) times it among its first five instead of quarters.
 # (BM, BN, BK, stages, subtile, PREFETCH or None, EPI_TMA, EPI_SMEM)
 _PINGPONG_GLUON_16 = ((128, 128, 64, 5, 2, None, False, 0), (128, 128, 64, 5, 2, 0, False, 0),
                       (128, 128, 64, 4, 2, None, True, 0), (128, 128, 64, 4, 2, None, False, 1),

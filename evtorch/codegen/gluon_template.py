@@ -470,7 +470,7 @@ def _epi_smem_loop(prefetch: int) -> str:
 
     loop = ["for h in range(EPI_SMEM):",
             "    partition_barrier()  # this consumer's warps have read the buffer's previous slices",
-            _per_subtiling(stores, split=False, indent=0).rstrip("\n").replace("\n", "\n    ").join(["    ", ""]),
+            _per_subtiling(stores, split=False, indent=4).rstrip("\n"),
             "    partition_barrier()",
             "    for s2 in range(EPILOGUE_SUBTILE // EPI_SMEM):",
             "        s = h * (EPILOGUE_SUBTILE // EPI_SMEM) + s2",
