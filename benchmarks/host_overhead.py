@@ -37,11 +37,16 @@ import time
 
 
 class _StubKernel:
-    """``kernel[grid](*args, **kwargs)`` that launches nothing."""
+    """``kernel[grid](*args, **kwargs)`` that launches nothing. It keeps the replaced kernel's parameter list
+    (``arg_names``, ``params``), which ``runtime.launcher.DirectLaunch`` reads when it is built for a CUDA
+    device; its ``_jit`` then gets None from the stub and never caches a compiled kernel, so every call takes the
+    direct launcher's own lookup and the stub."""
 
-    def __init__(self, name):
+    def __init__(self, name, original=None):
         self.__name__ = name
         self.calls = 0
+        self.arg_names = getattr(original, "arg_names", ())
+        self.params = getattr(original, "params", ())
 
     def __getitem__(self, grid):
         return self._launch
@@ -59,7 +64,7 @@ def stub_launches():
         for name, value in list(vars(module).items()):
             kind = type(value).__name__
             if kind in ("JITFunction", "InterpretedFunction") and (name.startswith("gemm") or "vec" in name):
-                setattr(module, name, _StubKernel(name))
+                setattr(module, name, _StubKernel(name, value))
         return module
 
     for module in list(source_cache._modules.values()):

@@ -447,7 +447,7 @@ _EXECUTE = _execute
 def run_gemm(ep, A, B, inputs: dict, *, out_dtype, deterministic=False, allow_tf32=False, config=None):
     key = launch_key(ep, A, B, inputs, out_dtype, deterministic, allow_tf32, config)
     launch = _launches.get(key)
-    if launch is not None and _execute is _EXECUTE:  # (benchmarks/run.py wraps _execute to see configs)
+    if launch is not None and _execute is _EXECUTE:  # (benchmarks/run.py wraps _execute around one call)
         return launch.run_fast(A, B, inputs)
     return _first_call(key, ep, A, B, inputs, out_dtype, deterministic, allow_tf32, config)
 
