@@ -227,25 +227,22 @@ def ceilings(b: Bench):
 
 @contextlib.contextmanager
 def _recording_config():
-    """Wrap evtorch's launcher for the calls inside the ``with`` block, so the bench can read the config they ran
-    with (``seen["config"]``). Only there: while ``runtime.gemm._execute`` is wrapped every call takes the first-call
-    path (plan lookup, config choice) instead of the cached launch a user's repeated call takes, which made the
-    bench's public-call times (and its host-time column) 40-180 us per call too slow until 2026-11-21."""
+    """``seen["config"]``: the config of the calls inside the ``with`` block that prepare a launch (evtorch's
+    ``runtime.gemm.FIRST_CALL_HOOKS``; the bench's poisoned call is one: the poison knob is part of the launch key).
+    Until 2026-11-21 the bench wrapped ``runtime.gemm._execute`` for the whole run instead, which sent every timed
+    call through the first-call path (40-180 us per call too slow)."""
     from evtorch.runtime import gemm as rg
 
     seen = {"config": None}
-    orig = rg._execute
 
-    def wrapped(*a, **k):
-        cfg = k.get("config", a[-1] if a else None)
-        seen["config"] = getattr(cfg, "short", lambda: str(cfg))()
-        return orig(*a, **k)
+    def hook(cfg):
+        seen["config"] = cfg.short()
 
-    rg._execute = wrapped
+    rg.FIRST_CALL_HOOKS.append(hook)
     try:
         yield seen
     finally:
-        rg._execute = orig
+        rg.FIRST_CALL_HOOKS.remove(hook)
 
 
 def _tuning_files(b: Bench) -> dict:

@@ -152,6 +152,30 @@ def test_generated_run_keys_only_what_varies():
     assert call.strip().startswith("_kernel((_ak(_cx1), _ak(_cx2), _ak(_cx3),), A, B,")
 
 
+def test_first_call_hooks_see_each_prepared_launch_once(monkeypatch):
+    """FIRST_CALL_HOOKS get the config when a signature's launch is prepared; a repeated call takes the cached
+    launch (hooks or not) and calls none; a knob in the launch key (poisoning) makes a new signature."""
+    import evtorch.runtime.gemm as rg
+
+    def relu(acc):
+        return torch.relu(acc)
+
+    A, B = torch.randn(32, 16), torch.randn(16, 24)
+    rg.clear_caches()
+    seen = []
+    monkeypatch.setattr(rg, "FIRST_CALL_HOOKS", [seen.append])
+    first = evt.gemm(A, B, relu, backend="triton")
+    assert len(seen) == 1 and seen[0].template == "portable"
+    (launch,) = {id(v): v for v in rg._launches.values()}.values()
+    calls = []
+    monkeypatch.setattr(launch, "run_fast", lambda *a: calls.append(a) or first)
+    evt.gemm(A, B, relu, backend="triton")
+    assert len(seen) == 1 and len(calls) == 1
+    monkeypatch.setenv("EVTORCH_POISON", "1")
+    torch.testing.assert_close(evt.gemm(A, B, relu, backend="triton"), first)
+    assert len(seen) == 2 and seen[1] == seen[0] and len(calls) == 1
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_gpu_specialisation_changes_between_calls(monkeypatch):

@@ -441,13 +441,15 @@ def _execute(ep, prog, A, B, inputs, out_dtype, allow_tf32, config: GemmConfig, 
     return _Result(launch, launch.run(A, B, inputs, call))
 
 
-_EXECUTE = _execute
+#: ``hook(config)`` for each, when a call signature's launch is first prepared (benchmarks/run.py records the tuned
+#: config this way); repeated calls take the cached launch and call none of them
+FIRST_CALL_HOOKS: list = []
 
 
 def run_gemm(ep, A, B, inputs: dict, *, out_dtype, deterministic=False, allow_tf32=False, config=None):
     key = launch_key(ep, A, B, inputs, out_dtype, deterministic, allow_tf32, config)
     launch = _launches.get(key)
-    if launch is not None and _execute is _EXECUTE:  # (benchmarks/run.py wraps _execute around one call)
+    if launch is not None:
         return launch.run_fast(A, B, inputs)
     return _first_call(key, ep, A, B, inputs, out_dtype, deterministic, allow_tf32, config)
 
@@ -455,7 +457,7 @@ def run_gemm(ep, A, B, inputs: dict, *, out_dtype, deterministic=False, allow_tf
 def run_cached(key: tuple, A, B, inputs: dict):
     """The results of a call whose ``launch_key`` is ``key`` if that signature has run before, else None."""
     launch = _launches.get(key)
-    if launch is None or _execute is not _EXECUTE:
+    if launch is None:
         return None
     return launch.run_fast(A, B, inputs)
 
@@ -487,8 +489,6 @@ class LaunchSite:
             if len(self.memo) >= 16:
                 self.memo.clear()
             self.memo[token] = launch
-        if _execute is not _EXECUTE:
-            return None
         return launch.run_fast(A, B, inputs)
 
 
@@ -505,4 +505,6 @@ def _first_call(key, ep, A, B, inputs, out_dtype, deterministic, allow_tf32, con
         config = resolve_config(A, B, config)
     res = _execute(ep, prog, A, B, inputs, out_dtype, allow_tf32, config, resolved=True)
     _remember(_launches, key, res.launch)
+    for hook in FIRST_CALL_HOOKS:
+        hook(config)
     return res.results()
