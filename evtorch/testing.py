@@ -48,7 +48,8 @@ _POSITIVE = {"log", "log2", "sqrt", "rsqrt", "log1p"}
 
 def _unary_case(name: str) -> Case:
     torch_fn = {"relu": torch.relu, "leaky_relu": lambda x: F.leaky_relu(x, 0.2), "gelu": F.gelu,
-                "silu": F.silu, "softplus": F.softplus, "logsigmoid": F.logsigmoid, "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid,
+                "silu": F.silu, "softplus": F.softplus, "logsigmoid": F.logsigmoid, "hardswish": F.hardswish,
+                "hardsigmoid": F.hardsigmoid,
                 "elu": F.elu, "square": torch.square, "reciprocal": lambda x: torch.reciprocal(x.abs() + 0.5),
                 "neg": torch.neg, "abs": torch.abs, "sign": torch.sign}.get(name) or getattr(torch, name)
     if name in _POSITIVE:

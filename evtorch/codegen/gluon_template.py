@@ -410,6 +410,18 @@ def _per_subtiling(slice_lines, split: bool, indent: int = 8) -> str:
     return _indent("\n".join(out), indent)
 
 
+def _slice_args(s: str, n: str) -> str:
+    """The epilogue call's arguments after the accumulator, for slice ``s`` of ``n`` (expressions: numbers in the
+    unrolled calls, names in the EPI_SMEM loop)."""
+    return f"offs_m, offs_n + {s} * EPI_N, pid_m, {n} * pid_n + {s}, 0, M, N, L__PARAMS_CALL__"
+
+
+def _prefetch_call(s: str | None, rows: str = "M") -> str:
+    """The call that loads slice ``s``'s M x N inputs (None: slice 0), masked to the rows below ``rows``."""
+    cols = "offs_n" if s is None else f"offs_n + {s} * EPI_N"
+    return f"__EPILOGUE___prefetch(offs_m, {cols}, 0, {rows}, N, L__PARAMS_CALL__)"
+
+
 def _epilogue_calls(prefetch: int, tma: bool, from_smem: bool = False, indent: int = 8) -> str:
     """The S-way split of the accumulator, each slice moved to the epilogue's layout and handed to the epilogue;
     with ``prefetch`` M x N inputs and PREFETCH = 1, slice i + 1's inputs are loaded before slice i runs (slice 0's
@@ -417,15 +429,13 @@ def _epilogue_calls(prefetch: int, tma: bool, from_smem: bool = False, indent: i
     loader's buffer (consumer WHICH's slot set). ``from_smem``: the EPI_WG epilogue partition's calls, each slice
     read from the hand-off ring instead of split from registers."""
     def slice_lines(i: int, n: int) -> list[str]:
-        args = f"offs_m, offs_n + {i} * EPI_N, pid_m, {n} * pid_n + {i}, 0, M, N, L__PARAMS_CALL__"
+        args = _slice_args(str(i), str(n))
         body = _acc_slice(i, n, from_smem)
         if not prefetch:
             return body + [f"__EPILOGUE__(acc_e, {args})"]
         plain = []
         if i + 1 < n:
-            plain += ["if PREFETCH > 0:",
-                      f"    {_pf_names(i + 1, prefetch)} = __EPILOGUE___prefetch(offs_m, offs_n + {i + 1} * EPI_N, "
-                      "0, M, N, L__PARAMS_CALL__)"]
+            plain += ["if PREFETCH > 0:", f"    {_pf_names(i + 1, prefetch)} = {_prefetch_call(str(i + 1))}"]
         plain += ["if PREFETCH > 0:",
                   f"    __EPILOGUE___pf(acc_e, {args}, {_pf_names(i, prefetch)})",
                   "else:",
@@ -454,7 +464,7 @@ def _epi_smem_loop(prefetch: int) -> str:
     per consumer that takes the accumulator's two halves in turn (the second half waits in registers). With
     PREFETCH = 1 slice s + 1's inputs are loaded before slice s runs (none after the last slice: its row bound is
     0)."""
-    args = "offs_m, offs_n + s * EPI_N, pid_m, EPILOGUE_SUBTILE * pid_n + s, 0, M, N, L__PARAMS_CALL__"
+    args = _slice_args("s", "EPILOGUE_SUBTILE")
     head = ["if EPI_SMEM == 1:",
             "    mbarrier.wait(acc_ready.index(WHICH), (j & 1) ^ (1 - WHICH))",
             "    ebase = 0",
@@ -482,8 +492,7 @@ def _epi_smem_loop(prefetch: int) -> str:
     if prefetch:
         cur, nxt = _pf_names(0, prefetch), ", ".join(f"pfn_{k}" for k in range(prefetch))
         loop += ["        if PREFETCH > 0:",
-                 f"            {nxt} = __EPILOGUE___prefetch(offs_m, offs_n + (s + 1) * EPI_N, 0, "
-                 "M * (s + 1 < EPILOGUE_SUBTILE), N, L__PARAMS_CALL__)",
+                 f"            {nxt} = {_prefetch_call('(s + 1)', 'M * (s + 1 < EPILOGUE_SUBTILE)')}",
                  f"            __EPILOGUE___pf(acc_e, {args}, {cur})",
                  f"            {cur} = {nxt}",
                  "        else:",
@@ -510,8 +519,7 @@ def _prefetch_top(prefetch: int) -> str:
     and this one's)."""
     if not prefetch:
         return ""
-    return _indent(f"if PREFETCH > 0:\n    {_pf_names(0, prefetch)} = __EPILOGUE___prefetch(offs_m, offs_n, 0, M, N, "
-                   "L__PARAMS_CALL__)", 8)
+    return _indent(f"if PREFETCH > 0:\n    {_pf_names(0, prefetch)} = {_prefetch_call(None)}", 8)
 
 
 def render_pingpong(kernel_name: str, epilogue_fn: str, epilogue_params: list[str], prefetch: int = 0,
@@ -539,7 +547,8 @@ def render_pingpong(kernel_name: str, epilogue_fn: str, epilogue_params: list[st
             .replace("__PREFETCH_TOP__", _prefetch_top(prefetch))
             .replace("__C_RING__", _c_ring(tma_input))
             .replace("__LOADER_C__", _indent(_LOADER_C, 12) if tma_input else ""))
-    text = text.replace("@gluon.jit\ndef __KERNEL__(\n", jit_decorator(unspecialized, params, "gluon") + "\ndef __KERNEL__(\n")
+    text = text.replace("@gluon.jit\ndef __KERNEL__(\n",
+                        jit_decorator(unspecialized, params, "gluon") + "\ndef __KERNEL__(\n")
     return (text.replace("__KERNEL__", kernel_name)
             .replace("__EPILOGUE__", epilogue_fn)
             .replace("__PARAMS_SIG__", "".join(f"    {p},\n" for p in params))

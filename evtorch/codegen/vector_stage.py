@@ -360,6 +360,7 @@ class VectorEmitter:
                     self.indent -= 2
                 self.w("tl.debug_barrier()")
         params = ", ".join(["L", "M", "N"] + self.params.names() + ["VBLOCK: tl.constexpr"])
-        source = f"{jit_decorator(self.params.names('scalar'), self.params.names())}\ndef {self.fn_name}({params}):\n" + "\n".join(self.lines) + "\n"
+        decorator = jit_decorator(self.params.names("scalar"), self.params.names())
+        source = f"{decorator}\ndef {self.fn_name}({params}):\n" + "\n".join(self.lines) + "\n"
         return VectorCode(source, self.fn_name, self.params, self.domain, self.phases, self.inner,
                           getattr(self, "task_domains", []))

@@ -96,7 +96,8 @@ def _match(n: Node):
             return ("clamp", x)
     if _compute(x, "sigmoid") and _same(n, x, x.args[0]):
         return ("sigmoid", x.args[0])
-    if (_compute(x, "sub") and x.attrs.get("alpha", 1) == 1 and _bound(x.args[0]) == 1 and _compute(x.args[1], "sigmoid") and _same(n, x, x.args[1], x.args[1].args[0])):
+    if (_compute(x, "sub") and x.attrs.get("alpha", 1) == 1 and _bound(x.args[0]) == 1
+            and _compute(x.args[1], "sigmoid") and _same(n, x, x.args[1], x.args[1].args[0])):
         return ("one_minus", x.args[1].args[0])
     return None
 
