@@ -162,6 +162,7 @@ def test_first_call_hooks_see_each_prepared_launch_once(monkeypatch):
 
     A, B = torch.randn(32, 16), torch.randn(16, 24)
     rg.clear_caches()
+    monkeypatch.delenv("EVTORCH_POISON", raising=False)  # (tests/helpers.py turns it on for the suite)
     seen = []
     monkeypatch.setattr(rg, "FIRST_CALL_HOOKS", [seen.append])
     first = evt.gemm(A, B, relu, backend="triton")
