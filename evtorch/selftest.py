@@ -79,6 +79,8 @@ def run(sizes=((257, 193, 129, 3), (1024, 768, 512, 2)), dtypes=("float32", "flo
                  # whole-tile buffer on halves (a tuner candidate), a half-tile buffer each on quarters
                  GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 4, (("EPILOGUE_SUBTILE", True), ("EPI_SMEM", 1))),
                  GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 4, (("EPILOGUE_SUBTILE", 4), ("EPI_SMEM", 2))),
+                 # ... and on eighths (128 x 16 slices: ptxas interleaves the per-element chains)
+                 GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 4, (("EPILOGUE_SUBTILE", 8), ("EPI_SMEM", 1))),
                  # the epilogue-warpgroup schedule: 128x256 tiles, quarters handed off through two fp32 buffers
                  GemmConfig("pingpong", 128, 256, 64, 8, 1, 4, 3, (("EPILOGUE_SUBTILE", 4), ("EPI_WG", 2)))]
     import evtorch as evt

@@ -97,8 +97,25 @@ def test_epilogue_loop_config_rules():
     assert not fits_smem(es, torch.bfloat16, H200)  # 5 x 32 KiB + 64 KiB
     with pytest.raises(ValueError, match="must be one of"):
         pp(4, EPI_SMEM=3)
-    with pytest.raises(ValueError, match="EPI_SMEM=2 .* needs EPILOGUE_SUBTILE 2 or 4"):
+    with pytest.raises(ValueError, match="EPI_SMEM=2 .* needs EPILOGUE_SUBTILE 2, 4 or 8"):
         pp(1, EPI_SMEM=2)
+    # eighths (128 x 16 slices) only in the loop: eight inlined copies per consumer would crowd the instruction
+    # cache, and the persistent template splits into four at most; the fallback takes quarters
+    assert pp(8, EPI_SMEM=1).epilogue_subtiles == pp(8, EPI_SMEM=2).epilogue_subtiles == 8
+    with pytest.raises(ValueError, match="EPILOGUE_SUBTILE=8 needs template='pingpong' with EPI_SMEM"):
+        pp(8)
+    with pytest.raises(ValueError, match="EPILOGUE_SUBTILE=8 needs template='pingpong' with EPI_SMEM"):
+        GemmConfig("persistent_tma", 128, 256, 64, 8, 1, 8, 3, (("EPILOGUE_SUBTILE", 8),))
+    with pytest.raises(ValueError, match="EPILOGUE_SUBTILE=8 needs BLOCK_N >= 128"):
+        GemmConfig("pingpong", 128, 64, 64, 8, 1, 4, 4, (("EPILOGUE_SUBTILE", 8), ("EPI_SMEM", 1)))
+    # the loop may load up to four slices ahead; the unrolled calls one
+    assert pp(8, EPI_SMEM=1, PREFETCH=4).flag("PREFETCH") == 4
+    with pytest.raises(ValueError, match="one slice ahead at most .* up to 4 in the EPI_SMEM loop"):
+        pp(4, PREFETCH=2)
+    with pytest.raises(ValueError, match="must be one of"):
+        pp(8, EPI_SMEM=1, PREFETCH=5)
+    fell8 = resolve_config(torch.randn(64, 32), torch.randn(32, 64), pp(8, EPI_SMEM=2))
+    assert fell8.template == "persistent_tma" and dict(fell8.extra) == {"EPILOGUE_SUBTILE": 4}
     with pytest.raises(ValueError, match="not with EPI_TMA or EPI_WG"):
         pp(4, EPI_SMEM=1, EPI_TMA=True)
     with pytest.raises(ValueError, match="not with EPI_TMA or EPI_WG"):
@@ -160,11 +177,17 @@ def test_render_validates_and_names_partitions():
     # next slice's prefetch bounded to nothing after the last slice
     for name in ("acc_bufs.index(ebase + 3).store(acc_s3)", "elif h == 1:\n", "acc_bufs.index(ebase + 1).store(acc_s3)",
                  "for h in range(EPI_SMEM):", "for s2 in range(EPILOGUE_SUBTILE // EPI_SMEM):",
-                 "acc_e = acc_bufs.index(ebase + s2).load(epi_layout)", "M * (s + 1 < EPILOGUE_SUBTILE)",
+                 "acc_e = acc_bufs.index(ebase + s2).load(epi_layout)", "M * (s + PREFETCH < EPILOGUE_SUBTILE)",
+                 "pf0_0, pf1_0, pf2_0, pf3_0 = pf1_0, pf2_0, pf3_0, pfn_0", "M * (3 < EPILOGUE_SUBTILE)",
                  "mbarrier.arrive(acc_ready.index(1 - WHICH), count=1)"):
         assert name in text, name
     loop = text.split("if EPI_SMEM > 0:")[1].split("\n        else:\n")[0]
     assert loop.count("epi_pf(") == 1 and loop.count("epi(") == 1
+    # the loop alone takes eighths: the split into acc_s0 .. acc_s7 (column order, by halving) and their stores
+    for name in ("if EPILOGUE_SUBTILE == 8:", "acc_bufs.index(ebase + 7).store(acc_s7)",
+                 "acc_bufs.index(ebase + 3).store(acc_s7)", "gl.reshape(acc_h4_3, (BLOCK_M, 2, BLOCK_N // 8))"):
+        assert name in loop, name
+    assert text.count("EPILOGUE_SUBTILE == 8") == 2  # the loop's split and its stores, no unrolled eighths
 
 
 @pytest.mark.parametrize("name", ["mixed_dag", "row_reduction", "bce_loss"])
@@ -215,7 +238,9 @@ def test_offline_compile_specialises_unit_strides_as_a_launch_does():
                                               ("wg_q4", "identity,bias_gelu_aux,rowreduce_tanh"),
                                               ("wg_q4_s2r3", "mixed_dag,bce_loss"),
                                               ("pp_es1_q4", "bce_loss,colbcast_leaky,dgelu_bgrad"),
-                                              ("pp_es2_h", "mixed_dag,rowreduce_tanh,bias_gelu_aux")])
+                                              ("pp_es2_h", "mixed_dag,rowreduce_tanh,bias_gelu_aux"),
+                                              ("pp_es1_s8", "bce_loss,mixed_dag,rowreduce_tanh"),
+                                              ("pp_es2_s8", "dgelu_bgrad,colbcast_leaky")])
 def test_compiles_for_sm90(tmp_path, config, workloads):
     """Every kind of epilogue (stores, broadcasts, prefetched input, row / column / full reductions, two inputs)
     compiles for sm_90 with the installed Triton, within the shared memory of one SM."""

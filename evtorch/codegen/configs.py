@@ -25,7 +25,8 @@ TEMPLATES: tuple[str, ...] = ("portable", "splitk", "persistent_tma", "pingpong"
 # Flags a config may carry in ``extra``; all apply to persistent_tma, EPILOGUE_SUBTILE and PREFETCH (0 / 1) also to
 # pingpong.
 EXTRA_FLAGS: dict[str, type | tuple[type, ...]] = {
-    # call the epilogue on S [BM, BN/S] slices (less register/smem pressure): True (= 2) or 4; False / 1: whole tile
+    # call the epilogue on S [BM, BN/S] slices (less register/smem pressure): True (= 2), 4 or 8 (pingpong with
+    # EPI_SMEM only); False / 1: whole tile
     "EPILOGUE_SUBTILE": (bool, int),
     "WARP_SPECIALIZE": bool,  # tl.range(warp_specialize=...) on the persistent tile loop
     "FLATTEN": bool,  # tl.range(flatten=...) on the persistent tile loop
@@ -48,8 +49,11 @@ EXTRA_FLAGS: dict[str, type | tuple[type, ...]] = {
     # one half of the accumulator after the other; 0: the slices straight from registers
     "EPI_SMEM": int,
 }
+# How many slices ahead the ping-pong consumers' EPI_SMEM loop may load the epilogue's M x N inputs (PREFETCH):
+# its loop carries that many slices of inputs in registers
+PINGPONG_LOOP_PREFETCH = 4
 # Values allowed for the int flags, and the value each flag takes when absent (dropped from ``extra``).
-_FLAG_VALUES: dict[str, tuple[Any, ...]] = {"EPILOGUE_SUBTILE": (False, True, 1, 2, 4), "PROGRAMS_PER_SM": (1, 2, 3, 4),
+_FLAG_VALUES: dict[str, tuple[Any, ...]] = {"EPILOGUE_SUBTILE": (False, True, 1, 2, 4, 8), "PROGRAMS_PER_SM": (1, 2, 3, 4),
                                            "PREFETCH": (0, 1, 2, 3, 4), "EPI_WG": (0, 2, 3, 4),
                                            "EPI_SMEM": (0, 1, 2)}
 _PINGPONG_FLAGS = frozenset({"EPILOGUE_SUBTILE", "PREFETCH", "EPI_TMA", "EPI_WG", "EPI_SMEM"})
@@ -147,9 +151,9 @@ class GemmConfig:
             if set(extra) - _PINGPONG_FLAGS:
                 raise ValueError(f"GemmConfig.extra flags {sorted(set(extra) - _PINGPONG_FLAGS)} do not apply to "
                                  f"template='pingpong' ({sorted(_PINGPONG_FLAGS)} do)")
-            if extra.get("PREFETCH", 0) > 1:
+            if extra.get("PREFETCH", 0) > (PINGPONG_LOOP_PREFETCH if extra.get("EPI_SMEM") else 1):
                 raise ValueError(f"GemmConfig.extra PREFETCH={extra['PREFETCH']}: template='pingpong' prefetches one "
-                                 "slice ahead at most (0 or 1)")
+                                 f"slice ahead at most (0 or 1), up to {PINGPONG_LOOP_PREFETCH} in the EPI_SMEM loop")
             if self.num_warps != 4:
                 raise ValueError(f"GemmConfig.num_warps must be 4 for template='pingpong' (one warpgroup per "
                                  f"consumer), got {self.num_warps}")
@@ -166,7 +170,7 @@ class GemmConfig:
                                  f"EPI_TMA={extra.get('EPI_TMA', False)}")
             if extra.get("EPI_SMEM") == 2 and _subtile_count(extra.get("EPILOGUE_SUBTILE", False)) < 2:
                 raise ValueError("GemmConfig.extra EPI_SMEM=2 (a half-tile buffer per consumer) needs EPILOGUE_SUBTILE "
-                                 f"2 or 4, got {extra.get('EPILOGUE_SUBTILE', False)!r}")
+                                 f"2, 4 or 8, got {extra.get('EPILOGUE_SUBTILE', False)!r}")
             if extra.get("EPI_SMEM") and (extra.get("EPI_TMA") or extra.get("EPI_WG")):
                 raise ValueError(f"GemmConfig.extra EPI_SMEM={extra['EPI_SMEM']} is a ping-pong consumer's epilogue "
                                  f"loop: not with EPI_TMA or EPI_WG, got EPI_TMA={extra.get('EPI_TMA', False)}, "
@@ -177,6 +181,10 @@ class GemmConfig:
             raise ValueError(f"GemmConfig.extra {'/'.join(sorted({'EPI_TMA', 'EPI_WG', 'EPI_SMEM'} & set(extra)))} "
                              "only applies to template='pingpong'")
         subtiles = _subtile_count(extra.get("EPILOGUE_SUBTILE", False))
+        if subtiles == 8 and not (self.template == "pingpong" and extra.get("EPI_SMEM")):
+            raise ValueError("GemmConfig.extra EPILOGUE_SUBTILE=8 needs template='pingpong' with EPI_SMEM (the "
+                             "slices looped from shared memory; eight inlined copies of the epilogue would crowd the "
+                             f"instruction cache), got template={self.template!r}, EPI_SMEM={extra.get('EPI_SMEM', 0)}")
         if subtiles > 1 and self.BLOCK_N // subtiles < 16:
             raise ValueError(f"GemmConfig.extra EPILOGUE_SUBTILE={subtiles} needs BLOCK_N >= {16 * subtiles} "
                              f"(slices of >= 16 columns), got BLOCK_N={self.BLOCK_N}")
@@ -193,7 +201,7 @@ class GemmConfig:
 
     @property
     def epilogue_subtiles(self) -> int:
-        """How many [BM, BN/S] slices the epilogue is called on per tile: 1, 2 or 4 (EPILOGUE_SUBTILE)."""
+        """How many [BM, BN/S] slices the epilogue is called on per tile: 1, 2, 4 or 8 (EPILOGUE_SUBTILE)."""
         return _subtile_count(self.flag("EPILOGUE_SUBTILE"))
 
     @property
@@ -282,7 +290,7 @@ class GemmConfig:
 
 
 def _subtile_count(value: Any) -> int:
-    """EPILOGUE_SUBTILE's value as a slice count: False/1 -> 1, True/2 -> 2, 4 -> 4."""
+    """EPILOGUE_SUBTILE's value as a slice count: False/1 -> 1, True/2 -> 2, 4 -> 4, 8 -> 8."""
     if value is True:
         return 2
     return int(value) if value else 1

@@ -56,7 +56,8 @@ from __future__ import annotations
 
 import functools
 
-from .gemm_template import _SPLITS, GROUP_ORDER, _check_identifier, _indent, _pf_names, jit_decorator
+from .configs import PINGPONG_LOOP_PREFETCH
+from .gemm_template import GROUP_ORDER, _check_identifier, _indent, _pf_names, jit_decorator
 
 HEADER = ("from triton.experimental import gluon\n"
           "from triton.experimental.gluon import language as gl\n"
@@ -324,7 +325,8 @@ __C_RING__    c_ready = gl.allocate_shared_memory(gl.int64, [C_SLOTS, 1], mbarri
     # fp32 [BLOCK_M, BLOCK_N / EPILOGUE_SUBTILE] buffers. EPI_SMEM: EPILOGUE_SUBTILE such slices hold the
     # consumers' accumulators (1: a whole tile the consumers take in turn, acc_ready ordering them as turn orders
     # the main loops; 2: half a tile each). Otherwise placeholders.
-    acc_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2)
+    ACC_SWIZZLE: gl.constexpr = 128 if BLOCK_N // EPILOGUE_SUBTILE * 4 >= 128 else BLOCK_N // EPILOGUE_SUBTILE * 4
+    acc_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=ACC_SWIZZLE, element_bitwidth=32, rank=2)
     if EPI_WG > 0:
         acc_bufs = gl.allocate_shared_memory(gl.float32, [EPI_WG, BLOCK_M, BLOCK_N // EPILOGUE_SUBTILE], acc_smem)
     elif EPI_SMEM > 0:
@@ -395,15 +397,28 @@ def _acc_slice(i: int, n: int, from_smem: bool) -> list[str]:
             "mbarrier.arrive(acc_empty.index(q % EPI_WG), count=1)"]
 
 
-def _per_subtiling(slice_lines, split: bool, indent: int = 8) -> str:
-    """Constexpr branches on EPILOGUE_SUBTILE (4, 2, else 1): in each, with ``split`` the persistent template's
-    split of ``acc`` into ``acc_s0 .. acc_s{n-1}`` (in Gluon, all of it before the first slice), then
-    ``slice_lines(i, n)`` for every slice i of n; indented by ``indent``."""
-    splits = {n: [line.replace("tl.", "gl.") for _, code in _SPLITS[n] for line in code.split("\n")] for n in (2, 4)}
+def _split_lines(n: int) -> list[str]:
+    """Lines that split ``acc`` [BLOCK_M, BLOCK_N] into ``acc_s0 .. acc_s{n-1}`` (n a power of two), column slices
+    in order, by repeated halving (reshape to [BLOCK_M, 2, W / 2], permute, split)."""
+    names, lines, width = ["acc"], [], 1
+    while width < n:
+        width *= 2
+        halves = [f"acc_s{k}" if width == n else f"acc_h{width}_{k}" for k in range(width)]
+        for k, name in enumerate(names):
+            split = f"gl.split(gl.permute(gl.reshape({name}, (BLOCK_M, 2, BLOCK_N // {width})), (0, 2, 1)))"
+            lines.append(f"{halves[2 * k]}, {halves[2 * k + 1]} = {split}")
+        names = halves
+    return lines or ["acc_s0 = acc"]
+
+
+def _per_subtiling(slice_lines, split: bool, indent: int = 8, counts: tuple[int, ...] = (4, 2, 1)) -> str:
+    """Constexpr branches on EPILOGUE_SUBTILE (``counts``, the last one the else branch): in each, with ``split``
+    ``acc`` split into ``acc_s0 .. acc_s{n-1}`` (all of it before the first slice), then ``slice_lines(i, n)``
+    for every slice i of n; indented by ``indent``."""
     out = []
-    for n, kw in ((4, "if"), (2, "elif"), (1, "else")):
-        out.append(f"{kw} EPILOGUE_SUBTILE == {n}:" if n != 1 else "else:")
-        body = list(splits.get(n, ["acc_s0 = acc"])) if split else []
+    for k, n in enumerate(counts):
+        out.append("else:" if k == len(counts) - 1 else f"{'if' if k == 0 else 'elif'} EPILOGUE_SUBTILE == {n}:")
+        body = _split_lines(n) if split else []
         for i in range(n):
             body += slice_lines(i, n)
         out += ["    " + line for code in body for line in code.split("\n")]
@@ -454,6 +469,13 @@ def _epilogue_calls(prefetch: int, tma: bool, from_smem: bool = False, indent: i
     return _per_subtiling(slice_lines, split=not from_smem, indent=indent)
 
 
+# EPILOGUE_SUBTILE values of the EPI_SMEM loop: 8 too (16 columns of a 128-wide tile, 16 values per thread). The
+# loop runs one slice's code, so more slices cost no code size, and a slice that small is what makes ptxas keep
+# the epilogue's per-element chains interleaved (an sm_90 compile of bce_loss: with 64 values per thread it
+# schedules each element's 17-instruction chain back to back, ~17% issue; with 16 it interleaves eight).
+_SMEM_COUNTS = (8, 4, 2, 1)
+
+
 def _epi_smem_loop(prefetch: int) -> str:
     """EPI_SMEM: the consumer stores its accumulator, split into EPILOGUE_SUBTILE slices, into a shared-memory
     buffer and runs the epilogue in a loop over the slices, each loaded in the epilogue's layout: one slice's
@@ -463,7 +485,8 @@ def _epi_smem_loop(prefetch: int) -> str:
     turn (acc_ready ordering them), released after the last slice is read; EPI_SMEM == 2: a [BM, BN / 2] buffer
     per consumer that takes the accumulator's two halves in turn (the second half waits in registers). With
     PREFETCH = 1 slice s + 1's inputs are loaded before slice s runs (none after the last slice: its row bound is
-    0)."""
+    0). PREFETCH = P > 1 (this loop only): slices s + 1 .. s + P are in flight while slice s runs, carried in
+    registers, so a short slice's compute need not hide a whole load latency."""
     args = _slice_args("s", "EPILOGUE_SUBTILE")
     head = ["if EPI_SMEM == 1:",
             "    mbarrier.wait(acc_ready.index(WHICH), (j & 1) ^ (1 - WHICH))",
@@ -480,7 +503,7 @@ def _epi_smem_loop(prefetch: int) -> str:
 
     loop = ["for h in range(EPI_SMEM):",
             "    partition_barrier()  # this consumer's warps have read the buffer's previous slices",
-            _per_subtiling(stores, split=False, indent=4).rstrip("\n"),
+            _per_subtiling(stores, split=False, indent=4, counts=_SMEM_COUNTS).rstrip("\n"),
             "    partition_barrier()",
             "    for s2 in range(EPILOGUE_SUBTILE // EPI_SMEM):",
             "        s = h * (EPILOGUE_SUBTILE // EPI_SMEM) + s2",
@@ -490,16 +513,19 @@ def _epi_smem_loop(prefetch: int) -> str:
             "                partition_barrier()",
             "                mbarrier.arrive(acc_ready.index(1 - WHICH), count=1)"]
     if prefetch:
-        cur, nxt = _pf_names(0, prefetch), ", ".join(f"pfn_{k}" for k in range(prefetch))
+        nxt = ", ".join(f"pfn_{k}" for k in range(prefetch))
         loop += ["        if PREFETCH > 0:",
-                 f"            {nxt} = {_prefetch_call('(s + 1)', 'M * (s + 1 < EPILOGUE_SUBTILE)')}",
-                 f"            __EPILOGUE___pf(acc_e, {args}, {cur})",
-                 f"            {cur} = {nxt}",
-                 "        else:",
+                 f"            {nxt} = {_prefetch_call('(s + PREFETCH)', 'M * (s + PREFETCH < EPILOGUE_SUBTILE)')}",
+                 f"            __EPILOGUE___pf(acc_e, {args}, {_pf_names(0, prefetch)})"]
+        for depth in range(1, PINGPONG_LOOP_PREFETCH + 1):  # the carried slices move up one; the new one last
+            held = [_pf_names(d, prefetch) for d in range(depth)]
+            loop += [f"            {'if' if depth == 1 else 'elif'} PREFETCH == {depth}:",
+                     f"                {', '.join(held)} = {', '.join(held[1:] + [nxt])}"]
+        loop += ["        else:",
                  f"            __EPILOGUE__(acc_e, {args})"]
     else:
         loop.append(f"        __EPILOGUE__(acc_e, {args})")
-    split = _per_subtiling(lambda i, n: [], split=True, indent=0)
+    split = _per_subtiling(lambda i, n: [], split=True, indent=0, counts=_SMEM_COUNTS)
     return _indent("\n".join(head) + "\n" + split + "\n".join(loop), 12)
 
 
@@ -515,11 +541,16 @@ def _handoff_stores() -> str:
 
 
 def _prefetch_top(prefetch: int) -> str:
-    """Before the consumer's main loop: slice 0's M x N inputs (in flight through the other consumer's main loop
-    and this one's)."""
+    """Before the consumer's main loop: the M x N inputs of the first PREFETCH slices (in flight through the other
+    consumer's main loop and this one's; more than one only in the EPI_SMEM loop, each bounded to nothing past
+    the tile's last slice)."""
     if not prefetch:
         return ""
-    return _indent(f"if PREFETCH > 0:\n    {_pf_names(0, prefetch)} = {_prefetch_call(None)}", 8)
+    lines = [f"if PREFETCH > 0:\n    {_pf_names(0, prefetch)} = {_prefetch_call(None)}"]
+    for d in range(1, PINGPONG_LOOP_PREFETCH):
+        lines.append(f"if PREFETCH > {d}:\n    {_pf_names(d, prefetch)} = "
+                     f"{_prefetch_call(str(d), f'M * ({d} < EPILOGUE_SUBTILE)')}")
+    return _indent("\n".join(lines), 8)
 
 
 def render_pingpong(kernel_name: str, epilogue_fn: str, epilogue_params: list[str], prefetch: int = 0,

@@ -132,15 +132,17 @@ def layout_class(A: torch.Tensor, B: torch.Tensor) -> str:
 
 
 def resolve_config(A: torch.Tensor, B: torch.Tensor, config: GemmConfig) -> GemmConfig:
-    """The config that will actually run: pingpong becomes persistent_tma (same tiles and sub-tiling, 8 warps)
-    outside its scope (``pingpong_eligible``), and persistent_tma becomes portable (same tile sizes) when the
-    operands or the device don't allow TMA. Call it before ``grid_tiles`` to size per-tile workspaces."""
+    """The config that will actually run: pingpong becomes persistent_tma (same tiles, sub-tiling up to 4 slices,
+    8 warps) outside its scope (``pingpong_eligible``), and persistent_tma becomes portable (same tile sizes) when
+    the operands or the device don't allow TMA. Call it before ``grid_tiles`` to size per-tile workspaces."""
     if not isinstance(config, GemmConfig):
         raise TypeError(f"config must be a GemmConfig, got {type(config).__name__}")
     if config.template == "pingpong" and not pingpong_eligible(A, B):
+        # the persistent template's slices: at most 4 (EPILOGUE_SUBTILE=8 is the EPI_SMEM loop's)
+        extra = tuple((k, min(v, 4) if k == "EPILOGUE_SUBTILE" and v is not True else v) for k, v in config.extra
+                      if k not in ("EPI_TMA", "EPI_WG", "EPI_SMEM"))
         config = GemmConfig("persistent_tma", config.BLOCK_M, config.BLOCK_N, config.BLOCK_K, config.GROUP_M, 1, 8,
-                            min(config.num_stages, 3),
-                            tuple((k, v) for k, v in config.extra if k not in ("EPI_TMA", "EPI_WG", "EPI_SMEM")))
+                            min(config.num_stages, 3), extra)
     if config.template == "persistent_tma" and not tma_eligible(A, B):
         return dataclasses.replace(config, template="portable", extra=())
     return config
