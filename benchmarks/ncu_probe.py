@@ -33,6 +33,8 @@ def configs() -> dict:
         "g_q4_tma": gl(4, 4, EPI_TMA=True),
         "es1_h": gl(4, 2, EPI_SMEM=1),
         "es2_q4": gl(4, 4, EPI_SMEM=2),
+        "es1_s8": gl(4, 8, EPI_SMEM=1),
+        "es1_s8_pf4": gl(4, 8, EPI_SMEM=1, PREFETCH=4),
     }
 
 
