@@ -49,7 +49,7 @@ PINGPONG_CONFIGS.update({f"pp_{name}": dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64
                          for name, stages, sub, pf, bufs in (("es1_q4", 4, 4, 1, 1), ("es1_q4_p0", 4, 4, 0, 1),
                                                              ("es2_q4", 4, 4, 1, 2), ("es1_h", 4, 2, 1, 1),
                                                              ("es1_s8", 4, 8, 1, 1), ("es1_s8_p0", 4, 8, 0, 1),
-                                                             ("es2_s8", 4, 8, 1, 2), ("es1_s8_pf4", 4, 8, 4, 1),
+                                                             ("es2_s8", 4, 8, 1, 2),
                                                              ("es2_h", 4, 2, 1, 2))})
 # the epilogue-warpgroup schedule (EPI_WG = hand-off slots), launched with num_warps=4, maxnreg=MAXNREG_WG
 PINGPONG_CONFIGS.update({f"wg_{name}": dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, STAGES=stages,

@@ -34,7 +34,6 @@ def configs() -> dict:
         "es1_h": gl(4, 2, EPI_SMEM=1),
         "es2_q4": gl(4, 4, EPI_SMEM=2),
         "es1_s8": gl(4, 8, EPI_SMEM=1),
-        "es1_s8_pf4": gl(4, 8, EPI_SMEM=1, PREFETCH=4),
     }
 
 

@@ -92,10 +92,9 @@ def configs() -> dict:
             "g_h_tma": gl(4, 2, EPI_TMA=True),
             "es1_h": gl(4, 2, EPI_SMEM=1),
             "es1_s8": gl(4, 8, EPI_SMEM=1),
-            "es1_s8_pf2": gl(4, 8, EPI_SMEM=1, PREFETCH=2),
-            "es1_s8_pf4": gl(4, 8, EPI_SMEM=1, PREFETCH=4),
-            "es2_s8_pf4": gl(4, 8, EPI_SMEM=2, PREFETCH=4),
-            "es2_q4_pf2": gl(4, 4, EPI_SMEM=2, PREFETCH=2),
+            "es1_q4": gl(4, 4, EPI_SMEM=1),
+            "es2_s8": gl(4, 8, EPI_SMEM=2),
+            "es2_q4": gl(4, 4, EPI_SMEM=2),
         }
     if CONFIG_SET == "epismem":  # the consumers' epilogue as a loop over slices read back from shared memory
         return {  # (H200 run 1 also had es1_q4 / es1_q4_p0, run 2 es2_h / es2_h_p0: slower than es1_h / es2_q4)
@@ -344,7 +343,7 @@ def phase1(args, log) -> dict:
         for c in {"run1": ("pp2_h", "pp2_q4", "pp2_h_ws"), "prefetch": ("q4_auto", "q4f_auto", "h_pf2"),
                   "prefetch2": ("q4_pf1",), "gluon": ("g_h", "g_q4"), "gluon2": ("g_h_tma", "g_q4_tma"),
                   "epiwg": ("wg_q4", "wg_q4_s2r3"), "epismem": ("es1_h", "es2_q4"), "whole": ("g_w1_p0",),
-                  "subtile8": ("es1_s8_pf4", "es2_s8_pf4")}.get(
+                  "subtile8": ("es1_s8", "es2_s8")}.get(
                 CONFIG_SET, ("pp2_q4", "base_q4")):
             for d in ("bfloat16", "float16"):
                 jobs.append(f"E:{ex}:{c}:{d}")
@@ -361,7 +360,7 @@ def phase1(args, log) -> dict:
         if CONFIG_SET == "epismem":
             jobs = ["W:lincomb_relu:base", "W:bce_loss:es2_q4", "E:mixed_dag:es2_h:float16"]
         if CONFIG_SET == "subtile8":
-            jobs = ["W:lincomb_relu:base", "W:bce_loss:es1_s8_pf4", "E:mixed_dag:es2_s8_pf4:float16"]
+            jobs = ["W:lincomb_relu:base", "W:bce_loss:es1_s8", "E:mixed_dag:es2_s8:float16"]
     out, scratch = Path(args.out), Path(args.scratch)
     t = time.time()
     procs, logf = start_workers("benchmarks.pingpong_check", args, jobs, log)

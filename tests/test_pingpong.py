@@ -108,12 +108,6 @@ def test_epilogue_loop_config_rules():
         GemmConfig("persistent_tma", 128, 256, 64, 8, 1, 8, 3, (("EPILOGUE_SUBTILE", 8),))
     with pytest.raises(ValueError, match="EPILOGUE_SUBTILE=8 needs BLOCK_N >= 128"):
         GemmConfig("pingpong", 128, 64, 64, 8, 1, 4, 4, (("EPILOGUE_SUBTILE", 8), ("EPI_SMEM", 1)))
-    # the loop may load up to four slices ahead; the unrolled calls one
-    assert pp(8, EPI_SMEM=1, PREFETCH=4).flag("PREFETCH") == 4
-    with pytest.raises(ValueError, match="one slice ahead at most .* up to 4 in the EPI_SMEM loop"):
-        pp(4, PREFETCH=2)
-    with pytest.raises(ValueError, match="must be one of"):
-        pp(8, EPI_SMEM=1, PREFETCH=5)
     fell8 = resolve_config(torch.randn(64, 32), torch.randn(32, 64), pp(8, EPI_SMEM=2))
     assert fell8.template == "persistent_tma" and dict(fell8.extra) == {"EPILOGUE_SUBTILE": 4}
     with pytest.raises(ValueError, match="not with EPI_TMA or EPI_WG"):
@@ -177,12 +171,16 @@ def test_render_validates_and_names_partitions():
     # next slice's prefetch bounded to nothing after the last slice
     for name in ("acc_bufs.index(ebase + 3).store(acc_s3)", "elif h == 1:\n", "acc_bufs.index(ebase + 1).store(acc_s3)",
                  "for h in range(EPI_SMEM):", "for s2 in range(EPILOGUE_SUBTILE // EPI_SMEM):",
-                 "acc_e = acc_bufs.index(ebase + s2).load(epi_layout)", "M * (s + PREFETCH < EPILOGUE_SUBTILE)",
-                 "pf0_0, pf1_0, pf2_0, pf3_0 = pf1_0, pf2_0, pf3_0, pfn_0", "M * (3 < EPILOGUE_SUBTILE)",
+                 "acc_e = acc_bufs.index(ebase + s2).load(epi_layout)", "M * (s + 1 < EPILOGUE_SUBTILE)",
                  "mbarrier.arrive(acc_ready.index(1 - WHICH), count=1)"):
         assert name in text, name
     loop = text.split("if EPI_SMEM > 0:")[1].split("\n        else:\n")[0]
-    assert loop.count("epi_pf(") == 1 and loop.count("epi(") == 1
+    # one call per slice of an iteration: two slices per iteration where each buffer fill has an even count (the
+    # two input register sets alternate, no carried copy), else one with the copy, and one without prefetch
+    assert loop.count("epi_pf(") == 3 and loop.count("epi(") == 1
+    pairs = loop.split("for s2 in range(0, EPILOGUE_SUBTILE // EPI_SMEM, 2):")[1].split("elif PREFETCH > 0:")[0]
+    assert "pf1_0 = epi_prefetch(" in pairs and "pf0_0 = epi_prefetch(" in pairs and " = pf1_0" not in pairs
+    assert pairs.index("s_C_M, pf0_0)") < pairs.index("pf0_0 = epi_prefetch(") < pairs.index("s_C_M, pf1_0)")
     # the loop alone takes eighths: the split into acc_s0 .. acc_s7 (column order, by halving) and their stores
     for name in ("if EPILOGUE_SUBTILE == 8:", "acc_bufs.index(ebase + 7).store(acc_s7)",
                  "acc_bufs.index(ebase + 3).store(acc_s7)", "gl.reshape(acc_h4_3, (BLOCK_M, 2, BLOCK_N // 8))"):

@@ -183,13 +183,11 @@ def test_epilogue_loop_from_shared_memory(name):
     ragged (partial tiles, K ends mid-step) with the shared buffer and the one-slice-ahead prefetch (the last
     slice's prefetch must load nothing), many tiles per program (the shared buffer's turn barriers wrap many
     times; column-major B; no prefetch), and a half-tile buffer per consumer (EPI_SMEM=2, on quarters and on
-    halves) in fp16, deterministic; then eighths through either buffer, with inputs loaded 1, 2 and 4 slices
-    ahead (the last slices' prefetches must load nothing)."""
+    halves) in fp16, deterministic; then eighths through either buffer (the two-slice iterations)."""
     _check(name, 1000, 776, 520, es())
     _check(name, 4096, 4096, 768, es(PREFETCH=0), b_col=True, seed=1)
     _check(name, 4096, 3000, 1000, es(bufs=2), dtype=torch.float16, seed=2, deterministic=True)
     _check(name, 1000, 776, 520, es(sub=2, bufs=2, PREFETCH=0), seed=3)
     # eighths (128 x 16 slices), through the shared buffer and a half-tile buffer each
     _check(name, 1000, 776, 520, es(sub=8), seed=4)
-    _check(name, 4096, 3000, 1000, es(sub=8, bufs=2, PREFETCH=4), dtype=torch.float16, seed=5)
-    _check(name, 1000, 776, 520, es(sub=8, PREFETCH=2), seed=6)
+    _check(name, 4096, 3000, 1000, es(sub=8, bufs=2), dtype=torch.float16, seed=5)

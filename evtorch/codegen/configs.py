@@ -49,9 +49,6 @@ EXTRA_FLAGS: dict[str, type | tuple[type, ...]] = {
     # one half of the accumulator after the other; 0: the slices straight from registers
     "EPI_SMEM": int,
 }
-# How many slices ahead the ping-pong consumers' EPI_SMEM loop may load the epilogue's M x N inputs (PREFETCH):
-# its loop carries that many slices of inputs in registers
-PINGPONG_LOOP_PREFETCH = 4
 # Values allowed for the int flags, and the value each flag takes when absent (dropped from ``extra``).
 _FLAG_VALUES: dict[str, tuple[Any, ...]] = {"EPILOGUE_SUBTILE": (False, True, 1, 2, 4, 8), "PROGRAMS_PER_SM": (1, 2, 3, 4),
                                            "PREFETCH": (0, 1, 2, 3, 4), "EPI_WG": (0, 2, 3, 4),
@@ -151,9 +148,9 @@ class GemmConfig:
             if set(extra) - _PINGPONG_FLAGS:
                 raise ValueError(f"GemmConfig.extra flags {sorted(set(extra) - _PINGPONG_FLAGS)} do not apply to "
                                  f"template='pingpong' ({sorted(_PINGPONG_FLAGS)} do)")
-            if extra.get("PREFETCH", 0) > (PINGPONG_LOOP_PREFETCH if extra.get("EPI_SMEM") else 1):
+            if extra.get("PREFETCH", 0) > 1:
                 raise ValueError(f"GemmConfig.extra PREFETCH={extra['PREFETCH']}: template='pingpong' prefetches one "
-                                 f"slice ahead at most (0 or 1), up to {PINGPONG_LOOP_PREFETCH} in the EPI_SMEM loop")
+                                 "slice ahead at most (0 or 1)")
             if self.num_warps != 4:
                 raise ValueError(f"GemmConfig.num_warps must be 4 for template='pingpong' (one warpgroup per "
                                  f"consumer), got {self.num_warps}")
@@ -499,6 +496,9 @@ _PINGPONG_16 = ((128, 128, 64, 3, 4),)
 # cuBLAS against 1.98 / 1.95 / 1.99 for ping-pong halves and 2.07 / 2.12 for quarters without prefetch) and slower
 # for bce_loss (docs/benchmarks.md, "Epilogue loop from shared memory"); it follows the EPI_TMA config, so an
 # epilogue without the loader's input (mixed_dag) times it among its first five instead of quarters.
+# The same loop on eighths (EPILOGUE_SUBTILE=8, 128x16 slices: ptxas then interleaves the per-element chains that
+# it schedules back to back on halves) is not offered: in three H200 runs it was 1-15% slower than halves at
+# 8192x4096x1024 on every row, up to 62% for mixed_dag (docs/benchmarks.md, "Eighths in the epilogue loop").
 # (BM, BN, BK, stages, subtile, PREFETCH or None, EPI_TMA, EPI_SMEM)
 _PINGPONG_GLUON_16 = ((128, 128, 64, 5, 2, None, False, 0), (128, 128, 64, 5, 2, 0, False, 0),
                       (128, 128, 64, 4, 2, None, True, 0), (128, 128, 64, 4, 2, None, False, 1),

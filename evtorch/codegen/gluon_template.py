@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import functools
 
-from .configs import PINGPONG_LOOP_PREFETCH
 from .gemm_template import GROUP_ORDER, _check_identifier, _indent, _pf_names, jit_decorator
 
 HEADER = ("from triton.experimental import gluon\n"
@@ -485,8 +484,8 @@ def _epi_smem_loop(prefetch: int) -> str:
     turn (acc_ready ordering them), released after the last slice is read; EPI_SMEM == 2: a [BM, BN / 2] buffer
     per consumer that takes the accumulator's two halves in turn (the second half waits in registers). With
     PREFETCH = 1 slice s + 1's inputs are loaded before slice s runs (none after the last slice: its row bound is
-    0). PREFETCH = P > 1 (this loop only): slices s + 1 .. s + P are in flight while slice s runs, carried in
-    registers, so a short slice's compute need not hide a whole load latency."""
+    0); with an even slice count per buffer fill the loop takes two slices per iteration (no register copy of a
+    load in flight)."""
     args = _slice_args("s", "EPILOGUE_SUBTILE")
     head = ["if EPI_SMEM == 1:",
             "    mbarrier.wait(acc_ready.index(WHICH), (j & 1) ^ (1 - WHICH))",
@@ -496,35 +495,46 @@ def _epi_smem_loop(prefetch: int) -> str:
 
     def stores(i: int, n: int) -> list[str]:  # slice i of n: into the whole-tile buffer, or in its half's turn
         whole = [f"acc_bufs.index(ebase + {i}).store(acc_s{i})"]
-        if n == 1:  # EPI_SMEM == 2 needs two or four slices (GemmConfig)
+        if n == 1:  # EPI_SMEM == 2 needs two or more slices (GemmConfig)
             return whole
         return ["if EPI_SMEM == 1:", "    " + whole[0], f"elif h == {2 * i // n}:",
                 f"    acc_bufs.index(ebase + {i % (n // 2)}).store(acc_s{i})"]
 
+    def one_slice(sx: str, call: str) -> list[str]:  # slice s2 = sx of this half: read, release, epilogue
+        return [f"s = h * (EPILOGUE_SUBTILE // EPI_SMEM) + {sx}",
+                f"acc_e = acc_bufs.index(ebase + {sx}).load(epi_layout)",
+                "if EPI_SMEM == 1:",
+                "    if s == EPILOGUE_SUBTILE - 1:  # every warp has read every slice: the buffer is the other's",
+                "        partition_barrier()",
+                "        mbarrier.arrive(acc_ready.index(1 - WHICH), count=1)"] + call
+
     loop = ["for h in range(EPI_SMEM):",
             "    partition_barrier()  # this consumer's warps have read the buffer's previous slices",
             _per_subtiling(stores, split=False, indent=4, counts=_SMEM_COUNTS).rstrip("\n"),
-            "    partition_barrier()",
-            "    for s2 in range(EPILOGUE_SUBTILE // EPI_SMEM):",
-            "        s = h * (EPILOGUE_SUBTILE // EPI_SMEM) + s2",
-            "        acc_e = acc_bufs.index(ebase + s2).load(epi_layout)",
-            "        if EPI_SMEM == 1:",
-            "            if s == EPILOGUE_SUBTILE - 1:  # every warp has read every slice: the buffer is the other's",
-            "                partition_barrier()",
-            "                mbarrier.arrive(acc_ready.index(1 - WHICH), count=1)"]
+            "    partition_barrier()"]
+    plain = ["for s2 in range(EPILOGUE_SUBTILE // EPI_SMEM):"]
     if prefetch:
-        nxt = ", ".join(f"pfn_{k}" for k in range(prefetch))
-        loop += ["        if PREFETCH > 0:",
-                 f"            {nxt} = {_prefetch_call('(s + PREFETCH)', 'M * (s + PREFETCH < EPILOGUE_SUBTILE)')}",
-                 f"            __EPILOGUE___pf(acc_e, {args}, {_pf_names(0, prefetch)})"]
-        for depth in range(1, PINGPONG_LOOP_PREFETCH + 1):  # the carried slices move up one; the new one last
-            held = [_pf_names(d, prefetch) for d in range(depth)]
-            loop += [f"            {'if' if depth == 1 else 'elif'} PREFETCH == {depth}:",
-                     f"                {', '.join(held)} = {', '.join(held[1:] + [nxt])}"]
-        loop += ["        else:",
-                 f"            __EPILOGUE__(acc_e, {args})"]
+        cur, nxt = _pf_names(0, prefetch), _pf_names(1, prefetch)
+        ahead = _prefetch_call("(s + 1)", "M * (s + 1 < EPILOGUE_SUBTILE)")
+        plain += _indent("\n".join(one_slice("s2", [f"{nxt} = {ahead}", f"__EPILOGUE___pf(acc_e, {args}, {cur})",
+                                                     f"{cur} = {nxt}"])), 4).rstrip("\n").split("\n")
+        # Two slices per iteration, their inputs in two register sets: the plain loop's carried copy (cur = nxt)
+        # is a register move of a load in flight, which waits for it (Nsight Compute, H200, lincomb_relu on
+        # eighths: 26% of the kernel's stall samples on that move); here each set is refilled only after its
+        # slice has used it, so the loads need no copy and stay in flight through the next slice.
+        pairs = ["for s2 in range(0, EPILOGUE_SUBTILE // EPI_SMEM, 2):"]
+        pairs += _indent("\n".join(one_slice("s2", [f"{nxt} = {ahead}", f"__EPILOGUE___pf(acc_e, {args}, {cur})"])
+                                   + one_slice("(s2 + 1)", [f"{cur} = {ahead}",
+                                                            f"__EPILOGUE___pf(acc_e, {args}, {nxt})"])),
+                         4).rstrip("\n").split("\n")
+        loop += ["    if PREFETCH > 0 and (EPILOGUE_SUBTILE // EPI_SMEM) % 2 == 0:"]
+        loop += ["        " + line for line in pairs]
+        loop += ["    elif PREFETCH > 0:"] + ["        " + line for line in plain]
+        loop += ["    else:", "        for s2 in range(EPILOGUE_SUBTILE // EPI_SMEM):"]
+        loop += ["            " + line for line in one_slice("s2", [f"__EPILOGUE__(acc_e, {args})"])]
     else:
-        loop.append(f"        __EPILOGUE__(acc_e, {args})")
+        loop += ["    " + line for line in plain]
+        loop += ["        " + line for line in one_slice("s2", [f"__EPILOGUE__(acc_e, {args})"])]
     split = _per_subtiling(lambda i, n: [], split=True, indent=0, counts=_SMEM_COUNTS)
     return _indent("\n".join(head) + "\n" + split + "\n".join(loop), 12)
 
@@ -541,16 +551,11 @@ def _handoff_stores() -> str:
 
 
 def _prefetch_top(prefetch: int) -> str:
-    """Before the consumer's main loop: the M x N inputs of the first PREFETCH slices (in flight through the other
-    consumer's main loop and this one's; more than one only in the EPI_SMEM loop, each bounded to nothing past
-    the tile's last slice)."""
+    """Before the consumer's main loop: slice 0's M x N inputs (in flight through the other consumer's main loop
+    and this one's)."""
     if not prefetch:
         return ""
-    lines = [f"if PREFETCH > 0:\n    {_pf_names(0, prefetch)} = {_prefetch_call(None)}"]
-    for d in range(1, PINGPONG_LOOP_PREFETCH):
-        lines.append(f"if PREFETCH > {d}:\n    {_pf_names(d, prefetch)} = "
-                     f"{_prefetch_call(str(d), f'M * ({d} < EPILOGUE_SUBTILE)')}")
-    return _indent("\n".join(lines), 8)
+    return _indent(f"if PREFETCH > 0:\n    {_pf_names(0, prefetch)} = {_prefetch_call(None)}", 8)
 
 
 def render_pingpong(kernel_name: str, epilogue_fn: str, epilogue_params: list[str], prefetch: int = 0,
