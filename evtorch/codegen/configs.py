@@ -497,8 +497,9 @@ _PINGPONG_16 = ((128, 128, 64, 3, 4),)
 # for bce_loss (docs/benchmarks.md, "Epilogue loop from shared memory"); it follows the EPI_TMA config, so an
 # epilogue without the loader's input (mixed_dag) times it among its first five instead of quarters.
 # The same loop on eighths (EPILOGUE_SUBTILE=8, 128x16 slices: ptxas then interleaves the per-element chains that
-# it schedules back to back on halves) is not offered: in three H200 runs it was 1-15% slower than halves at
-# 8192x4096x1024 on every row, up to 62% for mixed_dag (docs/benchmarks.md, "Eighths in the epilogue loop").
+# it schedules back to back on halves) is not offered: in the last of three H200 runs it was 4-62% slower than the
+# best config of every row at 8192x4096x1024 and 1-13% at 8192x8192x4096 (docs/benchmarks.md, "Eighths in the
+# epilogue loop").
 # (BM, BN, BK, stages, subtile, PREFETCH or None, EPI_TMA, EPI_SMEM)
 _PINGPONG_GLUON_16 = ((128, 128, 64, 5, 2, None, False, 0), (128, 128, 64, 5, 2, 0, False, 0),
                       (128, 128, 64, 4, 2, None, True, 0), (128, 128, 64, 4, 2, None, False, 1),
