@@ -68,6 +68,12 @@ def wg(stages, sub, slots, **flags):
                       (("EPILOGUE_SUBTILE", sub), ("EPI_WG", slots)) + tuple(flags.items()))
 
 
+def _references() -> dict:
+    """The configs the ping-pong experiments measure a variant against: the persistent halves kernel, ping-pong
+    halves, and ping-pong halves with the epilogue input through the loader."""
+    return {"base": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=True), "g_h": gl(5, 2), "g_h_tma": gl(4, 2, EPI_TMA=True)}
+
+
 def configs() -> dict:
     """name -> GemmConfig. base* = today's persistent candidates (the tuner's picks in the last bench run).
     PINGPONG_SET=run1: ping-pong (2 programs per SM) on halves / quarters / warp-specialized, one-program
@@ -87,9 +93,7 @@ def configs() -> dict:
         }
     if CONFIG_SET == "subtile8":  # the shared-memory epilogue loop on 128x16 slices (16 values per thread)
         return {
-            "base": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=True),
-            "g_h": gl(5, 2),
-            "g_h_tma": gl(4, 2, EPI_TMA=True),
+            **_references(),
             "es1_h": gl(4, 2, EPI_SMEM=1),
             "es1_s8": gl(4, 8, EPI_SMEM=1),
             "es1_q4": gl(4, 4, EPI_SMEM=1),
@@ -98,9 +102,7 @@ def configs() -> dict:
         }
     if CONFIG_SET == "epismem":  # the consumers' epilogue as a loop over slices read back from shared memory
         return {  # (H200 run 1 also had es1_q4 / es1_q4_p0, run 2 es2_h / es2_h_p0: slower than es1_h / es2_q4)
-            "base": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=True),
-            "g_h": gl(5, 2),
-            "g_h_tma": gl(4, 2, EPI_TMA=True),
+            **_references(),
             "g_q4_p0": gl(5, 4, PREFETCH=0),
             "es1_h": gl(4, 2, EPI_SMEM=1),
             "es2_q4": gl(4, 4, EPI_SMEM=2),
@@ -116,9 +118,7 @@ def configs() -> dict:
         }
     if CONFIG_SET == "epiwg":  # the epilogue-warpgroup schedule (two MMA warpgroups on 128x256, one epilogue)
         return {  # the last two are the selftest workers' configs
-            "base": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=True),
-            "g_h": gl(5, 2),
-            "g_h_tma": gl(4, 2, EPI_TMA=True),
+            **_references(),
             "wg_q4_p0": wg(3, 4, 2, PREFETCH=0),
             "wg_q4": wg(3, 4, 2),
             "wg_q4_s2r3": wg(2, 4, 3),

@@ -508,33 +508,34 @@ def _epi_smem_loop(prefetch: int) -> str:
                 "        partition_barrier()",
                 "        mbarrier.arrive(acc_ready.index(1 - WHICH), count=1)"] + call
 
+    def over_slices(body: list[str], step: str = "") -> list[str]:  # a loop over this half's slices
+        return [f"for s2 in range({'0, ' if step else ''}EPILOGUE_SUBTILE // EPI_SMEM{step}):"] + _indent(
+            "\n".join(body), 4).rstrip("\n").split("\n")
+
+    def under(cond: str, body: list[str]) -> list[str]:
+        return [f"    {cond}"] + ["        " + line for line in body]
+
     loop = ["for h in range(EPI_SMEM):",
             "    partition_barrier()  # this consumer's warps have read the buffer's previous slices",
             _per_subtiling(stores, split=False, indent=4, counts=_SMEM_COUNTS).rstrip("\n"),
             "    partition_barrier()"]
-    plain = ["for s2 in range(EPILOGUE_SUBTILE // EPI_SMEM):"]
+    unprefetched = over_slices(one_slice("s2", [f"__EPILOGUE__(acc_e, {args})"]))
     if prefetch:
         cur, nxt = _pf_names(0, prefetch), _pf_names(1, prefetch)
         ahead = _prefetch_call("(s + 1)", "M * (s + 1 < EPILOGUE_SUBTILE)")
-        plain += _indent("\n".join(one_slice("s2", [f"{nxt} = {ahead}", f"__EPILOGUE___pf(acc_e, {args}, {cur})",
-                                                     f"{cur} = {nxt}"])), 4).rstrip("\n").split("\n")
+        plain = over_slices(one_slice("s2", [f"{nxt} = {ahead}", f"__EPILOGUE___pf(acc_e, {args}, {cur})",
+                                             f"{cur} = {nxt}"]))
         # Two slices per iteration, their inputs in two register sets: the plain loop's carried copy (cur = nxt)
         # is a register move of a load in flight, which waits for it (Nsight Compute, H200, lincomb_relu on
         # eighths: 26% of the kernel's stall samples on that move); here each set is refilled only after its
         # slice has used it, so the loads need no copy and stay in flight through the next slice.
-        pairs = ["for s2 in range(0, EPILOGUE_SUBTILE // EPI_SMEM, 2):"]
-        pairs += _indent("\n".join(one_slice("s2", [f"{nxt} = {ahead}", f"__EPILOGUE___pf(acc_e, {args}, {cur})"])
-                                   + one_slice("(s2 + 1)", [f"{cur} = {ahead}",
-                                                            f"__EPILOGUE___pf(acc_e, {args}, {nxt})"])),
-                         4).rstrip("\n").split("\n")
-        loop += ["    if PREFETCH > 0 and (EPILOGUE_SUBTILE // EPI_SMEM) % 2 == 0:"]
-        loop += ["        " + line for line in pairs]
-        loop += ["    elif PREFETCH > 0:"] + ["        " + line for line in plain]
-        loop += ["    else:", "        for s2 in range(EPILOGUE_SUBTILE // EPI_SMEM):"]
-        loop += ["            " + line for line in one_slice("s2", [f"__EPILOGUE__(acc_e, {args})"])]
+        pairs = over_slices(one_slice("s2", [f"{nxt} = {ahead}", f"__EPILOGUE___pf(acc_e, {args}, {cur})"])
+                            + one_slice("(s2 + 1)", [f"{cur} = {ahead}", f"__EPILOGUE___pf(acc_e, {args}, {nxt})"]),
+                            step=", 2")
+        loop += (under("if PREFETCH > 0 and (EPILOGUE_SUBTILE // EPI_SMEM) % 2 == 0:", pairs)
+                 + under("elif PREFETCH > 0:", plain) + under("else:", unprefetched))
     else:
-        loop += ["    " + line for line in plain]
-        loop += ["        " + line for line in one_slice("s2", [f"__EPILOGUE__(acc_e, {args})"])]
+        loop += ["    " + line for line in unprefetched]
     split = _per_subtiling(lambda i, n: [], split=True, indent=0, counts=_SMEM_COUNTS)
     return _indent("\n".join(head) + "\n" + split + "\n".join(loop), 12)
 

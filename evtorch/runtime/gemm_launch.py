@@ -139,7 +139,7 @@ def resolve_config(A: torch.Tensor, B: torch.Tensor, config: GemmConfig) -> Gemm
         raise TypeError(f"config must be a GemmConfig, got {type(config).__name__}")
     if config.template == "pingpong" and not pingpong_eligible(A, B):
         # the persistent template's slices: at most 4 (EPILOGUE_SUBTILE=8 is the EPI_SMEM loop's)
-        extra = tuple((k, min(v, 4) if k == "EPILOGUE_SUBTILE" and v is not True else v) for k, v in config.extra
+        extra = tuple((k, min(v, 4) if k == "EPILOGUE_SUBTILE" else v) for k, v in config.extra
                       if k not in ("EPI_TMA", "EPI_WG", "EPI_SMEM"))
         config = GemmConfig("persistent_tma", config.BLOCK_M, config.BLOCK_N, config.BLOCK_K, config.GROUP_M, 1, 8,
                             min(config.num_stages, 3), extra)
