@@ -51,6 +51,16 @@ PINGPONG_CONFIGS.update({f"pp_{name}": dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64
                                                              ("es1_s8", 4, 8, 1, 1), ("es1_s8_p0", 4, 8, 0, 1),
                                                              ("es2_s8", 4, 8, 1, 2),
                                                              ("es2_h", 4, 2, 1, 2))})
+# three consumer warpgroups (CONSUMERS = 3, launched with maxnreg=MAXNREG3): epilogue from registers or through a
+# half-tile buffer per consumer (EPI_SMEM = 2)
+PINGPONG_CONFIGS.update({f"pp3_{name}": dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, STAGES=stages, EPILOGUE_SUBTILE=sub,
+                                             PREFETCH=pf, EPI_TMA=False, EPI_SMEM=bufs, CONSUMERS=3)
+                         for name, stages, sub, pf, bufs in (("h", 4, 2, 1, 0), ("q4", 4, 4, 1, 0), ("q4_p0", 4, 4, 0, 0),
+                                                             ("es2_h", 3, 2, 1, 2), ("es2_q4", 3, 4, 1, 2),
+                                                             ("es2_s8", 3, 8, 1, 2), ("es2_q4_p0", 3, 4, 0, 2),
+                                                             ("es1_h", 3, 2, 1, 1), ("es1_q4", 3, 4, 1, 1),
+                                                             ("es1_q4_p0", 3, 4, 0, 1), ("es1_s8", 3, 8, 1, 1),
+                                                             ("es1_h_p0", 3, 2, 0, 1))})
 # the epilogue-warpgroup schedule (EPI_WG = hand-off slots), launched with num_warps=4, maxnreg=MAXNREG_WG
 PINGPONG_CONFIGS.update({f"wg_{name}": dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, STAGES=stages,
                                             EPILOGUE_SUBTILE=sub, PREFETCH=pf, EPI_TMA=False, EPI_WG=slots)
@@ -143,10 +153,12 @@ def compile_workload(name: str, mode: str, config: str, out_dtype=torch.bfloat16
         from evtorch.codegen.gluon_template import MAXNREG
 
         kern = getattr(prog.module, kernel_symbol("gemm", "pingpong"))
-        from evtorch.codegen.gluon_template import MAXNREG_WG
+        from evtorch.codegen.gluon_template import MAXNREG3, MAXNREG_WG
 
-        consts = dict(base, B_COL_MAJOR=False, **{"EPI_WG": 0, "EPI_SMEM": 0, **PINGPONG_CONFIGS[config]})
-        options = {"num_warps": 4, "maxnreg": MAXNREG_WG if consts["EPI_WG"] else MAXNREG}
+        consts = dict(base, B_COL_MAJOR=False, **{"EPI_WG": 0, "EPI_SMEM": 0, "CONSUMERS": 2,
+                                                   **PINGPONG_CONFIGS[config]})
+        options = {"num_warps": 4, "maxnreg": (MAXNREG_WG if consts["EPI_WG"] else
+                                               MAXNREG3 if consts["CONSUMERS"] == 3 else MAXNREG)}
         source = GluonASTSource
     else:
         cfg = CONFIGS[config]

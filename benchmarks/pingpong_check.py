@@ -100,6 +100,16 @@ def configs() -> dict:
             "es2_s8": gl(4, 8, EPI_SMEM=2),
             "es2_q4": gl(4, 4, EPI_SMEM=2),
         }
+    if CONFIG_SET == "consumers3":  # three consumer warpgroups: two epilogues run beside each main loop
+        return {
+            **_references(),
+            "es1_h": gl(4, 2, EPI_SMEM=1),
+            "c3_es1_q4_p0": gl(3, 4, EPI_SMEM=1, CONSUMERS=3, PREFETCH=0),
+            "c3_es1_h_p0": gl(3, 2, EPI_SMEM=1, CONSUMERS=3, PREFETCH=0),
+            "c3_es1_s8_p0": gl(3, 8, EPI_SMEM=1, CONSUMERS=3, PREFETCH=0),
+            "c3_q4_p0": gl(4, 4, CONSUMERS=3, PREFETCH=0),
+            "c3_q4_tma": gl(3, 4, CONSUMERS=3, EPI_TMA=True),
+        }
     if CONFIG_SET == "epismem":  # the consumers' epilogue as a loop over slices read back from shared memory
         return {  # (H200 run 1 also had es1_q4 / es1_q4_p0, run 2 es2_h / es2_h_p0: slower than es1_h / es2_q4)
             **_references(),
@@ -343,7 +353,7 @@ def phase1(args, log) -> dict:
         for c in {"run1": ("pp2_h", "pp2_q4", "pp2_h_ws"), "prefetch": ("q4_auto", "q4f_auto", "h_pf2"),
                   "prefetch2": ("q4_pf1",), "gluon": ("g_h", "g_q4"), "gluon2": ("g_h_tma", "g_q4_tma"),
                   "epiwg": ("wg_q4", "wg_q4_s2r3"), "epismem": ("es1_h", "es2_q4"), "whole": ("g_w1_p0",),
-                  "subtile8": ("es1_s8", "es2_s8")}.get(
+                  "subtile8": ("es1_s8", "es2_s8"), "consumers3": ("c3_es1_q4_p0", "c3_q4_p0", "c3_q4_tma")}.get(
                 CONFIG_SET, ("pp2_q4", "base_q4")):
             for d in ("bfloat16", "float16"):
                 jobs.append(f"E:{ex}:{c}:{d}")
@@ -361,6 +371,8 @@ def phase1(args, log) -> dict:
             jobs = ["W:lincomb_relu:base", "W:bce_loss:es2_q4", "E:mixed_dag:es2_h:float16"]
         if CONFIG_SET == "subtile8":
             jobs = ["W:lincomb_relu:base", "W:bce_loss:es1_s8", "E:mixed_dag:es2_s8:float16"]
+        if CONFIG_SET == "consumers3":
+            jobs = ["W:lincomb_relu:base", "W:bce_loss:c3_es1_q4_p0", "E:mixed_dag:c3_q4_tma:float16"]
     out, scratch = Path(args.out), Path(args.scratch)
     t = time.time()
     procs, logf = start_workers("benchmarks.pingpong_check", args, jobs, log)

@@ -84,7 +84,8 @@ def test_epilogue_warpgroup_config_rules():
 
 def test_epilogue_loop_config_rules():
     """EPI_SMEM: 1 (a whole-tile buffer the consumers share) or 2 (a half-tile buffer each, halves of two or four
-    slices), either 64 KiB of fp32 in shared memory, which fits beside a 4-stage ring, not a 5-stage one; not with
+    slices), either 64 KiB of fp32 in shared memory, which fits beside a 5-stage ring (the loop converts no layout:
+    3 KiB of headroom, not the 8 KiB of a kernel with layout conversions), not a 6-stage one; not with
     the loader's EPI_TMA input or the EPI_WG schedule; dropped by the fallback. The template's 128-byte swizzled
     TMA tiles need BLOCK_K and BLOCK_N of 64 or more (a 32-deep K step failed inside Triton's TMA lowering)."""
     es = pp(4, EPI_SMEM=1)
@@ -93,8 +94,8 @@ def test_epilogue_loop_config_rules():
     ring = (128 * 64 + 64 * 128) * 2
     assert es.smem_bytes(2) == pp(2, EPI_SMEM=2).smem_bytes(2) == 5 * ring + 128 * 128 * 4
     from evtorch.codegen.configs import fits_smem
-    assert fits_smem(dataclasses.replace(es, num_stages=4), torch.bfloat16, H200)
-    assert not fits_smem(es, torch.bfloat16, H200)  # 5 x 32 KiB + 64 KiB
+    assert fits_smem(es, torch.bfloat16, H200)  # 5 x 32 KiB + 64 KiB + 3 KiB of barriers and reduction scratch
+    assert not fits_smem(dataclasses.replace(es, num_stages=6), torch.bfloat16, H200)
     with pytest.raises(ValueError, match="must be one of"):
         pp(4, EPI_SMEM=3)
     with pytest.raises(ValueError, match="EPI_SMEM=2 .* needs EPILOGUE_SUBTILE 2, 4 or 8"):
@@ -120,6 +121,32 @@ def test_epilogue_loop_config_rules():
         GemmConfig("pingpong", 128, 128, 32, 8, 1, 4, 4)
     fell = resolve_config(torch.randn(64, 32), torch.randn(32, 64), es)
     assert fell.template == "persistent_tma" and dict(fell.extra) == {"EPILOGUE_SUBTILE": 4}
+
+
+def test_three_consumers_config_rules():
+    """CONSUMERS: 2 (the default, dropped from ``extra``) or 3 consumer warpgroups, ping-pong only, not the EPI_WG
+    schedule; with EPI_SMEM = 1 the loop's ring has CONSUMERS - 1 whole-tile buffers (two: 128 KiB beside a
+    3-stage ring, the most that fits), with EPI_SMEM = 2 a half tile per consumer, with EPI_TMA a slot set per
+    consumer; the fallback to persistent_tma drops it."""
+    assert pp(4, CONSUMERS=2) == pp(4)
+    c3 = pp(4, EPI_SMEM=1, CONSUMERS=3, PREFETCH=0)
+    assert c3.short() == "pingpong_128x128x64_g8_w4_s5_consumers3_epilogue_subtile4_epi_smem1_prefetch0"
+    ring = (128 * 64 + 64 * 128) * 2
+    tile = 128 * 128 * 4
+    assert dataclasses.replace(c3, num_stages=3).smem_bytes(2) == 3 * ring + 2 * tile
+    assert pp(4, EPI_SMEM=2, CONSUMERS=3).smem_bytes(2) == 5 * ring + 3 * tile // 2
+    assert pp(4, EPI_TMA=True, CONSUMERS=3).smem_bytes(2) == 5 * ring + 3 * 128 * 128 * 2
+    from evtorch.codegen.configs import fits_smem
+    assert fits_smem(dataclasses.replace(c3, num_stages=3), torch.bfloat16, H200)
+    assert not fits_smem(dataclasses.replace(c3, num_stages=4), torch.bfloat16, H200)
+    with pytest.raises(ValueError, match="must be one of"):
+        pp(4, CONSUMERS=4)
+    with pytest.raises(ValueError, match="CONSUMERS=3 is the ping-pong schedule's"):
+        GemmConfig("pingpong", 128, 256, 64, 8, 1, 4, 3, (("EPI_WG", 2), ("CONSUMERS", 3)))
+    with pytest.raises(ValueError, match="CONSUMERS only applies"):
+        GemmConfig("persistent_tma", 128, 256, 64, 8, 1, 8, 3, (("CONSUMERS", 3),))
+    fell = resolve_config(torch.randn(64, 32), torch.randn(32, 64), c3)
+    assert fell.template == "persistent_tma" and dict(fell.extra) == {"EPILOGUE_SUBTILE": 4, "PREFETCH": 0}
 
 
 def test_candidates_offer_pingpong_only_where_it_runs():
@@ -172,8 +199,17 @@ def test_render_validates_and_names_partitions():
     for name in ("acc_bufs.index(ebase + 3).store(acc_s3)", "elif h == 1:\n", "acc_bufs.index(ebase + 1).store(acc_s3)",
                  "for h in range(EPI_SMEM):", "for s2 in range(EPILOGUE_SUBTILE // EPI_SMEM):",
                  "acc_e = acc_bufs.index(ebase + s2).load(epi_layout)", "M * (s + 1 < EPILOGUE_SUBTILE)",
-                 "mbarrier.arrive(acc_ready.index(1 - WHICH), count=1)"):
+                 "mbarrier.arrive(acc_empty.index(ebuf), count=1)",
+                 "mbarrier.wait(acc_empty.index(ebuf), ((q // (CONSUMERS - 1)) & 1) ^ 1)"):
         assert name in text, name
+    # CONSUMERS = 3: a third consumer partition, launched at 16 warps under MAXNREG3; each consumer's main loop
+    # waits for the previous consumer's (cyclically)
+    for name in ("def k_consume2(", "], [4, 4, 1], [160, 160, " + str(gluon_template.LOADER_REGS) + "])",
+                 "mbarrier.arrive(turn.index((WHICH + 1) % CONSUMERS), count=1)",
+                 "range(start_pid + WHICH * NUM_PROGRAMS, num_tiles, CONSUMERS * NUM_PROGRAMS)"):
+        assert name in text, name
+    assert (3 * 128 * gluon_template.CONSUMER_REGS3 + 128 * gluon_template.LOADER_REGS <= 65536
+            and gluon_template.MAXNREG3 * 512 <= 65536)
     loop = text.split("if EPI_SMEM > 0:")[1].split("\n        else:\n")[0]
     # one call per slice of an iteration: two slices per iteration where each buffer fill has an even count (the
     # two input register sets alternate, no carried copy), else one with the copy, and one without prefetch
@@ -238,7 +274,9 @@ def test_offline_compile_specialises_unit_strides_as_a_launch_does():
                                               ("pp_es1_q4", "bce_loss,colbcast_leaky,dgelu_bgrad"),
                                               ("pp_es2_h", "mixed_dag,rowreduce_tanh,bias_gelu_aux"),
                                               ("pp_es1_s8", "bce_loss,mixed_dag,rowreduce_tanh"),
-                                              ("pp_es2_s8", "dgelu_bgrad,colbcast_leaky")])
+                                              ("pp_es2_s8", "dgelu_bgrad,colbcast_leaky"),
+                                              ("pp3_es1_q4_p0", "bce_loss,mixed_dag,rowreduce_tanh"),
+                                              ("pp3_q4_p0", "lincomb_relu,dgelu_bgrad")])
 def test_compiles_for_sm90(tmp_path, config, workloads):
     """Every kind of epilogue (stores, broadcasts, prefetched input, row / column / full reductions, two inputs)
     compiles for sm_90 with the installed Triton, within the shared memory of one SM."""
@@ -252,6 +290,7 @@ def test_compiles_for_sm90(tmp_path, config, workloads):
     rows = json.loads(out.read_text())
     assert [r["workload"] for r in rows] == workloads.split(",")
     for r in rows:
-        cap = gluon_template.MAXNREG_WG if config.startswith("wg_") else gluon_template.MAXNREG
+        cap = (gluon_template.MAXNREG_WG if config.startswith("wg_") else
+               gluon_template.MAXNREG3 if config.startswith("pp3_") else gluon_template.MAXNREG)
         assert r["regs"] == cap and 0 < r["shared"] <= H200.smem_bytes, r
         assert r["instructions"] > 1000

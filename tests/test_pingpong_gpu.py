@@ -191,3 +191,23 @@ def test_epilogue_loop_from_shared_memory(name):
     # eighths (128 x 16 slices), through the shared buffer and a half-tile buffer each
     _check(name, 1000, 776, 520, es(sub=8), seed=4)
     _check(name, 4096, 3000, 1000, es(sub=8, bufs=2), dtype=torch.float16, seed=5)
+
+
+def c3(sub: int = 4, stages: int = 3, **flags) -> GemmConfig:
+    return GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, stages,
+                      (("EPILOGUE_SUBTILE", sub), ("CONSUMERS", 3)) + tuple(flags.items()))
+
+
+@needs_hopper
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_three_consumers(name):
+    """CONSUMERS=3: every epilogue kind with three consumer warpgroups taking the program's tiles in turn: the
+    loop through the ring of two whole-tile buffers (ragged; many tiles per program, so the turn and buffer
+    barriers wrap many times, column-major B; eighths), slices from registers (fp16, deterministic), and the
+    loader's input ring of three slot sets (EPI_TMA; epilogues without such an input run without it)."""
+    _check(name, 1000, 776, 520, c3(EPI_SMEM=1, PREFETCH=0))
+    _check(name, 4096, 4096, 768, c3(EPI_SMEM=1, PREFETCH=0), b_col=True, seed=1)
+    _check(name, 1000, 776, 520, c3(sub=8, EPI_SMEM=1, PREFETCH=0), seed=2)
+    _check(name, 4096, 3000, 1000, c3(stages=4, PREFETCH=0), dtype=torch.float16, seed=3, deterministic=True)
+    _check(name, 4096, 3000, 1000, c3(EPI_TMA=True), seed=4)
+    _check(name, 300, 200, 64, c3(EPI_SMEM=1), seed=5)  # fewer tiles than programs; the prefetched loop

@@ -48,15 +48,19 @@ EXTRA_FLAGS: dict[str, type | tuple[type, ...]] = {
     # 1: through one fp32 [BM, BN] buffer the two consumers take in turn; 2: through a [BM, BN / 2] buffer each,
     # one half of the accumulator after the other; 0: the slices straight from registers
     "EPI_SMEM": int,
+    # pingpong only: consumer warpgroups taking the program's tiles in turn (2: CUTLASS's ping-pong; 3: while one
+    # runs its main loop, two epilogues run, so an epilogue up to twice a tile's main loop hides; each consumer then
+    # has 160 registers instead of 240, and EPI_SMEM = 1 gives CONSUMERS - 1 whole-tile buffers)
+    "CONSUMERS": int,
 }
 # Values allowed for the int flags, and the value each flag takes when absent (dropped from ``extra``).
 _FLAG_VALUES: dict[str, tuple[Any, ...]] = {"EPILOGUE_SUBTILE": (False, True, 1, 2, 4, 8), "PROGRAMS_PER_SM": (1, 2, 3, 4),
                                            "PREFETCH": (0, 1, 2, 3, 4), "EPI_WG": (0, 2, 3, 4),
-                                           "EPI_SMEM": (0, 1, 2)}
-_PINGPONG_FLAGS = frozenset({"EPILOGUE_SUBTILE", "PREFETCH", "EPI_TMA", "EPI_WG", "EPI_SMEM"})
+                                           "EPI_SMEM": (0, 1, 2), "CONSUMERS": (2, 3)}
+_PINGPONG_FLAGS = frozenset({"EPILOGUE_SUBTILE", "PREFETCH", "EPI_TMA", "EPI_WG", "EPI_SMEM", "CONSUMERS"})
 _FLAG_DEFAULTS: dict[str, Any] = {"EPILOGUE_SUBTILE": False, "WARP_SPECIALIZE": False, "FLATTEN": False,
                                   "PROGRAMS_PER_SM": 1, "PREFETCH": None, "EPI_TMA": False, "EPI_WG": 0,
-                                  "EPI_SMEM": 0}
+                                  "EPI_SMEM": 0, "CONSUMERS": 2}
 
 # Registers per SM (every NVIDIA GPU since Kepler) and the most one thread can hold: a program of w warps is
 # guaranteed co-resident with (programs_per_sm - 1) others whatever its epilogue needs only if
@@ -168,14 +172,18 @@ class GemmConfig:
             if extra.get("EPI_SMEM") == 2 and _subtile_count(extra.get("EPILOGUE_SUBTILE", False)) < 2:
                 raise ValueError("GemmConfig.extra EPI_SMEM=2 (a half-tile buffer per consumer) needs EPILOGUE_SUBTILE "
                                  f"2, 4 or 8, got {extra.get('EPILOGUE_SUBTILE', False)!r}")
+            if extra.get("CONSUMERS", 2) != 2 and extra.get("EPI_WG"):
+                raise ValueError(f"GemmConfig.extra CONSUMERS={extra['CONSUMERS']} is the ping-pong schedule's; EPI_WG="
+                                 f"{extra['EPI_WG']} is the epilogue-warpgroup schedule (two MMA warpgroups)")
             if extra.get("EPI_SMEM") and (extra.get("EPI_TMA") or extra.get("EPI_WG")):
                 raise ValueError(f"GemmConfig.extra EPI_SMEM={extra['EPI_SMEM']} is a ping-pong consumer's epilogue "
                                  f"loop: not with EPI_TMA or EPI_WG, got EPI_TMA={extra.get('EPI_TMA', False)}, "
                                  f"EPI_WG={extra.get('EPI_WG', 0)}")
         elif extra and self.template != "persistent_tma":
             raise ValueError(f"GemmConfig.extra flags {sorted(extra)} only apply to template='persistent_tma'")
-        elif {"EPI_TMA", "EPI_WG", "EPI_SMEM"} & set(extra):
-            raise ValueError(f"GemmConfig.extra {'/'.join(sorted({'EPI_TMA', 'EPI_WG', 'EPI_SMEM'} & set(extra)))} "
+        elif {"EPI_TMA", "EPI_WG", "EPI_SMEM", "CONSUMERS"} & set(extra):
+            only = sorted({"EPI_TMA", "EPI_WG", "EPI_SMEM", "CONSUMERS"} & set(extra))
+            raise ValueError(f"GemmConfig.extra {'/'.join(only)} "
                              "only applies to template='pingpong'")
         subtiles = _subtile_count(extra.get("EPILOGUE_SUBTILE", False))
         if subtiles == 8 and not (self.template == "pingpong" and extra.get("EPI_SMEM")):
@@ -247,11 +255,12 @@ class GemmConfig:
         """Pipelined operand buffers in shared memory: (BM*BK + BK*BN) * bytes * stages; with EPI_TMA also the
         ping-pong loader's epilogue-input buffers (two [BM, BN] tiles of 16-bit values), with EPI_WG = R the
         accumulator hand-off ring (R fp32 [BM, BN / EPILOGUE_SUBTILE] slices), with EPI_SMEM the consumers'
-        accumulator buffers (one fp32 [BM, BN] tile, or two halves)."""
+        accumulator buffers (CONSUMERS - 1 fp32 [BM, BN] tiles, or a half tile per consumer)."""
         ring = (self.BLOCK_M * self.BLOCK_K + self.BLOCK_K * self.BLOCK_N) * elem_bytes * self.num_stages
-        slices = self.flag("EPI_WG", 0) * self.epilogue_block_n + (self.BLOCK_N if self.flag("EPI_SMEM", 0) else 0)
-        handoff = slices * self.BLOCK_M * 4
-        return ring + handoff + (2 * self.BLOCK_M * self.BLOCK_N * 2 if self.flag("EPI_TMA") else 0)
+        consumers, epi_smem = self.flag("CONSUMERS", 2), self.flag("EPI_SMEM", 0)
+        tile_columns = {0: 0, 1: (consumers - 1) * self.BLOCK_N, 2: consumers * self.BLOCK_N // 2}[epi_smem]
+        handoff = (self.flag("EPI_WG", 0) * self.epilogue_block_n + tile_columns) * self.BLOCK_M * 4
+        return ring + handoff + (consumers * self.BLOCK_M * self.BLOCK_N * 2 if self.flag("EPI_TMA") else 0)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -374,7 +383,10 @@ def fits_smem(config: GemmConfig, dtype: torch.dtype, info: DeviceInfo) -> bool:
     fit in one SM's shared memory (the per-block opt-in limit + 1 KiB: 228 KiB on Hopper)."""
     if info.kind != "cuda":
         return True
-    need = config.smem_bytes(_elem_bytes(dtype)) + 8192
+    # Triton's scratch beside the buffers: layout conversions and reductions (8 KiB covers the persistent and
+    # register-epilogue kernels); the EPI_SMEM loop converts no layout, only reductions and barriers remain
+    # (sm_90 compiles of the benchmark epilogues: at most 1.7 KiB)
+    need = config.smem_bytes(_elem_bytes(dtype)) + (3072 if config.flag("EPI_SMEM", 0) else 8192)
     pps = config.programs_per_sm
     if pps == 1:
         return need <= info.smem_bytes

@@ -78,6 +78,12 @@ CONSUMER_REGS = 240
 LOADER_REGS = 24
 MAXNREG = 168
 WORKER_WARPS = (4, 1)  # consumer 1, loader; consumer 0 is the default partition (num_warps = 4)
+# CONSUMERS = 3: 16 warps (three consumer warpgroups, the loader's padded to one) under the launch cap MAXNREG3 =
+# 65536 / 512; the loader drops to LOADER_REGS and each consumer rises to CONSUMER_REGS3 (3 * 128 * 160 + 128 * 24
+# <= 65536)
+CONSUMER_REGS3 = 160
+MAXNREG3 = 128
+WORKER_WARPS3 = (4, 4, 1)
 # EPI_WG schedule: 12 warps (the epilogue warpgroup = default partition, two MMA warpgroups that also issue the
 # TMA copies), launched with MAXNREG_WG = 65536 / 384 rounded down to 8: every warp keeps that many (ptxas compiles
 # the whole kernel under the launch cap, so moving registers between partitions would not give the epilogue more).
@@ -105,7 +111,7 @@ _EPI_OFFS = """\
 
 _ARGS = ("a_desc, b_desc, a_bufs, b_bufs, ready, empty, turn, c_desc, c_bufs, c_ready, c_empty, acc_bufs, "
          "acc_ready, acc_empty, M, N, K, L, start_pid__PARAMS_CALL__, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, "
-         "NUM_PROGRAMS, STAGES, B_COL_MAJOR, EPILOGUE_SUBTILE, PREFETCH, EPI_TMA, EPI_WG, EPI_SMEM")
+         "NUM_PROGRAMS, STAGES, B_COL_MAJOR, EPILOGUE_SUBTILE, PREFETCH, EPI_TMA, EPI_WG, EPI_SMEM, CONSUMERS")
 
 _PARTITION_SIG = """\
     a_desc, b_desc, a_bufs, b_bufs, ready, empty, turn, c_desc, c_bufs, c_ready, c_empty, acc_bufs, acc_ready,
@@ -113,6 +119,7 @@ _PARTITION_SIG = """\
 __PARAMS_SIG__    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
     NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, B_COL_MAJOR: gl.constexpr, EPILOGUE_SUBTILE: gl.constexpr,
     PREFETCH: gl.constexpr, EPI_TMA: gl.constexpr, EPI_WG: gl.constexpr, EPI_SMEM: gl.constexpr,
+    CONSUMERS: gl.constexpr,
 """
 
 _PINGPONG = '''\
@@ -172,7 +179,9 @@ def __KERNEL___consume(
 ''' + _PARTITION_SIG + '''\
     WHICH: gl.constexpr,
 ):
-    """Consumer WHICH (0 or 1): the program's tiles 2j + WHICH; main loop after the other consumer's, then epilogue."""
+    """Consumer WHICH (0 .. CONSUMERS - 1): the program's tiles CONSUMERS * j + WHICH; main loop after the
+    previous consumer's (WHICH - 1, cyclically), then epilogue."""
+    FIRST: gl.constexpr = 1 if WHICH == 0 else 0  # consumer 0's first turn and buffer wait pass at once
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                          instr_shape=[16, BLOCK_N, 16])
     # The epilogue's layout: 8 consecutive columns per thread (16-byte loads and stores of 16-bit tiles), a warp's
@@ -181,14 +190,11 @@ def __KERNEL___consume(
 ''' + _EPI_LAYOUT + _GRID + '''\
     k_tiles = gl.cdiv(K, BLOCK_K)
     j = 0
-    for t in range(start_pid + WHICH * NUM_PROGRAMS, num_tiles, 2 * NUM_PROGRAMS):
+    for t in range(start_pid + WHICH * NUM_PROGRAMS, num_tiles, CONSUMERS * NUM_PROGRAMS):
 ''' + _indent(_SWIZZLE, 8) + '''\
 ''' + _EPI_OFFS + '''\
-__PREFETCH_TOP__        cnt = (2 * j + WHICH) * k_tiles
-        if WHICH == 0:
-            mbarrier.wait(turn.index(0), (j & 1) ^ 1)
-        else:
-            mbarrier.wait(turn.index(1), j & 1)
+__PREFETCH_TOP__        cnt = (CONSUMERS * j + WHICH) * k_tiles
+        mbarrier.wait(turn.index(WHICH), (j & 1) ^ FIRST)
         acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, acc_layout)
         for ki in range(k_tiles):
             acc = __KERNEL___mma_step(a_bufs, b_bufs, ready, acc, cnt, STAGES, B_COL_MAJOR)
@@ -197,7 +203,7 @@ __PREFETCH_TOP__        cnt = (2 * j + WHICH) * k_tiles
             cnt += 1
         acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc])
         mbarrier.arrive(empty.index((cnt + STAGES - 1) % STAGES), count=1, pred=k_tiles > 0)
-        mbarrier.arrive(turn.index(1 - WHICH), count=1)
+        mbarrier.arrive(turn.index((WHICH + 1) % CONSUMERS), count=1)
         if EPI_SMEM > 0:
 __EPI_SMEM_LOOP__        else:
 __EPILOGUE_CALLS__        j += 1
@@ -215,6 +221,13 @@ def __KERNEL___consume1(
 ''' + _PARTITION_SIG + '''\
 ):
     __KERNEL___consume(''' + _ARGS + ''', 1)
+
+
+@gluon.jit
+def __KERNEL___consume2(
+''' + _PARTITION_SIG + '''\
+):
+    __KERNEL___consume(''' + _ARGS + ''', 2)
 
 
 @gluon.jit
@@ -289,6 +302,7 @@ __PARAMS_SIG__    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.cons
     ALLOW_TF32: gl.constexpr, ACC_DTYPE: gl.constexpr, DOT_UPCAST: gl.constexpr,
     NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, B_COL_MAJOR: gl.constexpr, EPILOGUE_SUBTILE: gl.constexpr,
     PREFETCH: gl.constexpr, EPI_TMA: gl.constexpr, EPI_WG: gl.constexpr, EPI_SMEM: gl.constexpr,
+    CONSUMERS: gl.constexpr,
 ):
     """Ping-pong GEMM + epilogue (Hopper, Gluon); grid (min(NUM_PROGRAMS, tiles),), launched with num_warps=4
     and maxnreg=MAXNREG; 16-bit A row-major (M, K), B (K, N) row-major or, with B_COL_MAJOR, column-major."""
@@ -306,15 +320,15 @@ __PARAMS_SIG__    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.cons
     a_bufs = gl.allocate_shared_memory(A_ptr.dtype.element_ty, [STAGES, BLOCK_M, BLOCK_K], smem)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=1)
-    for i in gl.static_range(2):
+    for i in gl.static_range(CONSUMERS):
         mbarrier.init(turn.index(i), count=1)
     # EPI_TMA: the epilogue's one M x N input comes through the loader too (TMA into 2 x EPILOGUE_SUBTILE slice
     # buffers: one set per consumer); otherwise placeholders (the partitions take the same arguments)
-    C_SLOTS: gl.constexpr = 2 * EPILOGUE_SUBTILE if EPI_TMA else 1
+    C_SLOTS: gl.constexpr = CONSUMERS * EPILOGUE_SUBTILE if EPI_TMA else 1
 __C_RING__    c_ready = gl.allocate_shared_memory(gl.int64, [C_SLOTS, 1], mbarrier.MBarrierLayout())
     c_empty = gl.allocate_shared_memory(gl.int64, [C_SLOTS, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(C_SLOTS):
@@ -329,11 +343,11 @@ __C_RING__    c_ready = gl.allocate_shared_memory(gl.int64, [C_SLOTS, 1], mbarri
     if EPI_WG > 0:
         acc_bufs = gl.allocate_shared_memory(gl.float32, [EPI_WG, BLOCK_M, BLOCK_N // EPILOGUE_SUBTILE], acc_smem)
     elif EPI_SMEM > 0:
-        acc_bufs = gl.allocate_shared_memory(gl.float32, [EPILOGUE_SUBTILE, BLOCK_M, BLOCK_N // EPILOGUE_SUBTILE],
-                                             acc_smem)
+        ACC_BUFS: gl.constexpr = (CONSUMERS - 1) * EPILOGUE_SUBTILE if EPI_SMEM == 1 else CONSUMERS * (EPILOGUE_SUBTILE // 2)
+        acc_bufs = gl.allocate_shared_memory(gl.float32, [ACC_BUFS, BLOCK_M, BLOCK_N // EPILOGUE_SUBTILE], acc_smem)
     else:
         acc_bufs = a_bufs
-    ACC_SLOTS: gl.constexpr = EPI_WG if EPI_WG > 0 else 2
+    ACC_SLOTS: gl.constexpr = EPI_WG if EPI_WG > 0 else CONSUMERS
     acc_ready = gl.allocate_shared_memory(gl.int64, [ACC_SLOTS, 1], mbarrier.MBarrierLayout())
     acc_empty = gl.allocate_shared_memory(gl.int64, [ACC_SLOTS, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(ACC_SLOTS):
@@ -345,6 +359,13 @@ __C_RING__    c_ready = gl.allocate_shared_memory(gl.int64, [C_SLOTS, 1], mbarri
             (__KERNEL___epi, (''' + _ARGS + ''')),
             (__KERNEL___mma, (''' + _ARGS + ''')),
         ], [8], [__MMA_REGS__])
+    elif CONSUMERS == 3:
+        gl.warp_specialize([
+            (__KERNEL___consume0, (''' + _ARGS + ''')),
+            (__KERNEL___consume1, (''' + _ARGS + ''')),
+            (__KERNEL___consume2, (''' + _ARGS + ''')),
+            (__KERNEL___load, (''' + _ARGS + ''')),
+        ], [__WORKER_WARPS3__], [__WORKER_REGS3__])
     else:
         gl.warp_specialize([
             (__KERNEL___consume0, (''' + _ARGS + ''')),
@@ -360,8 +381,8 @@ _LOADER_C = """\
 if EPI_TMA:
     if ki == k_tiles // 2:
         for sl in gl.static_range(EPILOGUE_SUBTILE):
-            cslot = (tseq % 2) * EPILOGUE_SUBTILE + sl
-            mbarrier.wait(c_empty.index(cslot), ((tseq // 2) & 1) ^ 1)
+            cslot = (tseq % CONSUMERS) * EPILOGUE_SUBTILE + sl
+            mbarrier.wait(c_empty.index(cslot), ((tseq // CONSUMERS) & 1) ^ 1)
             mbarrier.expect(c_ready.index(cslot), c_nbytes)
             tma_load(c_desc, [off_m, off_n + sl * EPI_N], c_ready.index(cslot), c_bufs.index(cslot))
 """
@@ -487,9 +508,11 @@ def _epi_smem_loop(prefetch: int) -> str:
     0); with an even slice count per buffer fill the loop takes two slices per iteration (no register copy of a
     load in flight)."""
     args = _slice_args("s", "EPILOGUE_SUBTILE")
-    head = ["if EPI_SMEM == 1:",
-            "    mbarrier.wait(acc_ready.index(WHICH), (j & 1) ^ (1 - WHICH))",
-            "    ebase = 0",
+    head = ["if EPI_SMEM == 1:  # this tile's buffer in the ring, once the tile CONSUMERS - 1 before has read it",
+            "    q = CONSUMERS * j + WHICH",
+            "    ebuf = q % (CONSUMERS - 1)",
+            "    mbarrier.wait(acc_empty.index(ebuf), ((q // (CONSUMERS - 1)) & 1) ^ 1)",
+            "    ebase = ebuf * EPILOGUE_SUBTILE",
             "else:",
             "    ebase = WHICH * (EPILOGUE_SUBTILE // 2)"]
 
@@ -504,9 +527,9 @@ def _epi_smem_loop(prefetch: int) -> str:
         return [f"s = h * (EPILOGUE_SUBTILE // EPI_SMEM) + {sx}",
                 f"acc_e = acc_bufs.index(ebase + {sx}).load(epi_layout)",
                 "if EPI_SMEM == 1:",
-                "    if s == EPILOGUE_SUBTILE - 1:  # every warp has read every slice: the buffer is the other's",
+                "    if s == EPILOGUE_SUBTILE - 1:  # every warp has read every slice: the buffer is free",
                 "        partition_barrier()",
-                "        mbarrier.arrive(acc_ready.index(1 - WHICH), count=1)"] + call
+                "        mbarrier.arrive(acc_empty.index(ebuf), count=1)"] + call
 
     def over_slices(body: list[str], step: str = "") -> list[str]:  # a loop over this half's slices
         return [f"for s2 in range({'0, ' if step else ''}EPILOGUE_SUBTILE // EPI_SMEM{step}):"] + _indent(
@@ -592,6 +615,8 @@ def render_pingpong(kernel_name: str, epilogue_fn: str, epilogue_params: list[st
             .replace("__PARAMS_CALL__", "".join(f", {p}" for p in params))
             .replace("__WORKER_WARPS__", ", ".join(str(w) for w in WORKER_WARPS))
             .replace("__WORKER_REGS__", f"{CONSUMER_REGS}, {LOADER_REGS}")
+            .replace("__WORKER_WARPS3__", ", ".join(str(w) for w in WORKER_WARPS3))
+            .replace("__WORKER_REGS3__", f"{CONSUMER_REGS3}, {CONSUMER_REGS3}, {LOADER_REGS}")
             .replace("__MMA_REGS__", str(MMA_REGS)))
 
 
