@@ -8,9 +8,10 @@ Variant A is the environment as it is, variant B the same with ``--env NAME=VALU
 
 1. correctness of each variant: one call with outputs poisoned (``EVTORCH_POISON=1``), max error over the fp32
    reference (as ``evtorch bench``) and over the float64 one;
-2. the forced config (``--config``, default the 128x256 persistent halves kernel) of each variant, CUDA-graph
-   replay (do_bench median, L2 flushed), interleaved A, B, A, B: the repeat is the noise;
-3. the tuned default of each variant (``EVTORCH_AUTOTUNE=1``, 5 candidates, a fresh tuning cache), timed the same
+2. the forced configs (``--config``, comma-separated; default the 128x256 persistent halves kernel; also the
+   ping-pong halves from registers, through the loader or from shared memory) of each variant, CUDA-graph replay
+   (do_bench median, L2 flushed), interleaved A, B, A, B: the repeat is the noise;
+3. (unless ``--no-tune``) the tuned default of each variant (``EVTORCH_AUTOTUNE=1``, 5 candidates, a fresh tuning cache), timed the same
    way, A, B, A, B; the configs the tuner picked;
 4. cuBLAS (``torch.matmul``) right before and after the row: ratios divide by the one before.
 
@@ -43,7 +44,9 @@ def parse_args(argv=None):
     ap.add_argument("--env", required=True, help="NAME=VALUE set for variant B")
     ap.add_argument("--workloads", default="bce_loss,identity")
     ap.add_argument("--shapes", default="8192x8192x4096,8192x4096x1024")
-    ap.add_argument("--config", default="tma_128x256_halves", choices=sorted(FORCED))
+    ap.add_argument("--config", default="tma_128x256_halves",
+                    help=f"forced configs, comma-separated, of {sorted(FORCED)}")
+    ap.add_argument("--no-tune", action="store_true", help="forced configs only (no tuned default)")
     ap.add_argument("--deadline-s", type=float, default=300.0)
     ap.add_argument("--approximations", action="store_true")
     ap.add_argument("--dry-run", action="store_true")
@@ -52,6 +55,10 @@ def parse_args(argv=None):
     if not sep or not name:
         ap.error(f"--env must be NAME=VALUE, got {args.env!r}")
     args.env_name, args.env_value = name, value
+    args.configs = args.config.split(",")
+    unknown = [c for c in args.configs if c not in FORCED]
+    if unknown:
+        ap.error(f"--config: unknown {unknown}; known: {sorted(FORCED)}")
     return args
 
 
@@ -61,7 +68,15 @@ def _tma_halves():
     return GemmConfig("persistent_tma", 128, 256, 64, 8, 1, 8, 3, (("EPILOGUE_SUBTILE", True),))
 
 
-FORCED = {"tma_128x256_halves": _tma_halves}
+def _pingpong(stages, **flags):
+    from evtorch.codegen.configs import GemmConfig
+
+    return lambda: GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, stages,
+                              (("EPILOGUE_SUBTILE", True),) + tuple(flags.items()))
+
+
+FORCED = {"tma_128x256_halves": _tma_halves, "pp_halves": _pingpong(5), "pp_halves_tma": _pingpong(4, EPI_TMA=True),
+          "pp_halves_smem": _pingpong(4, EPI_SMEM=1)}
 
 
 class Variant:
@@ -133,20 +148,22 @@ def main(argv=None) -> int:
     variant = Variant(args.env_name, args.env_value)
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")] if not args.dry_run else [(64, 64, 32)]
     kw = {} if cuda else {"backend": "triton"}
-    forced = FORCED[args.config]()
+    forced = {c: FORCED[c]() for c in args.configs}
     timer = b.graph_timer if cuda else b.timer
     for M, N, K, A, B, name, fn, inputs in workload_rows(b, shapes, args.workloads.split(","), workload, skip_s=30):
-        row = {"workload": name, "shape": [M, N, K], "check": {}, "forced": {"A": [], "B": []},
-               "tuned": {"A": [], "B": []}, "tuned_config": {}}
+        row = {"workload": name, "shape": [M, N, K], "check": {},
+               "forced": {c: {"A": [], "B": []} for c in args.configs}, "tuned": {"A": [], "B": []},
+               "tuned_config": {}}
         results["rows"].append(row)
         row["cublas_ms"] = b.timer(lambda: torch.matmul(A, B))
         for which in "AB":
             row["check"][which] = check(variant, which, A, B, fn, inputs, kw)
-        for _ in range(2):
-            for which in "AB":
-                row["forced"][which].append(variant.run(which, lambda: timer(
-                    lambda: evt.gemm(A, B, fn, config=forced, **kw, **inputs))))
-        if cuda:
+        for cname, cfg in forced.items():
+            for _ in range(2):
+                for which in "AB":
+                    row["forced"][cname][which].append(variant.run(which, lambda: timer(
+                        lambda: evt.gemm(A, B, fn, config=cfg, **kw, **inputs))))
+        if cuda and not args.no_tune:
             os.environ["EVTORCH_AUTOTUNE"] = "1"
             rg.MAX_TUNE_CANDIDATES = 5
             try:
@@ -163,8 +180,8 @@ def main(argv=None) -> int:
 
         def ratios(vs):
             return "/".join(f"{v / c:.3f}" if v else "-" for v in vs)
-        b.log(f"{name:15s} {M}x{N}x{K} cuBLAS {c:.4f} after {row['cublas_ms_after']:.4f} | forced A {ratios(row['forced']['A'])}"
-              f" B {ratios(row['forced']['B'])} | tuned A {ratios(row['tuned']['A'])} ({row['tuned_config'].get('A')})"
+        forced_text = " | ".join(f"{cname} A {ratios(v['A'])} B {ratios(v['B'])}" for cname, v in row["forced"].items())
+        b.log(f"{name:15s} {M}x{N}x{K} cuBLAS {c:.4f} after {row['cublas_ms_after']:.4f} | {forced_text} | tuned A {ratios(row['tuned']['A'])} ({row['tuned_config'].get('A')})"
               f" B {ratios(row['tuned']['B'])} ({row['tuned_config'].get('B')}) | err A "
               f"{row['check']['A']['max_err_fp64']:.2e} B {row['check']['B']['max_err_fp64']:.2e} (fp64 reference)")
         b.save()
