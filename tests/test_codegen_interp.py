@@ -210,51 +210,35 @@ def test_random_dags_through_the_persistent_template(case, schedule):
 @pytest.mark.parametrize("subtile,prefetch", PREFETCH_GRID, ids=[f"S{s}-P{p}" for s, p in PREFETCH_GRID])
 def test_persistent_prefetch_schedules(subtile, prefetch, monkeypatch):
     """Every PREFETCH schedule (slices loaded before the K loop, the rest P slices ahead) gives the same
-    results: two M x N inputs (one batched) and a row and a column vector (prefetched with them), a row and a
-    column reduction, ragged tiles, several tiles per persistent program, outputs poisoned."""
+    results: two M x N inputs (one batched), a row and a column reduction, ragged tiles, several tiles per
+    persistent program, outputs poisoned."""
     monkeypatch.setenv("EVTORCH_POISON", "1")
     extra = (("EPILOGUE_SUBTILE", subtile), ("PREFETCH", prefetch))
     cfg = GemmConfig("persistent_tma", 16, 64, 16, 2, 1, 4, 1, extra)
     L, M, N, K = 2, 37, 152, 24  # B rows 16-byte aligned: the TMA template runs (no portable fallback)
     A, B = torch.randn(L, M, K), torch.randn(K, N)
-    C, D, r, c = torch.randn(L, M, N), torch.randn(M, N), torch.randn(N), torch.randn(M)
+    C, D = torch.randn(L, M, N), torch.randn(M, N)
 
-    def fn(acc, C, D, r, c):
-        z = torch.tanh(acc + C + r) * D - c[:, None]
+    def fn(acc, C, D):
+        z = torch.tanh(acc + C) * D
         return z, z.sum(dim=-1), (acc - D).amax(dim=-2)
-    out = evt.gemm(A, B, fn, backend="triton", config=cfg, C=C, D=D, r=r, c=c)
-    ref = fn((A.double() @ B.double()), C=C.double(), D=D.double(), r=r.double(), c=c.double())
+    out = evt.gemm(A, B, fn, backend="triton", config=cfg, C=C, D=D)
+    ref = fn((A.double() @ B.double()), C=C.double(), D=D.double())
     for o, r in zip(out, ref):
         torch.testing.assert_close(o.double(), r, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.interpreter
 def test_prefetch_source_and_rule():
-    """The generated module carries the prefetch pair for M x N inputs and broadcast vectors (after the tiles),
-    and, for one tile, ``epilogue_pft`` taking the tile alone (the ping-pong loader's EPI_TMA input); the rule
-    fills PREFETCH_BUDGET with tiles and prefetches one slice of a vectors-only epilogue."""
+    """The generated module carries the prefetch pair only for M x N inputs; the rule fills PREFETCH_BUDGET."""
     both = evt.trace(lambda acc, C, b: acc + C + b, acc=evt.spec((8, 16)), C=evt.spec((8, 16)), b=evt.spec((16,)))
     src = both.source()
     assert "def epilogue_prefetch(" in src and "def epilogue_pf(" in src and "EPILOGUE_PREFETCH = 1" in src
-    assert "EPILOGUE_PREFETCH_VECTORS = 1" in src
     assert src.count("epilogue_prefetch(") > 4  # defined, and called by the persistent template
-    pf = src.split("def epilogue_pf(")[1].split("@triton.jit")[0]
-    assert pf.split(")")[0].endswith("pf0, pf1") and "tl.load" not in pf  # the tile, then the vector
-    pft = src.split("def epilogue_pft(")[1].split("@triton.jit")[0]
-    assert pft.split(")")[0].endswith("pf0") and pft.count("tl.load(") == 1  # the vector loaded inside
-    assert "epilogue_pft = epilogue_pf" in evt.trace(lambda acc, C: acc + C, acc=evt.spec((8, 16)),
-                                                     C=evt.spec((8, 16))).source()
     vec_only = evt.trace(lambda acc, b: acc + b, acc=evt.spec((8, 16)), b=evt.spec((16,))).source()
-    assert "def epilogue_prefetch(" in vec_only and "EPILOGUE_PREFETCH = 0" in vec_only
-    assert "EPILOGUE_PREFETCH_VECTORS = 1" in vec_only and "epilogue_pft" not in vec_only
-    scalar_only = evt.trace(lambda acc, s: acc * s, acc=evt.spec((8, 16)), s=2.0).source()
-    assert "epilogue_prefetch" not in scalar_only
+    assert "epilogue_prefetch" not in vec_only and "EPILOGUE_PREFETCH = 0" in vec_only
     cfg = GemmConfig("persistent_tma", 128, 256, 64, 8, 1, 8, 3, (("EPILOGUE_SUBTILE", 4),))
     assert cfg.prefetch_slices(0, 2) == 0
-    assert cfg.prefetch_slices(0, 2, 1) == 1   # vectors only: one slice ahead
-    assert cfg.prefetch_slices(2, 2, 1) == 0   # several tiles: none, vectors or not
-    pingpong = GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 5, (("EPILOGUE_SUBTILE", 2),))
-    assert [pingpong.prefetch_slices(*a) for a in ((1, 2), (0, 2, 2), (0, 2), (2, 2, 1))] == [1, 1, 0, 0]
     assert cfg.prefetch_slices(1, 2) == 4      # 64 B a slice and input: all four quarters in 256 B
     assert cfg.prefetch_slices(1, 8) == 1      # 256 B a slice: one fills the budget
     assert cfg.prefetch_slices(2, 2) == 0      # several inputs: none (they spilled on the H200)

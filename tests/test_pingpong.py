@@ -181,8 +181,8 @@ def test_render_validates_and_names_partitions():
     tma = gluon_template.render_pingpong("k", "epi", ["in_C", "s_C_M"], prefetch=1, tma_input=("in_C", "s_C_M"))
     assert "tma.make_tensor_descriptor(in_C, shape=[M, N], strides=[s_C_M, 1]" in tma and "c_ready.index(" in tma
     assert "tma_load(c_desc" not in text and "tma_load(c_desc" in tma
-    with pytest.raises(ValueError, match="needs the prefetched input tile"):
-        gluon_template.render_pingpong("k", "epi", ["in_C", "s_C_M"], prefetch=0, tma_input=("in_C", "s_C_M"))
+    with pytest.raises(ValueError, match="exactly one prefetched"):
+        gluon_template.render_pingpong("k", "epi", ["in_C", "s_C_M"], prefetch=2, tma_input=("in_C", "s_C_M"))
     with pytest.raises(ValueError, match="kernel_name"):
         gluon_template.render_pingpong("1k", "epi", [])
     with pytest.raises(ValueError, match="prefetch"):

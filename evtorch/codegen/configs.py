@@ -219,25 +219,19 @@ class GemmConfig:
         """Persistent programs per SM (PROGRAMS_PER_SM; 1 for every template but persistent_tma)."""
         return int(self.flag("PROGRAMS_PER_SM", 1))
 
-    def prefetch_slices(self, tiles: int, elem_bytes: int, vectors: int = 0) -> int:
-        """PREFETCH for an epilogue with ``tiles`` M x N inputs of ``elem_bytes`` each and ``vectors`` broadcast
-        vector inputs (which ride along with the tiles' prefetch): the flag when given, else, for one input
-        tile (persistent_tma), as many slices as fit PREFETCH_BUDGET bytes per thread (at least the first, the
-        later ones then follow that many slices ahead); under FLATTEN only the first. For no tile but vectors:
-        the first slice (a vector slice is a few registers). None for several inputs or under warp
-        specialization. On the H200 (docs/benchmarks.md, prefetch run) two prefetched inputs spilled (mixed_dag
-        1.27 -> 1.35-1.52 x cuBLAS), flattened loops with two or more slices prefetched ran 4.5-60 x slower, and
-        with one slice they were the best configs of three rows.)"""
+    def prefetch_slices(self, tiles: int, elem_bytes: int) -> int:
+        """PREFETCH for an epilogue with ``tiles`` M x N inputs of ``elem_bytes`` each (persistent_tma): the flag
+        when given, else, for one input, as many slices as fit PREFETCH_BUDGET bytes per thread (at least the
+        first, the later ones then follow that many slices ahead); under FLATTEN only the first. None for
+        several inputs or under warp specialization. On the H200 (docs/benchmarks.md, prefetch run) two
+        prefetched inputs spilled (mixed_dag 1.27 -> 1.35-1.52 x cuBLAS), flattened loops with two or more
+        slices prefetched ran 4.5-60 x slower, and with one slice they were the best configs of three rows.)"""
         given = self.flag("PREFETCH", None)
         if given is not None:
             return given
         if self.template == "pingpong":
-            return 1 if tiles == 1 or (tiles == 0 and vectors) else 0
-        if self.template != "persistent_tma" or self.flag("WARP_SPECIALIZE"):
-            return 0
-        if tiles == 0 and vectors:
-            return 1
-        if tiles != 1:
+            return 1 if tiles == 1 else 0
+        if tiles != 1 or self.template != "persistent_tma" or self.flag("WARP_SPECIALIZE"):
             return 0
         if self.flag("FLATTEN"):
             return 1

@@ -61,18 +61,10 @@ class EpilogueCode:
     params: ParamList
     reductions: list[ReductionPlan] = field(default_factory=list)
     user_ops: dict = field(default_factory=dict)   # name -> @triton.jit function to inject into the module
-    prefetch: int = 0   # M x N input tiles ``<fn>_prefetch`` loads and ``<fn>_pf`` takes
+    prefetch: int = 0   # M x N input tiles ``<fn>_prefetch`` loads and ``<fn>_pf`` takes (0: neither exists)
     # per prefetched tile, in ``pf<k>`` order: (pointer param, {axis: stride param}, input name, its dtype), for
     # templates that load the tiles themselves (the ping-pong kernel's TMA loader)
     prefetch_inputs: list = field(default_factory=list)
-    # broadcast vectors ((M,), (N,), (L,) inputs) ``<fn>_prefetch`` loads after the tiles and ``<fn>_pf`` takes
-    # after them; with one tile, ``<fn>_pft`` takes the tile alone and loads the vectors itself (EPI_TMA)
-    prefetch_vectors: int = 0
-
-    @property
-    def prefetch_values(self) -> int:
-        """How many values ``<fn>_prefetch`` returns and ``<fn>_pf`` takes (0: neither exists)."""
-        return self.prefetch + self.prefetch_vectors
 
     def tma_input(self):
         """The prefetched tile a template may copy by TMA itself (the ping-pong loader, EPI_TMA): the epilogue's
@@ -85,14 +77,12 @@ class EpilogueCode:
 
 class EpilogueEmitter:
     def __init__(self, graph: Graph, acc_dtype: torch.dtype, deterministic: bool, batched: bool,
-                 fn_name: str = "epilogue", params: ParamList | None = None, fast: frozenset = frozenset(),
-                 prefetch_vectors: bool = True):
+                 fn_name: str = "epilogue", params: ParamList | None = None, fast: frozenset = frozenset()):
         self.graph = graph
         # nodes (indices in graph.nodes) emitted with their op's hardware approximation (codegen/fastmath.py)
         self.fast = {id(graph.nodes[i]) for i in fast}
         self.compute = acc_dtype
         self.deterministic = deterministic
-        self.prefetch_vectors = prefetch_vectors
         self.batched = batched
         self.fn_name = fn_name
         self.params = params or ParamList()
@@ -100,8 +90,8 @@ class EpilogueEmitter:
         self.var: dict[int, str] = {}
         self.reductions: list[ReductionPlan] = []
         self.user_ops: dict = {}
-        self.prefetched: list[Node] = []  # M x N input loads, then broadcast vector loads, in ``pf<k>`` order
-        self._pf: list[Node] = []  # the loads that are arguments of the function being emitted (``<fn>_pf``)
+        self.prefetched: list[Node] = []  # M x N input loads, in ``pf<k>`` order
+        self._pf = False  # emitting ``<fn>_pf`` (prefetched loads are arguments)
 
     # ------------------------------------------------------------------ planning
     def plan_reductions(self) -> list[ReductionPlan]:
@@ -121,29 +111,20 @@ class EpilogueEmitter:
 
     # ------------------------------------------------------------------ emission
     def emit(self) -> EpilogueCode:
-        """The epilogue function; with M x N input tiles or broadcast vectors, also ``<fn>_prefetch`` (loads
-        them) and ``<fn>_pf`` (the same epilogue taking them as its last arguments): templates that can issue the
-        loads early (persistent_tma: before the K loop, or one sub-tile ahead; the ping-pong consumers: before the
-        main loop and one slice ahead) call the pair instead, so the loads' latency and bandwidth overlap
-        tensor-core work instead of stalling the epilogue. Vectors count too: a (M,) vector's load issued where
-        it is used waits out a full L2 round trip per slice (an sm_90 compile of bce_loss's shared-memory loop:
-        eight 2-byte loads per thread, each used a few instructions later)."""
+        """The epilogue function; with M x N input tiles, also ``<fn>_prefetch`` (loads them) and ``<fn>_pf``
+        (the same epilogue taking them as its last arguments): templates that can issue the loads early
+        (persistent_tma: before the K loop, or one sub-tile ahead) call the pair instead, so the loads'
+        latency and bandwidth overlap tensor-core work instead of stalling the epilogue."""
         if not self.reductions:
             self.plan_reductions()
-        tile_inputs = [n for n in self.graph.nodes if n.stage == Stage.TILE and n.op == "input"]
-        tiles = [n for n in tile_inputs if {"M", "N"} <= set(n.axes)]
-        vectors = [n for n in tile_inputs if n.axes and not {"M", "N"} <= set(n.axes) and self.prefetch_vectors]
-        self.prefetched = tiles + vectors
-        source = self._function(self.fn_name, ())
+        self.prefetched = [n for n in self.graph.nodes
+                           if n.stage == Stage.TILE and n.op == "input" and {"M", "N"} <= set(n.axes)]
+        source = self._function(self.fn_name, prefetched=False)
         if self.prefetched:
-            source += "\n\n" + self._prefetch_function() + "\n\n" + self._function(f"{self.fn_name}_pf",
-                                                                                   self.prefetched)
-        if len(tiles) == 1:  # the tile alone, for a template that brings it itself (EPI_TMA)
-            source += "\n\n" + (self._function(f"{self.fn_name}_pft", tiles) if vectors
-                                 else f"{self.fn_name}_pft = {self.fn_name}_pf\n")
-        inputs = [(*self._input_params(n), n.target, n.dtype) for n in tiles]
+            source += "\n\n" + self._prefetch_function() + "\n\n" + self._function(f"{self.fn_name}_pf", True)
+        inputs = [(*self._input_params(n), n.target, n.dtype) for n in self.prefetched]
         return EpilogueCode(source, self.fn_name, self.params, self.reductions, self.user_ops,
-                            prefetch=len(tiles), prefetch_inputs=inputs, prefetch_vectors=len(vectors))
+                            prefetch=len(self.prefetched), prefetch_inputs=inputs)
 
     def _prologue(self) -> None:
         w = self.lines.append
@@ -153,10 +134,9 @@ class EpilogueEmitter:
         w("offs_m64 = offs_m.to(tl.int64)")
         w("offs_n64 = offs_n.to(tl.int64)")
 
-    def _function(self, name: str, prefetched) -> str:
-        """One epilogue function; the loads in ``prefetched`` (a prefix of ``self.prefetched``) are its last
-        arguments ``pf0, pf1, ..``."""
-        self.lines, self.var, self._pf = [], {}, list(prefetched)
+    def _function(self, name: str, prefetched: bool) -> str:
+        """One epilogue function; ``prefetched``: the M x N input tiles are the arguments ``pf0, pf1, ..``."""
+        self.lines, self.var, self._pf = [], {}, prefetched
         self._prologue()
         for n in self.graph.nodes:
             if n.stage != Stage.TILE or n.op == "output":
@@ -167,15 +147,14 @@ class EpilogueEmitter:
         for n in self.graph.nodes:
             if n.op == "output" and n.stage == Stage.TILE:
                 self._emit_store(n)
-        extra = [f"pf{k}" for k in range(len(self._pf))]
+        extra = [f"pf{k}" for k in range(len(self.prefetched))] if prefetched else []
         params = ", ".join(list(SIGNATURE) + self.params.names() + extra)
         body = "\n".join(f"    {line}" for line in self.lines) or "    pass"
         return f"@triton.jit\ndef {name}({params}):\n{body}\n"
 
     def _prefetch_function(self) -> str:
-        """``<fn>_prefetch(offs_m, offs_n, pid_l, M, N, L, <params>)``: the M x N input tiles and broadcast
-        vectors of a (sub-)tile, masked like the epilogue's own loads (one tensor, or a tuple in ``pf<k>``
-        order)."""
+        """``<fn>_prefetch(offs_m, offs_n, pid_l, M, N, L, <params>)``: the M x N input tiles of a (sub-)tile,
+        masked like the epilogue's own loads (one tensor, or a tuple in ``pf<k>`` order)."""
         self.lines = []
         self._prologue()
         loads = ", ".join(self._load_expr(n) for n in self.prefetched)
@@ -211,7 +190,7 @@ class EpilogueEmitter:
 
     def _emit_load(self, n: Node) -> str:
         if self._pf:
-            k = next((k for k, m in enumerate(self._pf) if m is n), None)
+            k = next((k for k, m in enumerate(self.prefetched) if m is n), None)
             if k is not None:
                 return self._assign(n, f"pf{k}")
         return self._assign(n, self._load_expr(n))

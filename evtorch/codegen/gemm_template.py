@@ -428,8 +428,7 @@ def render_gemm(kernel_name: str, epilogue_fn: str, epilogue_params: list[str], 
     ``template`` is one of ``RENDERABLE``: 'portable', 'splitk' (partial products only; it takes no
     epilogue params), 'splitk_reduce' (sum of partials + epilogue) or 'persistent_tma'. The caller puts
     ``HEADER``, the epilogue function ``epilogue_fn`` and this text into one module. ``prefetch``: how many
-    values (M x N input tiles, then broadcast vectors) ``<epilogue_fn>_prefetch`` returns (persistent_tma then
-    calls it and ``<epilogue_fn>_pf``
+    M x N input tiles ``<epilogue_fn>_prefetch`` returns (persistent_tma then calls it and ``<epilogue_fn>_pf``
     when launched with PREFETCH > 0; both must be in the module); 0: the epilogue loads its own inputs.
     ``unspecialized``: parameters Triton must not specialise on their values (``jit_decorator``).
     """
@@ -453,7 +452,7 @@ def render_gemm(kernel_name: str, epilogue_fn: str, epilogue_params: list[str], 
     params_sig = "".join(f"    {p},\n" for p in params)
     params_call = "".join(f", {p}" for p in params)
     if not isinstance(prefetch, int) or prefetch < 0:
-        raise ValueError(f"prefetch must be a non-negative int (prefetched values), got {prefetch!r}")
+        raise ValueError(f"prefetch must be a non-negative int (M x N input tiles), got {prefetch!r}")
     text = _TEMPLATES[template]
     if template == "persistent_tma":
         text = text.replace("__PREFETCH_TOP__", _prefetch_top(prefetch)).replace("__EPILOGUE_CALLS__",

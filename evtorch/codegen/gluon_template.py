@@ -483,7 +483,7 @@ def _epilogue_calls(prefetch: int, tma: bool, from_smem: bool = False, indent: i
                        f"    pf_t = c_bufs.index({slot}).load(epi_layout)",
                        "    fence_async_shared()",
                        f"    mbarrier.arrive(c_empty.index({slot}), count=1)",
-                       f"    __EPILOGUE___pft(acc_e, {args}, pf_t)",
+                       f"    __EPILOGUE___pf(acc_e, {args}, pf_t)",
                        "else:"] + ["    " + line for line in plain]
 
     return _per_subtiling(slice_lines, split=not from_smem, indent=indent)
@@ -586,8 +586,7 @@ def render_pingpong(kernel_name: str, epilogue_fn: str, epilogue_params: list[st
                     tma_input: tuple[str, str] | None = None, unspecialized=()) -> str:
     """Source of the Gluon ping-pong kernel ``kernel_name`` (and its partition functions ``<kernel_name>_*``)
     calling ``epilogue_fn``; the caller puts ``HEADER``, the Triton header and the epilogue into one module.
-    ``prefetch``: how many values (M x N input tiles, then broadcast vectors) ``<epilogue_fn>_prefetch`` returns
-    (as for ``render_gemm``).
+    ``prefetch``: how many M x N input tiles ``<epilogue_fn>_prefetch`` returns (as for ``render_gemm``).
     ``tma_input``: (pointer param, M-stride param) of the one prefetched input, which EPI_TMA then loads
     through the loader warp (the launcher sets EPI_TMA only for a unit N stride and 16-byte alignment).
     ``unspecialized``: parameters Triton must not specialise on their values (``gemm_template.jit_decorator``)."""
@@ -595,10 +594,10 @@ def render_pingpong(kernel_name: str, epilogue_fn: str, epilogue_params: list[st
     _check_identifier("epilogue_fn", epilogue_fn)
     params = [_check_identifier("epilogue_params entry", p) for p in epilogue_params]
     if not isinstance(prefetch, int) or prefetch < 0:
-        raise ValueError(f"prefetch must be a non-negative int (prefetched values), got {prefetch!r}")
+        raise ValueError(f"prefetch must be a non-negative int (M x N input tiles), got {prefetch!r}")
     if tma_input is not None:
-        if prefetch < 1:
-            raise ValueError(f"tma_input needs the prefetched input tile, got prefetch={prefetch}")
+        if prefetch != 1:
+            raise ValueError(f"tma_input needs exactly one prefetched input tile, got prefetch={prefetch}")
         tma_input = (_check_identifier("tma_input pointer", tma_input[0]),
                      _check_identifier("tma_input stride", tma_input[1]))
     text = (_PINGPONG.replace("__EPILOGUE_CALLS__", _epilogue_calls(prefetch, tma_input is not None, indent=12))

@@ -18,7 +18,6 @@ from types import ModuleType
 
 import torch
 
-from ..runtime import knobs
 from ..runtime.source_cache import kernel_path, load_module, write_text_atomic
 from . import fastmath, gluon_template
 from .epilogue import EpilogueCode, EpilogueEmitter
@@ -69,14 +68,12 @@ def build_program(ep, dtype=None, *, deterministic: bool = False, templates=TEMP
     ('auto', 'always', 'never') / bool for inspection."""
     mode = fastmath.resolve_mode(fast_math)
     fast = fastmath.select_for(ep, out_dtype or dtype or torch.float16, mode)
-    vectors = knobs.PREFETCH_VECTORS.get()
-    key = (fastmath.program_hash(ep.graph.structural_hash(), fast) + ("" if vectors else "v0"), str(ep.acc_dtype),
-           bool(deterministic), ep.batched, tuple(templates))
+    key = (fastmath.program_hash(ep.graph.structural_hash(), fast), str(ep.acc_dtype), bool(deterministic),
+           ep.batched, tuple(templates))
     prog = _programs.get(key)
     if prog is not None:
         return prog
-    epi = EpilogueEmitter(ep.graph, ep.acc_dtype, deterministic, ep.batched, fast=fast,
-                          prefetch_vectors=vectors).emit()
+    epi = EpilogueEmitter(ep.graph, ep.acc_dtype, deterministic, ep.batched, fast=fast).emit()
     vec_emitter = VectorEmitter(ep.graph, epi.reductions, ep.acc_dtype)
     vec = None if vec_emitter.empty() else vec_emitter.emit()
     pingpong = "pingpong" in templates
@@ -88,16 +85,14 @@ def build_program(ep, dtype=None, *, deterministic: bool = False, templates=TEMP
                      + fastmath.describe(ep.graph, fast)) + '\n"""\n',
         epi.source,
         render_gemm_kernels(KERNEL_BASE, epi.fn_name, epi.params.names(),
-                            tuple(t for t in templates if t != "pingpong"), epi.prefetch_values, scalars),
-        f"EPILOGUE_PREFETCH = {epi.prefetch}  # M x N input tiles the epilogue can take prefetched\n"
-        f"EPILOGUE_PREFETCH_VECTORS = {epi.prefetch_vectors}  # broadcast vectors prefetched with them\n",
+                            tuple(t for t in templates if t != "pingpong"), epi.prefetch, scalars),
+        f"EPILOGUE_PREFETCH = {epi.prefetch}  # M x N input tiles the epilogue can take prefetched\n",
     ]
     if pingpong:
         entry = epi.tma_input()  # the one M x N input may come through the ping-pong kernel's TMA loader (EPI_TMA)
         tma_input = (entry[0], entry[1]["M"]) if entry else None
         parts.append(gluon_template.render_pingpong(kernel_symbol(KERNEL_BASE, "pingpong"), epi.fn_name,
-                                                    epi.params.names(), epi.prefetch_values, tma_input,
-                                                    scalars))
+                                                    epi.params.names(), epi.prefetch, tma_input, scalars))
     if vec is not None:
         parts.append(vec.source)
         parts.append(f"VBLOCK = {VBLOCK}\n")

@@ -347,8 +347,7 @@ def prepare_launch(
             EPILOGUE_SUBTILE=config.epilogue_subtiles,
             WARP_SPECIALIZE=bool(config.flag("WARP_SPECIALIZE")),
             FLATTEN=bool(config.flag("FLATTEN")),
-            PREFETCH=config.prefetch_slices(getattr(module, "EPILOGUE_PREFETCH", 0), A.element_size(),
-                                            getattr(module, "EPILOGUE_PREFETCH_VECTORS", 0)),
+            PREFETCH=config.prefetch_slices(getattr(module, "EPILOGUE_PREFETCH", 0), A.element_size()),
         )
     elif config.template == "pingpong":
         from evtorch.codegen.gluon_template import MAXNREG, MAXNREG3, MAXNREG_WG
@@ -361,8 +360,7 @@ def prepare_launch(
                       B_COL_MAJOR=tma_layout(A, B)[2], EPILOGUE_SUBTILE=config.epilogue_subtiles, EPI_WG=epi_wg,
                       EPI_SMEM=config.flag("EPI_SMEM", 0), CONSUMERS=config.flag("CONSUMERS", 2),
                       maxnreg=MAXNREG_WG if epi_wg else MAXNREG3 if config.flag("CONSUMERS", 2) == 3 else MAXNREG,
-                      PREFETCH=config.prefetch_slices(getattr(module, "EPILOGUE_PREFETCH", 0), A.element_size(),
-                                            getattr(module, "EPILOGUE_PREFETCH_VECTORS", 0)),
+                      PREFETCH=config.prefetch_slices(getattr(module, "EPILOGUE_PREFETCH", 0), A.element_size()),
                       EPI_TMA=False)  # runtime.gemm turns it on per call where the input allows (see there)
     else:  # GemmConfig validates templates; this guards future additions
         raise ValueError(f"config.template {config.template!r} has no launcher")

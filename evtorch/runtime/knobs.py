@@ -211,14 +211,3 @@ ALL_KNOBS = ALL_KNOBS + (DISABLE_PASSES,)
 def disabled_passes() -> frozenset:
     """EVTORCH_DISABLE_PASSES: names of optional passes to skip (default none)."""
     return DISABLE_PASSES.get()
-
-
-PREFETCH_VECTORS: Knob[bool] = Knob(
-    "EVTORCH_PREFETCH_VECTORS",
-    lambda: True,
-    _parse_bool,
-    "broadcast vector inputs ((M,), (N,)) loaded ahead with the epilogue's M x N input tiles (codegen/epilogue.py; "
-    "default on); 0 loads them where they are used, for A/B measurements (benchmarks/ab_check.py); read when a "
-    "program is generated",
-)
-ALL_KNOBS = ALL_KNOBS + (PREFETCH_VECTORS,)
