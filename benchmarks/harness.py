@@ -36,12 +36,14 @@ class Harness:
     def time_left(self) -> float:
         return self.args.deadline_s - (time.time() - self.t0)
 
-    def timer(self, fn) -> float:
-        """Median milliseconds of ``fn``: do_bench with L2 flushed on CUDA, wall clock on CPU."""
+    def timer(self, fn, rep: float | None = None) -> float:
+        """Median milliseconds of ``fn``: do_bench with L2 flushed on CUDA (``rep`` ms of repeats, default the
+        harness's), wall clock on CPU."""
         if self.cuda:
             from triton.testing import do_bench
 
-            return float(do_bench(fn, warmup=self.warmup, rep=self.rep, return_mode="median"))
+            return float(do_bench(fn, warmup=self.warmup, rep=self.rep if rep is None else rep,
+                                  return_mode="median"))
         fn()
         times = []
         for _ in range(self.cpu_reps):
@@ -49,6 +51,17 @@ class Harness:
             fn()
             times.append((time.perf_counter() - t) * 1e3)
         return statistics.median(times)
+
+    def paired(self, fns: dict, rounds: int = 3) -> dict:
+        """Interleaved medians: ``rounds`` rounds, each timing every function of ``fns`` (name -> callable) in
+        turn with 1/rounds of the repeats; name -> (median over the rounds, the rounds' times). Clocks drift over
+        seconds on the H200 (cuBLAS 0.75 and 0.82 ms for one product, before and after one row), so a ratio of two
+        times taken one after the other carries the drift; interleaved, both see the same clocks."""
+        times = {name: [] for name in fns}
+        for _ in range(rounds):
+            for name, fn in fns.items():
+                times[name].append(self.timer(fn, rep=self.rep / rounds))
+        return {name: (statistics.median(ts), ts) for name, ts in times.items()}
 
     def graph_timer(self, fn) -> float | None:
         """Median ms of ``fn`` captured whole in one CUDA graph and replayed (device time without host

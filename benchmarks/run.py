@@ -10,11 +10,13 @@ Per workload (benchmarks/workloads.py) and shape (M, N, K), bf16 A and B, fp32 a
 - ``evt``: ``evt.gemm(A, B, fn, **inputs)``, the public call (host work included), autotuned
   (EVTORCH_AUTOTUNE=1, at most ``--candidates`` configs, fresh tuning cache: the first call's time is reported);
 - ``evt_kernel``: the same call captured in a CUDA graph and replayed (device time only);
-- ``cublas``: ``torch.matmul(A, B)`` alone (bf16 out), timed beside each row (clocks drift), the target: evt / cublas <= 1.05 (large), 1.15 (small K);
+- ``cublas``: ``torch.matmul(A, B)`` alone (bf16 out), timed in three rounds interleaved with ``evt`` (and again with
+  ``compile``; clocks drift), the target: evt / cublas <= 1.05 (large), 1.15 (small K);
 - ``eager``: ``fn(A @ B, **inputs)``; ``compile``: the same under ``torch.compile(mode=--compile-mode)``, each
   graph compiled once (compile seconds reported), with the Inductor settings in ``INDUCTOR_SETTINGS``.
 
-Times are ``triton.testing.do_bench`` medians (L2 flushed before every run). Also: TFLOP/s (2MNK / time),
+Times are ``triton.testing.do_bench`` medians (L2 flushed before every run); interleaved pairs report the median
+of their three rounds' medians (``Harness.paired``). Also: TFLOP/s (2MNK / time),
 achieved bandwidth (fewest bytes: A, B, every tensor input read once, every output written once, over time),
 the max error of each contender against the fp32 reference ``fn(A.float() @ B.float(), **inputs)``
 (max |out - ref| / max |ref| over outputs), the two floors per row (2MNK / measured matmul rate, bytes / measured
@@ -313,10 +315,10 @@ def evt_rows(b: Bench, shapes, names):
                 row["floor_memory_ms"] = row["bytes"] / (ceil["copy_GBps"] * 1e9) * 1e3
                 row["floor_ms"] = max(row["floor_memory_ms"], shape_rec["floor_compute_ms"])
                 del out
-                # cuBLAS right beside each measurement: clocks drift over a run (H200: 0.80 -> 0.76 ms at 8192^2x4096
-                # within a minute), so every ratio divides by the adjacent cuBLAS time
-                row["cublas_ms"] = b.timer(lambda: torch.matmul(A, B))
-                row["evt_ms"] = b.timer(lambda: evt.gemm(A, B, fn, **kw, **inputs))
+                # cuBLAS interleaved with evtorch: clocks drift over a run (H200: 0.80 -> 0.76 ms at 8192^2x4096
+                # within a minute), so every ratio divides by cuBLAS timed in the same rounds
+                t = b.paired({"cublas": lambda: torch.matmul(A, B), "evt": lambda: evt.gemm(A, B, fn, **kw, **inputs)})
+                (row["cublas_ms"], row["cublas_ms_rounds"]), (row["evt_ms"], row["evt_ms_rounds"]) = t["cublas"], t["evt"]
                 row["evt_kernel_ms"] = b.graph_timer(lambda: evt.gemm(A, B, fn, **kw, **inputs))
                 row["evt_host_us"] = b.host_us(lambda: evt.gemm(A, B, fn, **kw, **inputs))
 
@@ -406,8 +408,8 @@ def compile_rows(b: Bench):
                 ref = eager_reference(fn, A, B, **inputs)
                 row["err_compile"] = max_error(out_c, ref)
                 del out_c, ref
-                row["cublas_ms_at_compile"] = b.timer(lambda: torch.matmul(A, B))
-                row["compile_ms"] = b.timer(lambda: cfn(A, B, **inputs))
+                t = b.paired({"cublas": lambda: torch.matmul(A, B), "compile": lambda: cfn(A, B, **inputs)})
+                (row["cublas_ms_at_compile"], _), (row["compile_ms"], row["compile_ms_rounds"]) = t["cublas"], t["compile"]
                 derive(row, shape_rec)
                 b.log(f"  compile {name:15s} {row['compile_ms']:.4f} ms x{row['compile_vs_cublas']:.3f} cuBLAS "
                       f"(compiled in {row['compile_s']} s) err {row['err_compile']:.2e}")
@@ -432,8 +434,8 @@ def identity_sweep(b: Bench, sizes):
         evt.gemm(A, B, **kw)
         flops = 2.0 * s ** 3
         rec = {"size": s}
-        rec["cublas_ms"] = b.timer(lambda: torch.matmul(A, B))
-        rec["evt_ms"] = b.timer(lambda: evt.gemm(A, B, **kw))
+        t = b.paired({"cublas": lambda: torch.matmul(A, B), "evt": lambda: evt.gemm(A, B, **kw)})
+        (rec["cublas_ms"], rec["cublas_ms_rounds"]), (rec["evt_ms"], rec["evt_ms_rounds"]) = t["cublas"], t["evt"]
         rec["evt_kernel_ms"] = b.graph_timer(lambda: evt.gemm(A, B, **kw))
         rec["cublas_tflops"] = flops / rec["cublas_ms"] / 1e9
         rec["evt_tflops"] = flops / rec["evt_ms"] / 1e9

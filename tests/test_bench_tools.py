@@ -73,3 +73,20 @@ def test_stall_summary_counts_reasons_opcodes_and_bank_conflicts(tmp_path, capsy
     out = capsys.readouterr().out
     assert "0 gemm_pingpong: 5 SASS instructions, 60 stall samples (+40 parked); shared wavefronts 250 / ideal 150" in out
     assert "by reason: wait 45.0%, long_sb 41.7%, no_inst 13.3%" in out
+
+
+def test_paired_timer_interleaves_rounds(tmp_path):
+    """Harness.paired times the functions in turn, round after round (so a ratio's two times see the same clocks),
+    each round with 1/rounds of the repeats, and reports each function's median over the rounds."""
+    import types
+
+    from benchmarks.harness import Harness
+
+    h = Harness(types.SimpleNamespace(out=str(tmp_path), deadline_s=60), "t", {}, cuda=False, warmup_ms=1,
+                rep_ms=30, t0=0.0)
+    calls, reps = [], []
+    fake = iter([1.0, 5.0, 3.0, 2.0, 4.0, 9.0])
+    h.timer = lambda fn, rep=None: (fn(), reps.append(rep), next(fake))[2]
+    out = h.paired({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")})
+    assert calls == ["a", "b"] * 3 and reps == [10.0] * 6
+    assert out == {"a": (3.0, [1.0, 3.0, 4.0]), "b": (5.0, [5.0, 2.0, 9.0])}
