@@ -59,17 +59,11 @@ def summarize(text: str) -> list[dict]:
     return rows
 
 
-def stall_summary(path: str) -> list[dict]:
-    """Per kernel of a source-page export (``benchmarks/ncu_source.sh``: ``ncu --page source --csv --print-source
-    sass``, gzipped or not): SASS instruction count, warp-stall samples by reason and by opcode, and shared-memory
-    wavefronts against the ideal (bank conflicts). Samples of warps parked at a barrier on a NOP (a Gluon
-    kernel's idle warps of the loader's warpgroup, waiting at the partitions' join) are counted apart as
-    ``parked``: they take no issue slots."""
-    import collections
+def _source_kernels(path: str) -> list[tuple[str, list[dict]]]:
+    """(kernel name, rows) per kernel of a source-page export (gzipped or not), rows in SASS order."""
     import csv
     import gzip
     import io
-    import re
 
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt") as f:
@@ -77,14 +71,38 @@ def stall_summary(path: str) -> list[dict]:
     out = []
     for block in text.split('"Kernel Name",')[1:]:
         name, rest = block.split("\n", 1)
-        rows = list(csv.DictReader(io.StringIO(rest)))
+        out.append((name.strip('",'), list(csv.DictReader(io.StringIO(rest)))))
+    return out
+
+
+def _opcode(row: dict) -> str:
+    import re
+
+    text = re.sub(r"^@!?U?P\w+\s+", "", row["Source"].strip())
+    return text.split()[0] if text else ""
+
+
+def _samples(row: dict) -> dict:
+    """Warp-stall samples of one SASS row by reason (the issued-or-not split columns left out)."""
+    return {k[6:]: int(v) for k, v in row.items() if k.startswith("stall_") and "Not Issued" not in k and v and int(v)}
+
+
+def stall_summary(path: str) -> list[dict]:
+    """Per kernel of a source-page export (``benchmarks/ncu_source.sh``: ``ncu --page source --csv --print-source
+    sass``, gzipped or not): SASS instruction count, warp-stall samples by reason and by opcode, and shared-memory
+    wavefronts against the ideal (bank conflicts). Samples of warps parked at a barrier on a NOP (a Gluon
+    kernel's idle warps of the loader's warpgroup, waiting at the partitions' join) are counted apart as
+    ``parked``: they take no issue slots."""
+    import collections
+
+    out = []
+    for name, rows in _source_kernels(path):
         reasons, ops = collections.Counter(), collections.Counter()
         waves = collections.Counter()
         parked = 0
         for r in rows:
-            op = re.sub(r"^@!?U?P\w+\s+", "", r["Source"].strip()).split()[0]
-            counts = {k[6:]: int(v) for k, v in r.items()
-                      if k.startswith("stall_") and "Not Issued" not in k and v and int(v)}
+            op = _opcode(r)
+            counts = _samples(r)
             if op == "NOP" and counts.get("barrier"):
                 parked += sum(counts.values())
                 continue
@@ -93,9 +111,30 @@ def stall_summary(path: str) -> list[dict]:
             if op.startswith(("LDS", "STS", "LDSM", "STSM")):
                 waves["actual"] += int(r.get("L1 Wavefronts Shared") or 0)
                 waves["ideal"] += int(r.get("L1 Wavefronts Shared Ideal") or 0)
-        out.append({"kernel": name.strip('",'), "instructions": len(rows), "samples": sum(reasons.values()),
+        out.append({"kernel": name, "instructions": len(rows), "samples": sum(reasons.values()),
                     "parked": parked, "reasons": dict(reasons.most_common()), "ops": dict(ops.most_common()),
                     "shared_wavefronts": dict(waves)})
+    return out
+
+
+def range_summary(path: str, specs: list[str]) -> list[dict]:
+    """Warp-stall samples summed over SASS row ranges, ``K:LO-HI`` (kernel K of the export, rows LO .. HI - 1 of
+    its source page): a partition, or a phase of one (the main loop around the HGMMAs, the epilogue after it), to
+    split a warp-specialized kernel's samples (docs/benchmarks.md, "Where a ping-pong consumer's time goes")."""
+    import collections
+
+    kernels = _source_kernels(path)
+    out = []
+    for spec in specs:
+        k, _, span = spec.partition(":")
+        lo, _, hi = span.partition("-")
+        rows = kernels[int(k)][1][int(lo):int(hi)]
+        reasons = collections.Counter()
+        for r in rows:
+            if not (_opcode(r) == "NOP" and _samples(r).get("barrier")):
+                reasons.update(_samples(r))
+        out.append({"range": spec, "instructions": len(rows), "samples": sum(reasons.values()),
+                    "reasons": dict(reasons.most_common())})
     return out
 
 
@@ -108,8 +147,15 @@ def main(argv=None) -> int:
                     "(no GPU needed) instead of running jobs")
     ap.add_argument("--stalls", metavar="CSV", help="print the warp-stall summary of a source-page export "
                     "(benchmarks/ncu_source.sh's ncu_source.csv.gz; no GPU needed) instead of running jobs")
+    ap.add_argument("--ranges", nargs="+", metavar="K:LO-HI", help="with --stalls: samples summed over SASS row "
+                    "ranges of kernel K instead")
     ap.add_argument("jobs", nargs="*", help="workload:config, or cublas")
     args = ap.parse_args(argv)
+    if args.stalls and args.ranges:
+        for r in range_summary(args.stalls, args.ranges):
+            top = ", ".join(f"{key} {100 * v / max(1, r['samples']):.0f}%" for key, v in list(r["reasons"].items())[:6])
+            print(f"{r['range']}: {r['instructions']} SASS rows, {r['samples']} stall samples; {top}")
+        return 0
     if args.stalls:
         for i, k in enumerate(stall_summary(args.stalls)):
             pct = {key: 100 * v / max(1, k["samples"]) for key, v in k["reasons"].items()}

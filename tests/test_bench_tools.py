@@ -73,6 +73,12 @@ def test_stall_summary_counts_reasons_opcodes_and_bank_conflicts(tmp_path, capsy
     out = capsys.readouterr().out
     assert "0 gemm_pingpong: 5 SASS instructions, 60 stall samples (+40 parked); shared wavefronts 250 / ideal 150" in out
     assert "by reason: wait 45.0%, long_sb 41.7%, no_inst 13.3%" in out
+    # samples over SASS row ranges of one kernel (a partition or a phase of it), parked warps left out
+    whole, tail = ncu_probe.range_summary(str(gz), ["0:0-5", "1:1-2"])
+    assert whole == {"range": "0:0-5", "instructions": 5, "samples": 60, "reasons": first["reasons"]}
+    assert tail == {"range": "1:1-2", "instructions": 1, "samples": 20, "reasons": {"wait": 12, "no_inst": 8}}
+    assert ncu_probe.main(["--stalls", str(gz), "--ranges", "0:1-3"]) == 0
+    assert "0:1-3: 2 SASS rows, 50 stall samples; long_sb 50%, wait 34%, no_inst 16%" in capsys.readouterr().out
 
 
 def test_paired_timer_interleaves_rounds(tmp_path):

@@ -45,7 +45,8 @@ EXTRA_FLAGS: dict[str, type | tuple[type, ...]] = {
     "EPI_WG": int,
     # pingpong only: each consumer stores its accumulator into shared memory and runs the epilogue as a loop over
     # its EPILOGUE_SUBTILE slices read back from there (one slice's code instead of S inlined copies per consumer):
-    # 1: through one fp32 [BM, BN] buffer the two consumers take in turn; 2: through a [BM, BN / 2] buffer each,
+    # 1: through a ring of CONSUMERS - 1 fp32 [BM, BN] buffers the tiles take in order (one buffer for two
+    # consumers); 2: through a [BM, BN / 2] buffer each,
     # one half of the accumulator after the other; 0: the slices straight from registers
     "EPI_SMEM": int,
     # pingpong only: consumer warpgroups taking the program's tiles in turn (2: CUTLASS's ping-pong; 3: while one
@@ -509,6 +510,10 @@ _PINGPONG_16 = ((128, 128, 64, 3, 4),)
 # it schedules back to back on halves) is not offered: in the last of three H200 runs it was 4-62% slower than the
 # best config of every row at 8192x4096x1024 and 1-13% at 8192x8192x4096 (docs/benchmarks.md, "Eighths in the
 # epilogue loop").
+# Three consumer warpgroups (flag CONSUMERS = 3) are not offered either: on the H200 the loop from shared memory
+# leaves room for 3 A/B stages beside its two tile buffers (the identity alone at 1.21-1.35 x cuBLAS) and slices
+# from registers spill at 160 registers; only bce_loss at 8192x4096x1024 gained (-3%) (docs/benchmarks.md, "Three
+# consumer warpgroups").
 # (BM, BN, BK, stages, subtile, PREFETCH or None, EPI_TMA, EPI_SMEM)
 _PINGPONG_GLUON_16 = ((128, 128, 64, 5, 2, None, False, 0), (128, 128, 64, 5, 2, 0, False, 0),
                       (128, 128, 64, 4, 2, None, True, 0), (128, 128, 64, 4, 2, None, False, 1),

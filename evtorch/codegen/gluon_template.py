@@ -49,7 +49,14 @@ Scope: 16-bit operands (wgmma from shared memory), row-major A, row- or column-m
 elsewhere the launcher runs a ping-pong config as persistent_tma (``gemm_launch.resolve_config``), and the tuner
 offers it only on Hopper (``configs.pingpong_allowed``). Register budget: 12 warps (two consumer
 warpgroups and the loader's warpgroup) share 64K registers: launched with ``maxnreg`` = 168, the loader drops to
-40 and each consumer rises to 232 (``setmaxnreg``), i.e. 104 registers beside a 128-register accumulator.
+24 and each consumer rises to 240 (``setmaxnreg``), i.e. 112 registers beside a 128-register accumulator.
+
+**CONSUMERS = 3**: a third consumer partition (``_consume2``); consumer c takes the program's tiles 3j + c and
+starts its main loop after consumer c - 1's (cyclically, one ``turn`` barrier each). Two epilogues then run beside
+each main loop, so an epilogue up to twice a tile's main loop would hide; but 16 warps leave the consumers 160
+registers (spills for heavy epilogues from registers), and the EPI_SMEM loop's ring of CONSUMERS - 1 whole-tile
+fp32 buffers leaves room for 3 A/B stages, which slow the main loop (H200: the identity at 1.21-1.35x cuBLAS;
+docs/benchmarks.md, "Three consumer warpgroups"). A flag the tuner does not offer.
 """
 
 from __future__ import annotations
@@ -336,8 +343,8 @@ __C_RING__    c_ready = gl.allocate_shared_memory(gl.int64, [C_SLOTS, 1], mbarri
         mbarrier.init(c_empty.index(i), count=1)
     # EPI_WG: the MMA partition hands each accumulator slice to the epilogue partition through a ring of EPI_WG
     # fp32 [BLOCK_M, BLOCK_N / EPILOGUE_SUBTILE] buffers. EPI_SMEM: EPILOGUE_SUBTILE such slices hold the
-    # consumers' accumulators (1: a whole tile the consumers take in turn, acc_ready ordering them as turn orders
-    # the main loops; 2: half a tile each). Otherwise placeholders.
+    # consumers' accumulators (1: a ring of CONSUMERS - 1 whole tiles the consumers take in tile order, acc_empty
+    # saying when the tile before has read its buffer; 2: half a tile each). Otherwise placeholders.
     ACC_SWIZZLE: gl.constexpr = 128 if BLOCK_N // EPILOGUE_SUBTILE * 4 >= 128 else BLOCK_N // EPILOGUE_SUBTILE * 4
     acc_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=ACC_SWIZZLE, element_bitwidth=32, rank=2)
     if EPI_WG > 0:
@@ -501,8 +508,9 @@ def _epi_smem_loop(prefetch: int) -> str:
     buffer and runs the epilogue in a loop over the slices, each loaded in the epilogue's layout: one slice's
     epilogue code instead of EPILOGUE_SUBTILE inlined copies per consumer (with both consumers' copies,
     bce_loss's kernel was ~8000 SASS instructions and its epilogue warps waited on instruction fetch for 24% of
-    their stall samples: Nsight Compute, H200). EPI_SMEM == 1: one [BM, BN] buffer that the consumers take in
-    turn (acc_ready ordering them), released after the last slice is read; EPI_SMEM == 2: a [BM, BN / 2] buffer
+    their stall samples: Nsight Compute, H200). EPI_SMEM == 1: a ring of CONSUMERS - 1 [BM, BN] buffers (one for
+    two consumers) that the program's tiles take in order, each released (acc_empty) after the tile's last slice is
+    read; EPI_SMEM == 2: a [BM, BN / 2] buffer
     per consumer that takes the accumulator's two halves in turn (the second half waits in registers). With
     PREFETCH = 1 slice s + 1's inputs are loaded before slice s runs (none after the last slice: its row bound is
     0); with an even slice count per buffer fill the loop takes two slices per iteration (no register copy of a
