@@ -92,8 +92,9 @@ CONSUMER_REGS3 = 160
 MAXNREG3 = 128
 WORKER_WARPS3 = (4, 4, 1)
 # EPI_WG schedule: 12 warps (the epilogue warpgroup = default partition, two MMA warpgroups that also issue the
-# TMA copies), launched with MAXNREG_WG = 65536 / 384 rounded down to 8: every warp keeps that many (ptxas compiles
-# the whole kernel under the launch cap, so moving registers between partitions would not give the epilogue more).
+# TMA copies), launched with MAXNREG_WG = 65536 / 384 rounded down to 8: the MMA warpgroups ask for MMA_REGS, the
+# epilogue warpgroup gets the rest (a 16-warp variant with a separate loader failed to compile under its 128 cap,
+# "Insufficient registers (128)", although ptxas honours setmaxnreg in the ping-pong consumers: not established why).
 MAXNREG_WG = 168
 MMA_REGS = 160
 
@@ -312,7 +313,7 @@ __PARAMS_SIG__    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.cons
     CONSUMERS: gl.constexpr,
 ):
     """Ping-pong GEMM + epilogue (Hopper, Gluon); grid (min(NUM_PROGRAMS, tiles),), launched with num_warps=4
-    and maxnreg=MAXNREG; 16-bit A row-major (M, K), B (K, N) row-major or, with B_COL_MAJOR, column-major."""
+    and maxnreg=MAXNREG (MAXNREG3 with CONSUMERS = 3, MAXNREG_WG with EPI_WG); 16-bit A row-major (M, K), B (K, N) row-major or, with B_COL_MAJOR, column-major."""
     smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
     a_desc = tma.make_tensor_descriptor(A_ptr, shape=[M, K], strides=[stride_am, 1],
                                         block_shape=[BLOCK_M, BLOCK_K], layout=smem)
@@ -350,7 +351,8 @@ __C_RING__    c_ready = gl.allocate_shared_memory(gl.int64, [C_SLOTS, 1], mbarri
     if EPI_WG > 0:
         acc_bufs = gl.allocate_shared_memory(gl.float32, [EPI_WG, BLOCK_M, BLOCK_N // EPILOGUE_SUBTILE], acc_smem)
     elif EPI_SMEM > 0:
-        ACC_BUFS: gl.constexpr = (CONSUMERS - 1) * EPILOGUE_SUBTILE if EPI_SMEM == 1 else CONSUMERS * (EPILOGUE_SUBTILE // 2)
+        ACC_BUFS: gl.constexpr = ((CONSUMERS - 1) * EPILOGUE_SUBTILE if EPI_SMEM == 1
+                                  else CONSUMERS * (EPILOGUE_SUBTILE // 2))
         acc_bufs = gl.allocate_shared_memory(gl.float32, [ACC_BUFS, BLOCK_M, BLOCK_N // EPILOGUE_SUBTILE], acc_smem)
     else:
         acc_bufs = a_bufs
