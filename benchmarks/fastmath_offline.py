@@ -150,15 +150,12 @@ def compile_workload(name: str, mode: str, config: str, out_dtype=torch.bfloat16
     if config in PINGPONG_CONFIGS:
         from triton.experimental.gluon._runtime import GluonASTSource
 
-        from evtorch.codegen.gluon_template import MAXNREG
+        from evtorch.codegen.gluon_template import launch_maxnreg
 
         kern = getattr(prog.module, kernel_symbol("gemm", "pingpong"))
-        from evtorch.codegen.gluon_template import MAXNREG3, MAXNREG_WG
-
         consts = dict(base, B_COL_MAJOR=False, **{"EPI_WG": 0, "EPI_SMEM": 0, "CONSUMERS": 2,
                                                    **PINGPONG_CONFIGS[config]})
-        options = {"num_warps": 4, "maxnreg": (MAXNREG_WG if consts["EPI_WG"] else
-                                               MAXNREG3 if consts["CONSUMERS"] == 3 else MAXNREG)}
+        options = {"num_warps": 4, "maxnreg": launch_maxnreg(consts["EPI_WG"], consts["CONSUMERS"])}
         source = GluonASTSource
     else:
         cfg = CONFIGS[config]

@@ -119,10 +119,8 @@ def configs() -> dict:
         }
     if CONFIG_SET == "whole":  # a ping-pong consumer's epilogue on the whole 128x128 tile (more independent chains)
         return {
-            "base": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=True),
-            "g_h": gl(5, 2),
+            **_references(),
             "g_h_p0": gl(5, 2, PREFETCH=0),
-            "g_h_tma": gl(4, 2, EPI_TMA=True),
             "g_w1_p0": gl(5, 1, PREFETCH=0),
             "g_w1": gl(5, 1),
         }

@@ -211,6 +211,8 @@ def test_render_validates_and_names_partitions():
         assert name in text, name
     assert (3 * 128 * gluon_template.CONSUMER_REGS3 + 128 * gluon_template.LOADER_REGS <= 65536
             and gluon_template.MAXNREG3 * 512 <= 65536)
+    assert [gluon_template.launch_maxnreg(w, c) for w, c in ((0, 2), (0, 3), (2, 2))] == [
+        gluon_template.MAXNREG, gluon_template.MAXNREG3, gluon_template.MAXNREG_WG]
     loop = text.split("if EPI_SMEM > 0:")[1].split("\n        else:\n")[0]
     # one call per slice of an iteration: two slices per iteration where each buffer fill has an even count (the
     # two input register sets alternate, no carried copy), else one with the copy, and one without prefetch

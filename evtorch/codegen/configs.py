@@ -58,7 +58,9 @@ EXTRA_FLAGS: dict[str, type | tuple[type, ...]] = {
 _FLAG_VALUES: dict[str, tuple[Any, ...]] = {"EPILOGUE_SUBTILE": (False, True, 1, 2, 4, 8), "PROGRAMS_PER_SM": (1, 2, 3, 4),
                                            "PREFETCH": (0, 1, 2, 3, 4), "EPI_WG": (0, 2, 3, 4),
                                            "EPI_SMEM": (0, 1, 2), "CONSUMERS": (2, 3)}
-_PINGPONG_FLAGS = frozenset({"EPILOGUE_SUBTILE", "PREFETCH", "EPI_TMA", "EPI_WG", "EPI_SMEM", "CONSUMERS"})
+# flags of the Gluon template alone (a fallback to persistent_tma drops them: gemm_launch.resolve_config)
+PINGPONG_ONLY_FLAGS = frozenset({"EPI_TMA", "EPI_WG", "EPI_SMEM", "CONSUMERS"})
+_PINGPONG_FLAGS = PINGPONG_ONLY_FLAGS | {"EPILOGUE_SUBTILE", "PREFETCH"}
 _FLAG_DEFAULTS: dict[str, Any] = {"EPILOGUE_SUBTILE": False, "WARP_SPECIALIZE": False, "FLATTEN": False,
                                   "PROGRAMS_PER_SM": 1, "PREFETCH": None, "EPI_TMA": False, "EPI_WG": 0,
                                   "EPI_SMEM": 0, "CONSUMERS": 2}
@@ -182,9 +184,8 @@ class GemmConfig:
                                  f"EPI_WG={extra.get('EPI_WG', 0)}")
         elif extra and self.template != "persistent_tma":
             raise ValueError(f"GemmConfig.extra flags {sorted(extra)} only apply to template='persistent_tma'")
-        elif {"EPI_TMA", "EPI_WG", "EPI_SMEM", "CONSUMERS"} & set(extra):
-            only = sorted({"EPI_TMA", "EPI_WG", "EPI_SMEM", "CONSUMERS"} & set(extra))
-            raise ValueError(f"GemmConfig.extra {'/'.join(only)} "
+        elif PINGPONG_ONLY_FLAGS & set(extra):
+            raise ValueError(f"GemmConfig.extra {'/'.join(sorted(PINGPONG_ONLY_FLAGS & set(extra)))} "
                              "only applies to template='pingpong'")
         subtiles = _subtile_count(extra.get("EPILOGUE_SUBTILE", False))
         if subtiles == 8 and not (self.template == "pingpong" and extra.get("EPI_SMEM")):

@@ -98,6 +98,21 @@ WORKER_WARPS3 = (4, 4, 1)
 MAXNREG_WG = 168
 MMA_REGS = 160
 
+
+def launch_maxnreg(epi_wg: int, consumers: int) -> int:
+    """The ``maxnreg`` a launch of the kernel needs (each schedule's warps share 64K registers at this cap):
+    MAXNREG_WG for the EPI_WG schedule, MAXNREG3 for three consumers, MAXNREG for the ping-pong pair."""
+    return MAXNREG_WG if epi_wg else MAXNREG3 if consumers == 3 else MAXNREG
+
+
+def _warp_specialize(partitions: tuple[str, ...], warps: tuple[int, ...], regs: tuple[int, ...]) -> str:
+    """The kernel's ``gl.warp_specialize`` call (inside an ``if`` branch): partitions ``__KERNEL___<name>`` in
+    order (the first is the default partition), each with the shared argument list, then the workers' warp and
+    register counts."""
+    lines = (["gl.warp_specialize(["] + [f"    (__KERNEL___{name}, ({_ARGS}))," for name in partitions]
+             + [f"], [{', '.join(map(str, warps))}], [{', '.join(map(str, regs))}])"])
+    return _indent("\n".join(lines), 8)
+
 _SWIZZLE = GROUP_ORDER.replace("__T__", "t").replace("tl.", "gl.")  # the persistent template's tile order
 
 # Template text shared by the partitions: the tile grid (with _SWIZZLE's group size), the epilogue's slice layout
@@ -313,7 +328,8 @@ __PARAMS_SIG__    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.cons
     CONSUMERS: gl.constexpr,
 ):
     """Ping-pong GEMM + epilogue (Hopper, Gluon); grid (min(NUM_PROGRAMS, tiles),), launched with num_warps=4
-    and maxnreg=MAXNREG (MAXNREG3 with CONSUMERS = 3, MAXNREG_WG with EPI_WG); 16-bit A row-major (M, K), B (K, N) row-major or, with B_COL_MAJOR, column-major."""
+    and maxnreg=launch_maxnreg(EPI_WG, CONSUMERS); 16-bit A row-major (M, K), B (K, N) row-major or, with
+    B_COL_MAJOR, column-major."""
     smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
     a_desc = tma.make_tensor_descriptor(A_ptr, shape=[M, K], strides=[stride_am, 1],
                                         block_shape=[BLOCK_M, BLOCK_K], layout=smem)
@@ -364,24 +380,12 @@ __C_RING__    c_ready = gl.allocate_shared_memory(gl.int64, [C_SLOTS, 1], mbarri
         mbarrier.init(acc_empty.index(i), count=1)
     start_pid = gl.program_id(0)
     if EPI_WG > 0:
-        gl.warp_specialize([
-            (__KERNEL___epi, (''' + _ARGS + ''')),
-            (__KERNEL___mma, (''' + _ARGS + ''')),
-        ], [8], [__MMA_REGS__])
+''' + _warp_specialize(("epi", "mma"), (8,), (MMA_REGS,)) + '''\
     elif CONSUMERS == 3:
-        gl.warp_specialize([
-            (__KERNEL___consume0, (''' + _ARGS + ''')),
-            (__KERNEL___consume1, (''' + _ARGS + ''')),
-            (__KERNEL___consume2, (''' + _ARGS + ''')),
-            (__KERNEL___load, (''' + _ARGS + ''')),
-        ], [__WORKER_WARPS3__], [__WORKER_REGS3__])
+''' + _warp_specialize(("consume0", "consume1", "consume2", "load"), WORKER_WARPS3,
+                       (CONSUMER_REGS3, CONSUMER_REGS3, LOADER_REGS)) + '''\
     else:
-        gl.warp_specialize([
-            (__KERNEL___consume0, (''' + _ARGS + ''')),
-            (__KERNEL___consume1, (''' + _ARGS + ''')),
-            (__KERNEL___load, (''' + _ARGS + ''')),
-        ], [__WORKER_WARPS__], [__WORKER_REGS__])
-'''
+''' + _warp_specialize(("consume0", "consume1", "load"), WORKER_WARPS, (CONSUMER_REGS, LOADER_REGS))
 
 
 # The loader's copy of the epilogue's one M x N input (EPI_TMA), half way through the tile's K steps: slot set
@@ -512,8 +516,8 @@ def _epi_smem_loop(prefetch: int) -> str:
     bce_loss's kernel was ~8000 SASS instructions and its epilogue warps waited on instruction fetch for 24% of
     their stall samples: Nsight Compute, H200). EPI_SMEM == 1: a ring of CONSUMERS - 1 [BM, BN] buffers (one for
     two consumers) that the program's tiles take in order, each released (acc_empty) after the tile's last slice is
-    read; EPI_SMEM == 2: a [BM, BN / 2] buffer
-    per consumer that takes the accumulator's two halves in turn (the second half waits in registers). With
+    read; EPI_SMEM == 2: a [BM, BN / 2] buffer per consumer that takes the accumulator's two halves in turn (the
+    second half waits in registers). With
     PREFETCH = 1 slice s + 1's inputs are loaded before slice s runs (none after the last slice: its row bound is
     0); with an even slice count per buffer fill the loop takes two slices per iteration (no register copy of a
     load in flight)."""
@@ -622,12 +626,7 @@ def render_pingpong(kernel_name: str, epilogue_fn: str, epilogue_params: list[st
     return (text.replace("__KERNEL__", kernel_name)
             .replace("__EPILOGUE__", epilogue_fn)
             .replace("__PARAMS_SIG__", "".join(f"    {p},\n" for p in params))
-            .replace("__PARAMS_CALL__", "".join(f", {p}" for p in params))
-            .replace("__WORKER_WARPS__", ", ".join(str(w) for w in WORKER_WARPS))
-            .replace("__WORKER_REGS__", f"{CONSUMER_REGS}, {LOADER_REGS}")
-            .replace("__WORKER_WARPS3__", ", ".join(str(w) for w in WORKER_WARPS3))
-            .replace("__WORKER_REGS3__", f"{CONSUMER_REGS3}, {CONSUMER_REGS3}, {LOADER_REGS}")
-            .replace("__MMA_REGS__", str(MMA_REGS)))
+            .replace("__PARAMS_CALL__", "".join(f", {p}" for p in params)))
 
 
 @functools.lru_cache(maxsize=None)

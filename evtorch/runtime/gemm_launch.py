@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from evtorch.codegen.configs import DTYPE_BYTES, TMA_DTYPES, GemmConfig, cdiv, device_info
+from evtorch.codegen.configs import DTYPE_BYTES, PINGPONG_ONLY_FLAGS, TMA_DTYPES, GemmConfig, cdiv, device_info
 from evtorch.codegen.gemm_template import kernel_symbol
 from evtorch.runtime import knobs
 
@@ -140,7 +140,7 @@ def resolve_config(A: torch.Tensor, B: torch.Tensor, config: GemmConfig) -> Gemm
     if config.template == "pingpong" and not pingpong_eligible(A, B):
         # the persistent template's slices: at most 4 (EPILOGUE_SUBTILE=8 is the EPI_SMEM loop's)
         extra = tuple((k, min(v, 4) if k == "EPILOGUE_SUBTILE" else v) for k, v in config.extra
-                      if k not in ("EPI_TMA", "EPI_WG", "EPI_SMEM", "CONSUMERS"))
+                      if k not in PINGPONG_ONLY_FLAGS)
         config = GemmConfig("persistent_tma", config.BLOCK_M, config.BLOCK_N, config.BLOCK_K, config.GROUP_M, 1, 8,
                             min(config.num_stages, 3), extra)
     if config.template == "persistent_tma" and not tma_eligible(A, B):
@@ -350,16 +350,16 @@ def prepare_launch(
             PREFETCH=config.prefetch_slices(getattr(module, "EPILOGUE_PREFETCH", 0), A.element_size()),
         )
     elif config.template == "pingpong":
-        from evtorch.codegen.gluon_template import MAXNREG, MAXNREG3, MAXNREG_WG
+        from evtorch.codegen.gluon_template import launch_maxnreg
 
         num_sms = device_info(A.device).num_sms
         out.jit, out.grid = _kernel(module, kernel_name, "pingpong"), (config.persistent_grid(num_sms, tiles),)
         del common["num_stages"]  # the ring depth is the STAGES constexpr; Gluon does no software pipelining
-        epi_wg = config.flag("EPI_WG", 0)
+        epi_wg, consumers = config.flag("EPI_WG", 0), config.flag("CONSUMERS", 2)
         common.update(NUM_PROGRAMS=config.persistent_programs(num_sms), STAGES=config.num_stages,
                       B_COL_MAJOR=tma_layout(A, B)[2], EPILOGUE_SUBTILE=config.epilogue_subtiles, EPI_WG=epi_wg,
-                      EPI_SMEM=config.flag("EPI_SMEM", 0), CONSUMERS=config.flag("CONSUMERS", 2),
-                      maxnreg=MAXNREG_WG if epi_wg else MAXNREG3 if config.flag("CONSUMERS", 2) == 3 else MAXNREG,
+                      EPI_SMEM=config.flag("EPI_SMEM", 0), CONSUMERS=consumers,
+                      maxnreg=launch_maxnreg(epi_wg, consumers),
                       PREFETCH=config.prefetch_slices(getattr(module, "EPILOGUE_PREFETCH", 0), A.element_size()),
                       EPI_TMA=False)  # runtime.gemm turns it on per call where the input allows (see there)
     else:  # GemmConfig validates templates; this guards future additions
