@@ -66,6 +66,14 @@ PINGPONG_CONFIGS.update({f"wg_{name}": dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64
                                             EPILOGUE_SUBTILE=sub, PREFETCH=pf, EPI_TMA=False, EPI_WG=slots)
                          for name, stages, sub, pf, slots in (("q4", 3, 4, 1, 2), ("q4_p0", 3, 4, 0, 2),
                                                               ("q4_s2r3", 2, 4, 1, 3))})
+# consumers of two warpgroups (launched with num_warps=8, maxnreg=MAXNREG8): each thread holds half as many
+# accumulator values, and each scheduler runs two warps of the epilogue
+PINGPONG_CONFIGS.update({f"pp8_{name}": dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, STAGES=stages, EPILOGUE_SUBTILE=sub,
+                                             PREFETCH=pf, EPI_TMA=bool(tma), EPI_SMEM=es, num_warps=8)
+                         for name, stages, sub, pf, tma, es in (("h", 5, 2, 1, 0, 0), ("h_p0", 5, 2, 0, 0, 0),
+                                                                ("q4", 5, 4, 1, 0, 0), ("q4_p0", 5, 4, 0, 0, 0),
+                                                                ("h_tma", 4, 2, 0, 1, 0), ("q4_tma", 4, 4, 0, 1, 0),
+                                                                ("es1_h", 4, 2, 1, 0, 1), ("es1_q4", 4, 4, 1, 0, 1))})
 
 
 def _tool(name):
@@ -155,7 +163,8 @@ def compile_workload(name: str, mode: str, config: str, out_dtype=torch.bfloat16
         kern = getattr(prog.module, kernel_symbol("gemm", "pingpong"))
         consts = dict(base, B_COL_MAJOR=False, **{"EPI_WG": 0, "EPI_SMEM": 0, "CONSUMERS": 2,
                                                    **PINGPONG_CONFIGS[config]})
-        options = {"num_warps": 4, "maxnreg": launch_maxnreg(consts["EPI_WG"], consts["CONSUMERS"])}
+        warps = consts.pop("num_warps", 4)
+        options = {"num_warps": warps, "maxnreg": launch_maxnreg(consts["EPI_WG"], consts["CONSUMERS"], warps)}
         source = GluonASTSource
     else:
         cfg = CONFIGS[config]

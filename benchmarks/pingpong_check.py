@@ -52,11 +52,13 @@ def tma(bm, bn, warps, stages, **flags):
     return GemmConfig("persistent_tma", bm, bn, 64, 8, 1, warps, stages, tuple(flags.items()))
 
 
-def gl(stages, sub, **flags):
-    """A Gluon ping-pong config (128x128x64, GROUP_M 8) on ``sub`` epilogue slices with ``flags``."""
+def gl(stages, sub, warps=4, **flags):
+    """A Gluon ping-pong config (128x128x64, GROUP_M 8) on ``sub`` epilogue slices with ``flags``; ``warps`` = 8:
+    consumers of two warpgroups."""
     from evtorch.codegen.configs import GemmConfig
 
-    return GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, stages, (("EPILOGUE_SUBTILE", sub),) + tuple(flags.items()))
+    return GemmConfig("pingpong", 128, 128, 64, 8, 1, warps, stages,
+                      (("EPILOGUE_SUBTILE", sub),) + tuple(flags.items()))
 
 
 def wg(stages, sub, slots, **flags):
@@ -99,6 +101,18 @@ def configs() -> dict:
             "es1_q4": gl(4, 4, EPI_SMEM=1),
             "es2_s8": gl(4, 8, EPI_SMEM=2),
             "es2_q4": gl(4, 4, EPI_SMEM=2),
+        }
+    if CONFIG_SET == "wide":  # consumers of two warpgroups (num_warps=8): two epilogue warps per scheduler
+        return {
+            **_references(),
+            "es1_h": gl(4, 2, EPI_SMEM=1),
+            "g_q4_p0": gl(5, 4, PREFETCH=0),
+            "w_h": gl(5, 2, 8),
+            "w_q4": gl(5, 4, 8),
+            "w_q4_p0": gl(5, 4, 8, PREFETCH=0),
+            "w_h_tma": gl(4, 2, 8, EPI_TMA=True),
+            "w_q4_tma": gl(4, 4, 8, EPI_TMA=True),
+            "w_es1_q4": gl(4, 4, 8, EPI_SMEM=1),
         }
     if CONFIG_SET == "consumers3":  # three consumer warpgroups: two epilogues run beside each main loop
         return {
@@ -351,7 +365,8 @@ def phase1(args, log) -> dict:
         for c in {"run1": ("pp2_h", "pp2_q4", "pp2_h_ws"), "prefetch": ("q4_auto", "q4f_auto", "h_pf2"),
                   "prefetch2": ("q4_pf1",), "gluon": ("g_h", "g_q4"), "gluon2": ("g_h_tma", "g_q4_tma"),
                   "epiwg": ("wg_q4", "wg_q4_s2r3"), "epismem": ("es1_h", "es2_q4"), "whole": ("g_w1_p0",),
-                  "subtile8": ("es1_s8", "es2_s8"), "consumers3": ("c3_es1_q4_p0", "c3_q4_p0", "c3_q4_tma")}.get(
+                  "subtile8": ("es1_s8", "es2_s8"), "consumers3": ("c3_es1_q4_p0", "c3_q4_p0", "c3_q4_tma"),
+                  "wide": ("w_h", "w_q4_p0", "w_q4_tma", "w_es1_q4")}.get(
                 CONFIG_SET, ("pp2_q4", "base_q4")):
             for d in ("bfloat16", "float16"):
                 jobs.append(f"E:{ex}:{c}:{d}")
@@ -369,6 +384,8 @@ def phase1(args, log) -> dict:
             jobs = ["W:lincomb_relu:base", "W:bce_loss:es2_q4", "E:mixed_dag:es2_h:float16"]
         if CONFIG_SET == "subtile8":
             jobs = ["W:lincomb_relu:base", "W:bce_loss:es1_s8", "E:mixed_dag:es2_s8:float16"]
+        if CONFIG_SET == "wide":
+            jobs = ["W:lincomb_relu:base", "W:bce_loss:w_q4", "E:mixed_dag:w_q4_tma:float16"]
         if CONFIG_SET == "consumers3":
             jobs = ["W:lincomb_relu:base", "W:bce_loss:c3_es1_q4_p0", "E:mixed_dag:c3_q4_tma:float16"]
     out, scratch = Path(args.out), Path(args.scratch)

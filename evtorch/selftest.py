@@ -89,6 +89,11 @@ def run(sizes=((257, 193, 129, 3), (1024, 768, 512, 2)), dtypes=("float32", "flo
                             (("EPILOGUE_SUBTILE", 4), ("CONSUMERS", 3), ("PREFETCH", 0))),
                  GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 3,
                             (("EPILOGUE_SUBTILE", 4), ("EPI_TMA", True), ("CONSUMERS", 3))),
+                 # consumers of two warpgroups (num_warps=8): halves with the prefetch rule, quarters with the
+                 # loader's input ring, and the loop from the shared whole-tile buffer on quarters
+                 GemmConfig("pingpong", 128, 128, 64, 8, 1, 8, 5, (("EPILOGUE_SUBTILE", True),)),
+                 GemmConfig("pingpong", 128, 128, 64, 8, 1, 8, 4, (("EPILOGUE_SUBTILE", 4), ("EPI_TMA", True))),
+                 GemmConfig("pingpong", 128, 128, 64, 8, 1, 8, 4, (("EPILOGUE_SUBTILE", 4), ("EPI_SMEM", 1))),
                  # the epilogue-warpgroup schedule: 128x256 tiles, quarters handed off through two fp32 buffers
                  GemmConfig("pingpong", 128, 256, 64, 8, 1, 4, 3, (("EPILOGUE_SUBTILE", 4), ("EPI_WG", 2)))]
     import evtorch as evt

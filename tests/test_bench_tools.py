@@ -96,3 +96,16 @@ def test_paired_timer_interleaves_rounds(tmp_path):
     out = h.paired({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")})
     assert calls == ["a", "b"] * 3 and reps == [10.0] * 6
     assert out == {"a": (3.0, [1.0, 3.0, 4.0]), "b": (5.0, [5.0, 2.0, 9.0])}
+
+
+def test_power_probe_parses_samples_and_reasons():
+    """The power probe's nvidia-smi rows (power W, SM MHz, memory MHz, clock-event mask in hex, temperature C):
+    malformed lines (a header, '[N/A]') are skipped, and the mask names its reasons."""
+    from benchmarks.power_probe import _parse, _reasons
+
+    rows = _parse(["690.12, 1635, 3201, 0x0000000000000004, 60", "[N/A], 1635, 3201, 0x4, 60",
+                   "power.draw [W], clocks.sm [MHz]", "120.5, 1980, 3201, 0x0000000000000001, 41"])
+    assert rows == [{"power_w": 690.12, "sm_mhz": 1635.0, "mem_mhz": 3201.0, "reasons": 4, "temp_c": 60.0},
+                    {"power_w": 120.5, "sm_mhz": 1980.0, "mem_mhz": 3201.0, "reasons": 1, "temp_c": 41.0}]
+    assert _reasons(0x4 | 0x8) == ["sw_power_cap", "hw_slowdown"]
+    assert _reasons(0) == []

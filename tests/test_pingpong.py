@@ -33,8 +33,8 @@ def pp(sub=2, **flags):
 def test_config_rules():
     assert pp(4, PREFETCH=0).short() == "pingpong_128x128x64_g8_w4_s5_epilogue_subtile4_prefetch0"
     assert pp(2) != pp(2, PREFETCH=0)
-    with pytest.raises(ValueError, match="num_warps must be 4"):
-        GemmConfig("pingpong", 128, 128, 64, 8, 1, 8, 5)
+    with pytest.raises(ValueError, match="num_warps must be 4 or 8"):
+        GemmConfig("pingpong", 128, 128, 64, 8, 1, 16, 5)
     with pytest.raises(ValueError, match="FLATTEN"):
         pp(2, FLATTEN=True)
     with pytest.raises(ValueError, match="one slice ahead"):
@@ -150,6 +150,32 @@ def test_three_consumers_config_rules():
     assert fell.template == "persistent_tma" and dict(fell.extra) == {"EPILOGUE_SUBTILE": 4, "PREFETCH": 0}
 
 
+def test_two_warpgroup_consumers_config_rules():
+    """num_warps: 4 (a consumer is one warpgroup) or 8 (two warpgroups, 64 rows each: BLOCK_M 128), the ping-pong
+    pair only (not three consumers, not the EPI_WG schedule); launched under MAXNREG8, which leaves each consumer
+    CONSUMER_REGS8 registers beside the loader's warpgroup; the fallback to persistent_tma keeps the warps."""
+    w8 = GemmConfig("pingpong", 128, 128, 64, 8, 1, 8, 4, (("EPILOGUE_SUBTILE", 4), ("EPI_TMA", True)))
+    assert w8.short() == "pingpong_128x128x64_g8_w8_s4_epilogue_subtile4_epi_tma"
+    assert w8.smem_bytes(2) == dataclasses.replace(w8, num_warps=4).smem_bytes(2)
+    with pytest.raises(ValueError, match="must be 4 or 8"):
+        GemmConfig("pingpong", 128, 128, 64, 8, 1, 2, 4)
+    with pytest.raises(ValueError, match="needs BLOCK_M == 128"):
+        GemmConfig("pingpong", 64, 128, 64, 8, 1, 8, 4)
+    with pytest.raises(ValueError, match="needs BLOCK_M == 128"):
+        GemmConfig("pingpong", 128, 128, 64, 8, 1, 8, 4, (("CONSUMERS", 3),))
+    with pytest.raises(ValueError, match="needs BLOCK_M == 128"):
+        GemmConfig("pingpong", 128, 256, 64, 8, 1, 8, 3, (("EPI_WG", 2),))
+    assert gluon_template.launch_maxnreg(0, 2, 8) == gluon_template.MAXNREG8
+    assert gluon_template.launch_maxnreg(0, 2, 4) == gluon_template.MAXNREG
+    # Triton's warp-group allocation: launch cap x (8 + 8 + 4 padded loader warps) x 32 covers the consumers'
+    # and the loader's setmaxnreg, and the cap fits 64K registers
+    assert gluon_template.MAXNREG8 * 20 * 32 <= 65536
+    assert (2 * 8 * gluon_template.CONSUMER_REGS8 + 4 * gluon_template.LOADER_REGS) * 32 <= \
+        gluon_template.MAXNREG8 * 20 * 32
+    fell = resolve_config(torch.randn(64, 32), torch.randn(32, 64), w8)
+    assert fell.template == "persistent_tma" and fell.num_warps == 8
+
+
 def test_candidates_offer_pingpong_only_where_it_runs():
     cands = candidate_configs(8192, 4096, 1024, torch.bfloat16, H200, tma_ok=True)
     templates = [c.template for c in cands[:5]]
@@ -163,10 +189,18 @@ def test_candidates_offer_pingpong_only_where_it_runs():
         with_tma = for_epilogue(cands, tma_input=True)
         without = for_epilogue(cands, tma_input=False)
         assert with_tma == cands and any(c.flag("EPI_TMA") for c in cands[:5])
-        assert not any(c.flag("EPI_TMA") for c in without) and len(without) == len(cands) - 1
+        assert not any(c.flag("EPI_TMA") for c in without) and len(without) == len(cands) - 2
         loop = dataclasses.replace(pp(2, EPI_SMEM=1), num_stages=4)
         assert loop in without[:5] and loop not in with_tma[:5] and loop in with_tma
-        assert pp(4, PREFETCH=0) in without[5:]
+        # a short K loop (K = 1024): consumers of two warpgroups take ping-pong halves without prefetch's place in
+        # the first five; a long one (K = 4096): they come last of the ping-pong configs
+        wide = GemmConfig("pingpong", 128, 128, 64, 8, 1, 8, 4, (("EPILOGUE_SUBTILE", 4), ("EPI_TMA", True)))
+        assert cands[2] == wide and pp(2, PREFETCH=0) not in cands[:5]
+        assert pp(4, PREFETCH=0) in without[:5] and pp(2, PREFETCH=0) in without[5:]
+        long_k = candidate_configs(8192, 4096, 4096, torch.bfloat16, H200, tma_ok=True)
+        assert long_k[2] == pp(2, PREFETCH=0) and wide in long_k[5:]
+        assert [c for c in long_k if c.template == "pingpong"][-1] == wide
+        assert pp(4, PREFETCH=0) in for_epilogue(long_k, tma_input=False)[5:]
     A100 = DeviceInfo("cuda", "A100", (8, 0), 108, 166912)
     assert "pingpong" not in {c.template for c in candidate_configs(8192, 4096, 1024, torch.bfloat16, A100,
                                                                     tma_ok=True)}
@@ -279,7 +313,10 @@ def test_offline_compile_specialises_unit_strides_as_a_launch_does():
                                               ("pp_es1_s8", "bce_loss,mixed_dag,rowreduce_tanh"),
                                               ("pp_es2_s8", "dgelu_bgrad,colbcast_leaky"),
                                               ("pp3_es1_q4_p0", "bce_loss,mixed_dag,rowreduce_tanh"),
-                                              ("pp3_q4_p0", "lincomb_relu,dgelu_bgrad")])
+                                              ("pp3_q4_p0", "lincomb_relu,dgelu_bgrad"),
+                                              ("pp8_q4_tma", "bce_loss,colbcast_leaky,dgelu_bgrad"),
+                                              ("pp8_es1_q4", "mixed_dag,rowreduce_tanh"),
+                                              ("pp8_h", "identity,bias_gelu_aux")])
 def test_compiles_for_sm90(tmp_path, config, workloads):
     """Every kind of epilogue (stores, broadcasts, prefetched input, row / column / full reductions, two inputs)
     compiles for sm_90 with the installed Triton, within the shared memory of one SM."""
@@ -294,6 +331,7 @@ def test_compiles_for_sm90(tmp_path, config, workloads):
     assert [r["workload"] for r in rows] == workloads.split(",")
     for r in rows:
         cap = (gluon_template.MAXNREG_WG if config.startswith("wg_") else
-               gluon_template.MAXNREG3 if config.startswith("pp3_") else gluon_template.MAXNREG)
+               gluon_template.MAXNREG3 if config.startswith("pp3_") else
+               gluon_template.MAXNREG8 if config.startswith("pp8_") else gluon_template.MAXNREG)
         assert r["regs"] == cap and 0 < r["shared"] <= H200.smem_bytes, r
         assert r["instructions"] > 1000

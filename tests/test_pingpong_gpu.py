@@ -211,3 +211,23 @@ def test_three_consumers(name):
     _check(name, 4096, 3000, 1000, c3(stages=4, PREFETCH=0), dtype=torch.float16, seed=3, deterministic=True)
     _check(name, 4096, 3000, 1000, c3(EPI_TMA=True), seed=4)
     _check(name, 300, 200, 64, c3(EPI_SMEM=1), seed=5)  # fewer tiles than programs; the prefetched loop
+
+
+def wide(sub: int = 4, stages: int = 4, **flags) -> GemmConfig:
+    return GemmConfig("pingpong", 128, 128, 64, 8, 1, 8, stages, (("EPILOGUE_SUBTILE", sub),) + tuple(flags.items()))
+
+
+@needs_hopper
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_two_warpgroup_consumers(name):
+    """num_warps=8: every epilogue kind with consumers of two warpgroups (each wgmma on 64 rows of the tile, the
+    ring slot freed only after both have read it): ragged halves with the prefetch rule; many tiles per program
+    (the turn barriers wrap many times) with column-major B on quarters without prefetch; the loader's input
+    ring (EPI_TMA) in fp16, deterministic; the loop from the shared whole-tile buffer; the whole tile at once;
+    fewer tiles than programs."""
+    _check(name, 1000, 776, 520, wide(sub=2, stages=5))
+    _check(name, 4096, 4096, 768, wide(stages=5, PREFETCH=0), b_col=True, seed=1)
+    _check(name, 4096, 3000, 1000, wide(EPI_TMA=True), dtype=torch.float16, seed=2, deterministic=True)
+    _check(name, 1000, 776, 520, wide(EPI_SMEM=1), seed=3)
+    _check(name, 2048, 1024, 4096, wide(sub=1, stages=5, PREFETCH=0), seed=4)
+    _check(name, 300, 200, 64, wide(sub=2, EPI_SMEM=1), seed=5)

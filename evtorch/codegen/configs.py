@@ -158,9 +158,14 @@ class GemmConfig:
             if extra.get("PREFETCH", 0) > 1:
                 raise ValueError(f"GemmConfig.extra PREFETCH={extra['PREFETCH']}: template='pingpong' prefetches one "
                                  "slice ahead at most (0 or 1)")
-            if self.num_warps != 4:
-                raise ValueError(f"GemmConfig.num_warps must be 4 for template='pingpong' (one warpgroup per "
-                                 f"consumer), got {self.num_warps}")
+            if self.num_warps not in (4, 8):
+                raise ValueError(f"GemmConfig.num_warps must be 4 or 8 for template='pingpong' (one or two "
+                                 f"warpgroups per consumer), got {self.num_warps}")
+            if self.num_warps == 8 and (extra.get("EPI_WG") or extra.get("CONSUMERS", 2) != 2
+                                        or self.BLOCK_M != 128):
+                raise ValueError(f"GemmConfig.num_warps=8 for template='pingpong' (two consumers of two warpgroups "
+                                 f"each) needs BLOCK_M == 128, CONSUMERS 2 and no EPI_WG, got BLOCK_M={self.BLOCK_M}, "
+                                 f"CONSUMERS={extra.get('CONSUMERS', 2)}, EPI_WG={extra.get('EPI_WG', 0)}")
             if self.BLOCK_M % 64 or self.BLOCK_N > 256:
                 raise ValueError(f"template='pingpong' needs BLOCK_M a multiple of 64 (wgmma rows per warpgroup) and "
                                  f"BLOCK_N <= 256 (wgmma width), got {self.BLOCK_M}x{self.BLOCK_N}")
@@ -515,10 +520,19 @@ _PINGPONG_16 = ((128, 128, 64, 3, 4),)
 # leaves room for 3 A/B stages beside its two tile buffers (the identity alone at 1.21-1.35 x cuBLAS) and slices
 # from registers spill at 160 registers; only bce_loss at 8192x4096x1024 gained (-3%) (docs/benchmarks.md, "Three
 # consumer warpgroups").
-# (BM, BN, BK, stages, subtile, PREFETCH or None, EPI_TMA, EPI_SMEM)
-_PINGPONG_GLUON_16 = ((128, 128, 64, 5, 2, None, False, 0), (128, 128, 64, 5, 2, 0, False, 0),
-                      (128, 128, 64, 4, 2, None, True, 0), (128, 128, 64, 4, 2, None, False, 1),
-                      (128, 128, 64, 5, 4, 0, False, 0))
+# Consumers of two warpgroups (num_warps = 8; quarters, the input through the loader, 4 stages): each scheduler runs
+# two warps of a consumer's epilogue and each thread holds 64 accumulator values (112 registers in all). On the
+# H200 (2026-11-22, docs/benchmarks.md, "Consumers of two warpgroups") this was bce_loss's fastest config at
+# 8192x4096x1024 (1.37 x cuBLAS against 1.47 for the best other config) and ran within 1-2% of the best for
+# rowreduce_tanh / colbcast_leaky there, but 1-10% slower than the best config of every row at 8192x8192x4096. So
+# for short K loops (K <= _SHORT_K, where a tile's epilogue outlasts its main loop) it takes the place of ping-pong
+# halves without prefetch in the first five (that config was no row's pick at 8192x4096x1024 in the last bench, and
+# three rows' at 8192x8192x4096); for longer K loops it comes after the other ping-pong configs.
+_SHORT_K = 2048  # between the two measured points, K = 1024 (a win) and K = 4096 (a loss)
+# (BM, BN, BK, stages, subtile, PREFETCH or None, EPI_TMA, EPI_SMEM, warps)
+_PINGPONG_GLUON_16 = ((128, 128, 64, 5, 2, None, False, 0, 4), (128, 128, 64, 5, 2, 0, False, 0, 4),
+                      (128, 128, 64, 4, 2, None, True, 0, 4), (128, 128, 64, 4, 2, None, False, 1, 4),
+                      (128, 128, 64, 5, 4, 0, False, 0, 4), (128, 128, 64, 4, 4, None, True, 0, 8))
 
 # fp32 without TF32 has no tensor-core path: tl.dot becomes FMA loops whose register use grows with the
 # tile. On the H200 run, 128x256 / 128x128 persistent fp32-IEEE kernels spilled 24 to 3052 registers
@@ -624,13 +638,19 @@ def candidate_configs(
         pingpong = [GemmConfig("portable", bm, bn, bk, 8, 1, warps, stages)
                     for bm, bn, bk, stages, warps in _PINGPONG_16] if DTYPE_BYTES[dtype] == 2 else []
         if pingpong_allowed(dtype, info, tma_ok):
-            gluon = [GemmConfig("pingpong", bm, bn, bk, 8, 1, 4, stages,
+            gluon = [GemmConfig("pingpong", bm, bn, bk, 8, 1, warps, stages,
                                 (("EPILOGUE_SUBTILE", sub), ("EPI_TMA", tma), ("EPI_SMEM", smem))
                                 + ((("PREFETCH", pf),) if pf is not None else ()))
-                     for bm, bn, bk, stages, sub, pf, tma, smem in _PINGPONG_GLUON_16]
-            # five candidates (the bench's default): halves, ping-pong halves with / without prefetch, quarters +
-            # flatten, ping-pong halves with the input through the loader (dropped by ``for_epilogue`` where the
-            # epilogue has no such input); then ping-pong halves looped from shared memory, ping-pong quarters
+                     for bm, bn, bk, stages, sub, pf, tma, smem, warps in _PINGPONG_GLUON_16]
+            # five candidates (the bench's default): halves, ping-pong halves with / without prefetch (short K:
+            # two-warpgroup consumers instead), quarters + flatten, ping-pong halves with the input through the
+            # loader (the EPI_TMA configs are dropped by ``for_epilogue`` where the epilogue has no such input);
+            # then ping-pong halves looped from shared memory, ping-pong quarters
+            wide = gluon[5:]
+            if K <= _SHORT_K:
+                gluon = gluon[:1] + wide + gluon[2:5] + gluon[1:2]
+            else:
+                gluon = gluon[:5] + wide
             space += persistent[:1] + gluon[:2] + persistent[2:3] + gluon[2:] + persistent[1:2] + persistent[3:]
             space += pingpong
         else:

@@ -91,6 +91,12 @@ WORKER_WARPS = (4, 1)  # consumer 1, loader; consumer 0 is the default partition
 CONSUMER_REGS3 = 160
 MAXNREG3 = 128
 WORKER_WARPS3 = (4, 4, 1)
+# Consumers of two warpgroups (launched with num_warps = 8): 20 warps (the loader's padded to a warpgroup) under
+# the launch cap MAXNREG8 = 65536 / 640 rounded down to 8; the loader drops to LOADER_REGS and each consumer rises to
+# CONSUMER_REGS8 (2 * 256 * 112 + 128 * 24 <= 640 * 96)
+CONSUMER_REGS8 = 112
+MAXNREG8 = 96
+WORKER_WARPS8 = (8, 1)
 # EPI_WG schedule: 12 warps (the epilogue warpgroup = default partition, two MMA warpgroups that also issue the
 # TMA copies), launched with MAXNREG_WG = 65536 / 384 rounded down to 8: the MMA warpgroups ask for MMA_REGS, the
 # epilogue warpgroup gets the rest (a 16-warp variant with a separate loader failed to compile under its 128 cap,
@@ -99,10 +105,13 @@ MAXNREG_WG = 168
 MMA_REGS = 160
 
 
-def launch_maxnreg(epi_wg: int, consumers: int) -> int:
+def launch_maxnreg(epi_wg: int, consumers: int, num_warps: int = 4) -> int:
     """The ``maxnreg`` a launch of the kernel needs (each schedule's warps share 64K registers at this cap):
-    MAXNREG_WG for the EPI_WG schedule, MAXNREG3 for three consumers, MAXNREG for the ping-pong pair."""
-    return MAXNREG_WG if epi_wg else MAXNREG3 if consumers == 3 else MAXNREG
+    MAXNREG_WG for the EPI_WG schedule, MAXNREG3 for three consumers, MAXNREG8 for a pair of two-warpgroup
+    consumers (``num_warps`` = 8), MAXNREG for the ping-pong pair of warpgroups."""
+    if epi_wg:
+        return MAXNREG_WG
+    return MAXNREG3 if consumers == 3 else MAXNREG8 if num_warps == 8 else MAXNREG
 
 
 def _warp_specialize(partitions: tuple[str, ...], warps: tuple[int, ...], regs: tuple[int, ...]) -> str:
@@ -125,7 +134,8 @@ _GRID = """\
 """
 _EPI_LAYOUT = """\
     EPI_N: gl.constexpr = BLOCK_N // EPILOGUE_SUBTILE
-    epi_layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (EPI_N // 8), EPI_N // 8], [4, 1], [1, 0])
+    epi_layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (EPI_N // 8), EPI_N // 8], [gl.num_warps(), 1],
+                                                [1, 0])
 """
 _EPI_OFFS = """\
         offs_m = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, epi_layout))
@@ -205,7 +215,7 @@ def __KERNEL___consume(
     """Consumer WHICH (0 .. CONSUMERS - 1): the program's tiles CONSUMERS * j + WHICH; main loop after the
     previous consumer's (WHICH - 1, cyclically), then epilogue."""
     FIRST: gl.constexpr = 1 if WHICH == 0 else 0  # consumer 0's first turn and buffer wait pass at once
-    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[gl.num_warps(), 1],
                                                          instr_shape=[16, BLOCK_N, 16])
     # The epilogue's layout: 8 consecutive columns per thread (16-byte loads and stores of 16-bit tiles), a warp's
     # threads along a slice row first. The wgmma layout gives each thread pairs of columns in 8 rows, so loads and
@@ -381,6 +391,8 @@ __C_RING__    c_ready = gl.allocate_shared_memory(gl.int64, [C_SLOTS, 1], mbarri
     start_pid = gl.program_id(0)
     if EPI_WG > 0:
 ''' + _warp_specialize(("epi", "mma"), (8,), (MMA_REGS,)) + '''\
+    elif gl.num_warps() == 8:
+''' + _warp_specialize(("consume0", "consume1", "load"), WORKER_WARPS8, (CONSUMER_REGS8, LOADER_REGS)) + '''\
     elif CONSUMERS == 3:
 ''' + _warp_specialize(("consume0", "consume1", "consume2", "load"), WORKER_WARPS3,
                        (CONSUMER_REGS3, CONSUMER_REGS3, LOADER_REGS)) + '''\

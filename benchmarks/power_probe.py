@@ -1,0 +1,170 @@
+"""Power and clocks under sustained load: is a fused kernel power-bound where it is slower than cuBLAS?
+
+An H200 lowers its SM clock when the board reaches its power limit. A fused kernel moves more bytes than the bare
+GEMM (its epilogue's inputs and outputs) and, in the ping-pong template, more L2 traffic per FLOP; if that energy
+pushes the board to its cap, the tensor cores run at a lower clock and no schedule change can hide the epilogue.
+This probe runs each job back to back for a few seconds (a CUDA graph of many launches, no host gaps) while
+``nvidia-smi`` samples power, SM and memory clocks and the clock-event reasons every 50 ms, and reports per job
+the time per launch, the median power, the median SM clock and which reasons were active.
+
+    python -m benchmarks.power_probe --out DIR [--shape 8192x4096x1024] [--jobs cublas,lincomb_relu:g_h,...]
+                                     [--seconds 3]
+
+A job is ``cublas`` (torch.matmul), ``WORKLOAD`` (evt.gemm with the tuner off: the heuristic config) or
+``WORKLOAD:CONFIG`` with CONFIG a name from ``benchmarks.pingpong_check.configs()`` (``PINGPONG_SET`` picks the
+set). Writes power.json and power_log.txt under --out. CUDA only.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+QUERY = "power.draw,clocks.sm,clocks.mem,clocks_event_reasons.active,temperature.gpu"
+# clocks_event_reasons.active bits (nvidia-smi -q documents them as "Clocks Event Reasons")
+REASONS = {0x1: "idle", 0x2: "app_clocks", 0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x20: "sw_thermal",
+           0x40: "hw_thermal", 0x80: "hw_power_brake", 0x100: "display_clocks"}
+
+
+def _reasons(mask: int) -> list[str]:
+    return [name for bit, name in REASONS.items() if mask & bit]
+
+
+def _sampler():
+    return subprocess.Popen(["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits", "-lms", "50"],
+                            stdout=subprocess.PIPE, text=True)
+
+
+def _parse(lines: list[str]) -> list[dict]:
+    rows = []
+    for line in lines:
+        parts = [p.strip() for p in line.split(",")]
+        try:
+            rows.append({"power_w": float(parts[0]), "sm_mhz": float(parts[1]), "mem_mhz": float(parts[2]),
+                         "reasons": int(parts[3], 16), "temp_c": float(parts[4])})
+        except (ValueError, IndexError):
+            continue
+    return rows
+
+
+def _job_fn(job: str, M: int, N: int, K: int):
+    import torch
+
+    import evtorch as evt
+    from benchmarks.pingpong_check import configs, workload
+
+    torch.manual_seed(0)
+    A = torch.randn(M, K, device="cuda", dtype=torch.bfloat16) / K ** 0.25
+    B = torch.randn(K, N, device="cuda", dtype=torch.bfloat16) / K ** 0.25
+    if job == "cublas":
+        return lambda: torch.matmul(A, B)
+    name, _, cname = job.partition(":")
+    fn, mk = workload(name)
+    inputs = mk(M, N, "cuda", torch.bfloat16)
+    cfg = configs()[cname] if cname else None
+    return lambda: evt.gemm(A, B, fn, config=cfg, **inputs)
+
+
+def measure(job: str, M: int, N: int, K: int, seconds: float) -> dict:
+    import torch
+
+    fn = _job_fn(job, M, N, K)
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    per = (time.perf_counter() - t) / 20
+    n = max(10, min(2000, int(0.25 / per)))  # a graph of ~0.25 s of launches
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        with torch.cuda.graph(g):
+            for _ in range(n):
+                fn()
+    torch.cuda.synchronize()
+    g.replay()  # settle
+    torch.cuda.synchronize()
+    proc = _sampler()
+    time.sleep(0.3)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    reps = 0
+    t = time.perf_counter()
+    start.record()
+    while time.perf_counter() - t < seconds:
+        g.replay()
+        reps += 1
+        if reps % 4 == 0:
+            torch.cuda.synchronize()
+    end.record()
+    torch.cuda.synchronize()
+    proc.terminate()
+    out, _ = proc.communicate(timeout=10)
+    samples = _parse(out.splitlines())[8:]  # drop the first 0.4 s (sampler start, the GPU rising to load)
+    ms = start.elapsed_time(end) / (reps * n)
+    mask = 0
+    for r in samples:
+        mask |= r["reasons"]
+    res = {"job": job, "shape": [M, N, K], "ms_per_launch": ms, "samples": len(samples),
+           "reasons": _reasons(mask),
+           "power_reason_share": (sum(1 for r in samples if r["reasons"] & 0x4) / len(samples)) if samples else None}
+    for key in ("power_w", "sm_mhz", "mem_mhz", "temp_c"):
+        vals = [r[key] for r in samples]
+        res[key] = statistics.median(vals) if vals else None
+    return res
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--shape", default="8192x4096x1024")
+    ap.add_argument("--jobs", default="cublas,identity,lincomb_relu,bce_loss,cublas")
+    ap.add_argument("--seconds", type=float, default=3.0)
+    args = ap.parse_args()
+    import os
+
+    os.environ.setdefault("EVTORCH_AUTOTUNE", "0")
+    import torch
+
+    if not torch.cuda.is_available():
+        print("power_probe needs CUDA", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    limit = subprocess.run(["nvidia-smi", "--query-gpu=power.limit,power.max_limit,clocks.max.sm",
+                            "--format=csv,noheader,nounits"], capture_output=True, text=True).stdout.strip()
+    results = {"device": torch.cuda.get_device_name(), "power_limit_w,max_limit_w,max_sm_mhz": limit, "rows": []}
+    log = open(out / "power_log.txt", "w")
+
+    def say(text):
+        print(text, flush=True)
+        log.write(text + "\n")
+        log.flush()
+
+    say(f"{results['device']}; power.limit, power.max_limit, clocks.max.sm: {limit}")
+    for shape in args.shape.split(","):
+        M, N, K = (int(x) for x in shape.split("x"))
+        for job in args.jobs.split(","):
+            try:
+                r = measure(job, M, N, K, args.seconds)
+            except Exception as exc:  # noqa: BLE001 - one failing job must not lose the others
+                say(f"{job} {shape}: {type(exc).__name__}: {exc}"[:300])
+                continue
+            results["rows"].append(r)
+            say(f"{job:28s} {shape} {r['ms_per_launch'] * 1e3:8.1f} us  power {r['power_w']:6.1f} W  SM "
+                f"{r['sm_mhz']:6.0f} MHz  mem {r['mem_mhz']:5.0f} MHz  {r['temp_c']:4.0f} C  power-cap share "
+                f"{r['power_reason_share']:.2f}  reasons {','.join(r['reasons']) or '-'}")
+            (out / "power.json").write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
