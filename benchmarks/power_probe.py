@@ -12,7 +12,9 @@ the time per launch, the median power, the median SM clock and which reasons wer
 
 A job is ``cublas`` (torch.matmul), ``WORKLOAD`` (evt.gemm with the tuner off: the heuristic config) or
 ``WORKLOAD:CONFIG`` with CONFIG a name from ``benchmarks.pingpong_check.configs()`` (``PINGPONG_SET`` picks the
-set). Writes power.json and power_log.txt under --out. CUDA only.
+set). ``--from-bench bench.json`` takes the jobs from a bench run instead: per shape, every row's workload with the
+config the tuner picked there, cuBLAS first, after every fourth row and last. Writes power.json and
+power_log.txt under --out. CUDA only.
 """
 from __future__ import annotations
 
@@ -53,7 +55,24 @@ def _parse(lines: list[str]) -> list[dict]:
     return rows
 
 
-def _job_fn(job: str, M: int, N: int, K: int):
+def bench_jobs(bench: dict) -> dict[str, list[tuple[str, dict | None]]]:
+    """shape "MxNxK" -> [(job, config dict or None)] from a bench JSON: every row's workload with its recorded
+    config (rows without one are left out), cuBLAS first, after every fourth row and last."""
+    out: dict[str, list] = {}
+    for row in bench.get("rows", []):
+        if not row.get("config_dict"):
+            continue
+        jobs = out.setdefault("x".join(map(str, row["shape"])), [("cublas", None)])
+        jobs.append((row["workload"], row["config_dict"]))
+        if sum(1 for j, _ in jobs if j != "cublas") % 4 == 0:
+            jobs.append(("cublas", None))
+    for jobs in out.values():
+        if jobs[-1][0] != "cublas":
+            jobs.append(("cublas", None))
+    return out
+
+
+def _job_fn(job: str, M: int, N: int, K: int, config: dict | None = None):
     import torch
 
     import evtorch as evt
@@ -67,14 +86,19 @@ def _job_fn(job: str, M: int, N: int, K: int):
     name, _, cname = job.partition(":")
     fn, mk = workload(name)
     inputs = mk(M, N, "cuda", torch.bfloat16)
-    cfg = configs()[cname] if cname else None
+    if config is not None:
+        from evtorch.codegen.configs import GemmConfig
+
+        cfg = GemmConfig.from_dict(config)
+    else:
+        cfg = configs()[cname] if cname else None
     return lambda: evt.gemm(A, B, fn, config=cfg, **inputs)
 
 
-def measure(job: str, M: int, N: int, K: int, seconds: float) -> dict:
+def measure(job: str, M: int, N: int, K: int, seconds: float, config: dict | None = None) -> dict:
     import torch
 
-    fn = _job_fn(job, M, N, K)
+    fn = _job_fn(job, M, N, K, config)
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
@@ -113,7 +137,7 @@ def measure(job: str, M: int, N: int, K: int, seconds: float) -> dict:
     mask = 0
     for r in samples:
         mask |= r["reasons"]
-    res = {"job": job, "shape": [M, N, K], "ms_per_launch": ms, "samples": len(samples),
+    res = {"job": job, "config": config, "shape": [M, N, K], "ms_per_launch": ms, "samples": len(samples),
            "reasons": _reasons(mask),
            "power_reason_share": (sum(1 for r in samples if r["reasons"] & 0x4) / len(samples)) if samples else None}
     for key in ("power_w", "sm_mhz", "mem_mhz", "temp_c"):
@@ -128,6 +152,7 @@ def main() -> int:
     ap.add_argument("--shape", default="8192x4096x1024")
     ap.add_argument("--jobs", default="cublas,identity,lincomb_relu,bce_loss,cublas")
     ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--from-bench", help="a bench JSON: its rows' workloads with the configs picked there")
     args = ap.parse_args()
     import os
 
@@ -150,11 +175,15 @@ def main() -> int:
         log.flush()
 
     say(f"{results['device']}; power.limit, power.max_limit, clocks.max.sm: {limit}")
-    for shape in args.shape.split(","):
+    if args.from_bench:
+        plan = bench_jobs(json.loads(Path(args.from_bench).read_text()))
+    else:
+        plan = {shape: [(job, None) for job in args.jobs.split(",")] for shape in args.shape.split(",")}
+    for shape, jobs in plan.items():
         M, N, K = (int(x) for x in shape.split("x"))
-        for job in args.jobs.split(","):
+        for job, config in jobs:
             try:
-                r = measure(job, M, N, K, args.seconds)
+                r = measure(job, M, N, K, args.seconds, config)
             except Exception as exc:  # noqa: BLE001 - one failing job must not lose the others
                 say(f"{job} {shape}: {type(exc).__name__}: {exc}"[:300])
                 continue

@@ -235,10 +235,10 @@ def _recording_config():
     call through the first-call path (40-180 us per call too slow)."""
     from evtorch.runtime import gemm as rg
 
-    seen = {"config": None}
+    seen = {"config": None, "config_dict": None}
 
     def hook(cfg):
-        seen["config"] = cfg.short()
+        seen["config"], seen["config_dict"] = cfg.short(), cfg.to_dict()
 
     rg.FIRST_CALL_HOOKS.append(hook)
     try:
@@ -308,7 +308,7 @@ def evt_rows(b: Bench, shapes, names):
                 with _recording_config() as seen:
                     out = evt.gemm(A, B, fn, **kw, **inputs)
                 os.environ.pop("EVTORCH_POISON", None)
-                row["config"] = seen["config"]
+                row["config"], row["config_dict"] = seen["config"], seen["config_dict"]
                 ref = eager_reference(fn, A, B, **inputs)
                 row["err_evt"] = max_error(out, ref)
                 row["bytes"] = tensor_bytes(A, B, inputs) + tensor_bytes(out)

@@ -109,3 +109,17 @@ def test_power_probe_parses_samples_and_reasons():
                     {"power_w": 120.5, "sm_mhz": 1980.0, "mem_mhz": 3201.0, "reasons": 1, "temp_c": 41.0}]
     assert _reasons(0x4 | 0x8) == ["sw_power_cap", "hw_slowdown"]
     assert _reasons(0) == []
+
+
+def test_power_probe_takes_jobs_from_a_bench_run():
+    """--from-bench: per shape, the rows' workloads with the configs recorded there, cuBLAS first, after every
+    fourth row and last; rows without a recorded config (skipped, or from before config_dict) are left out."""
+    from benchmarks.power_probe import bench_jobs
+
+    cfg = {"template": "pingpong", "BLOCK_M": 128}
+    rows = [{"workload": f"w{i}", "shape": [64, 32, 16], "config_dict": cfg} for i in range(5)]
+    rows += [{"workload": "old", "shape": [64, 32, 16], "config": "x"},
+             {"workload": "w9", "shape": [8, 8, 8], "config_dict": cfg}]
+    plan = bench_jobs({"rows": rows})
+    assert [j for j, _ in plan["64x32x16"]] == ["cublas", "w0", "w1", "w2", "w3", "cublas", "w4", "cublas"]
+    assert plan["8x8x8"] == [("cublas", None), ("w9", cfg), ("cublas", None)]
