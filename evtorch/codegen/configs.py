@@ -524,7 +524,7 @@ _PINGPONG_16 = ((128, 128, 64, 3, 4),)
 # two warps of a consumer's epilogue and each thread holds 64 accumulator values (112 registers in all). On the
 # H200 (2026-11-22, docs/benchmarks.md, "Consumers of two warpgroups") this was bce_loss's fastest config at
 # 8192x4096x1024 (1.37 x cuBLAS against 1.47 for the best other config) and ran within 1-2% of the best for
-# rowreduce_tanh / colbcast_leaky there, but 1-10% slower than the best config of every row at 8192x8192x4096. So
+# rowreduce_tanh / colbcast_leaky there, but 1-7% slower than the best config of every row at 8192x8192x4096. So
 # for short K loops (K <= _SHORT_K, where a tile's epilogue outlasts its main loop) it takes the place of ping-pong
 # halves without prefetch in the first five (that config was no row's pick at 8192x4096x1024 in the last bench, and
 # three rows' at 8192x8192x4096); for longer K loops it comes after the other ping-pong configs.

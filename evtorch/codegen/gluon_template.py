@@ -57,6 +57,14 @@ each main loop, so an epilogue up to twice a tile's main loop would hide; but 16
 registers (spills for heavy epilogues from registers), and the EPI_SMEM loop's ring of CONSUMERS - 1 whole-tile
 fp32 buffers leaves room for 3 A/B stages, which slow the main loop (H200: the identity at 1.21-1.35x cuBLAS;
 docs/benchmarks.md, "Three consumer warpgroups"). A flag the tuner does not offer.
+
+**Consumers of two warpgroups** (launched with num_warps = 8, the ping-pong pair only): the consumer partitions
+take their layouts from ``gl.num_warps()``, so each wgmma runs on 64 rows of the 128-row tile per warpgroup, each
+thread holds 64 accumulator values and each scheduler runs two warps of a consumer's epilogue. Gluon puts a
+barrier over the partition's threads before every ``mbarrier.arrive``, so a ring slot is released only after both
+warpgroups' wgmma have read it. 20 warps (the loader's padded to a warpgroup) at MAXNREG8 leave each consumer
+CONSUMER_REGS8 = 112 registers. Measured on the H200: bce_loss 7% faster at 8192x4096x1024, the other rows no
+faster (docs/benchmarks.md, "Consumers of two warpgroups"); the tuner tries it for short K loops.
 """
 
 from __future__ import annotations
