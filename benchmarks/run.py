@@ -98,6 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--no-diag", dest="diag", action="store_false")
     ap.add_argument("--warmup-ms", type=float, default=None)
     ap.add_argument("--rep-ms", type=float, default=None)
+    ap.add_argument("--power", type=float, default=0.0, metavar="SECONDS",
+                    help="after the rows, run each row's workload with its picked config (and cuBLAS between them) "
+                         "back to back for SECONDS while nvidia-smi samples power and SM clock "
+                         "(benchmarks/power_probe.py; default 0: off)")
     ap.add_argument("--deadline-s", type=float, default=520.0, help="stop starting new work after this many seconds "
                     "(the default leaves the last started item room within a 600 s device call)")
     return ap
@@ -516,6 +520,30 @@ def table(b: Bench):
 SUITES = {"training": "benchmarks.training_bench", "scan": "benchmarks.scan_bench"}
 
 
+def power_rows(b: Bench, seconds: float) -> None:
+    """``--power``: every row's workload with the config picked for it, and cuBLAS before, between and after, run
+    back to back while nvidia-smi samples power, SM clock and clock-event reasons (``benchmarks.power_probe``);
+    ``results["power"]``. Each job costs about ``seconds`` + 1 s; jobs that would pass the deadline are skipped."""
+    from benchmarks.power_probe import bench_jobs, measure
+
+    rows = b.results.setdefault("power", [])
+    for shape, jobs in bench_jobs(b.results).items():
+        M, N, K = (int(x) for x in shape.split("x"))
+        for job, config in jobs:
+            if b.time_left() < seconds + 5:
+                b.log(f"SKIP power {job} {shape} deadline")
+                continue
+            try:
+                r = measure(job, M, N, K, seconds, config)
+            except Exception as exc:  # noqa: BLE001 - e.g. no nvidia-smi: the rows' timings stand
+                b.log(f"power {job} {shape}: {type(exc).__name__}: {exc}"[:300])
+                return
+            rows.append(r)
+            b.log(f"  power {job:15s} {shape} {r['ms_per_launch'] * 1e3:8.1f} us/launch {r['power_w']:6.1f} W "
+                  f"SM {r['sm_mhz']:5.0f} MHz  reasons {','.join(r['reasons']) or '-'}")
+        b.save()
+
+
 def main(argv=None) -> int:
     """``evtorch bench [ARGS]``: the fused-GEMM workloads; ``evtorch bench training|scan [ARGS]``: the
     forward+backward (issue 6) and scan (issue 5) benchmarks, each with its own ``--help``."""
@@ -572,6 +600,8 @@ def main(argv=None) -> int:
     chart(b)
     if not args.no_compile:
         compile_rows(b)
+    if args.power > 0 and not args.dry_run:
+        power_rows(b, args.power)
     b.results["total_s"] = round(time.time() - T0, 1)
     b.save()
     chart(b)

@@ -123,3 +123,46 @@ def test_power_probe_takes_jobs_from_a_bench_run():
     plan = bench_jobs({"rows": rows})
     assert [j for j, _ in plan["64x32x16"]] == ["cublas", "w0", "w1", "w2", "w3", "cublas", "w4", "cublas"]
     assert plan["8x8x8"] == [("cublas", None), ("w9", cfg), ("cublas", None)]
+
+
+def test_bench_power_rows_follow_the_picked_configs(monkeypatch):
+    """``evtorch bench --power``: each bench row's workload with its recorded config, cuBLAS interleaved, into
+    ``results["power"]``; a job that would pass the deadline is skipped and logged; a failing sampler (no
+    nvidia-smi) stops the probe without losing the rows."""
+    from benchmarks import power_probe, run
+
+    calls = []
+
+    def fake_measure(job, M, N, K, seconds, config=None):
+        calls.append((job, (M, N, K), config))
+        if job == "boom":
+            raise FileNotFoundError("nvidia-smi")
+        return {"job": job, "ms_per_launch": 0.1, "power_w": 690.0, "sm_mhz": 1600.0, "reasons": ["sw_power_cap"]}
+
+    monkeypatch.setattr(power_probe, "measure", fake_measure)
+
+    class FakeBench:
+        def __init__(self, rows, left):
+            self.results, self.left, self.logged = {"rows": rows}, left, []
+
+        def time_left(self):
+            return self.left
+
+        def log(self, text):
+            self.logged.append(text)
+
+        def save(self):
+            pass
+
+    cfg = {"template": "pingpong"}
+    b = FakeBench([{"workload": "bce_loss", "shape": [64, 32, 16], "config_dict": cfg}], left=100.0)
+    run.power_rows(b, 2.0)
+    assert calls == [("cublas", (64, 32, 16), None), ("bce_loss", (64, 32, 16), cfg), ("cublas", (64, 32, 16), None)]
+    assert [r["job"] for r in b.results["power"]] == ["cublas", "bce_loss", "cublas"]
+    late = FakeBench([{"workload": "bce_loss", "shape": [64, 32, 16], "config_dict": cfg}], left=3.0)
+    run.power_rows(late, 2.0)
+    assert late.results["power"] == [] and all("deadline" in line for line in late.logged)
+    calls.clear()
+    broken = FakeBench([{"workload": "boom", "shape": [8, 8, 8], "config_dict": cfg}], left=100.0)
+    run.power_rows(broken, 2.0)
+    assert [r["job"] for r in broken.results["power"]] == ["cublas"] and "FileNotFoundError" in broken.logged[-1]
