@@ -77,10 +77,10 @@ def _job_fn(job: str, M: int, N: int, K: int, config: dict | None = None):
 
     import evtorch as evt
     from benchmarks.pingpong_check import configs, workload
+    from evtorch.examples import operands
 
     torch.manual_seed(0)
-    A = torch.randn(M, K, device="cuda", dtype=torch.bfloat16) / K ** 0.25
-    B = torch.randn(K, N, device="cuda", dtype=torch.bfloat16) / K ** 0.25
+    A, B = operands(M, N, K, "cuda", torch.bfloat16)
     if job == "cublas":
         return lambda: torch.matmul(A, B)
     name, _, cname = job.partition(":")
@@ -162,19 +162,14 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("power_probe needs CUDA", file=sys.stderr)
         return 2
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    from benchmarks.harness import Harness
+
     limit = subprocess.run(["nvidia-smi", "--query-gpu=power.limit,power.max_limit,clocks.max.sm",
                             "--format=csv,noheader,nounits"], capture_output=True, text=True).stdout.strip()
     results = {"device": torch.cuda.get_device_name(), "power_limit_w,max_limit_w,max_sm_mhz": limit, "rows": []}
-    log = open(out / "power_log.txt", "w")
-
-    def say(text):
-        print(text, flush=True)
-        log.write(text + "\n")
-        log.flush()
-
-    say(f"{results['device']}; power.limit, power.max_limit, clocks.max.sm: {limit}")
+    args.deadline_s = float("inf")  # Harness's deadline: the probe runs every job
+    b = Harness(args, "power", results, cuda=True, warmup_ms=0.0, rep_ms=0.0, t0=time.time())
+    b.log(f"{results['device']}; power.limit, power.max_limit, clocks.max.sm: {limit}")
     if args.from_bench:
         plan = bench_jobs(json.loads(Path(args.from_bench).read_text()))
     else:
@@ -185,13 +180,13 @@ def main() -> int:
             try:
                 r = measure(job, M, N, K, args.seconds, config)
             except Exception as exc:  # noqa: BLE001 - one failing job must not lose the others
-                say(f"{job} {shape}: {type(exc).__name__}: {exc}"[:300])
+                b.log(f"{job} {shape}: {type(exc).__name__}: {exc}"[:300])
                 continue
             results["rows"].append(r)
-            say(f"{job:28s} {shape} {r['ms_per_launch'] * 1e3:8.1f} us  power {r['power_w']:6.1f} W  SM "
+            b.log(f"{job:28s} {shape} {r['ms_per_launch'] * 1e3:8.1f} us  power {r['power_w']:6.1f} W  SM "
                 f"{r['sm_mhz']:6.0f} MHz  mem {r['mem_mhz']:5.0f} MHz  {r['temp_c']:4.0f} C  power-cap share "
                 f"{r['power_reason_share']:.2f}  reasons {','.join(r['reasons']) or '-'}")
-            (out / "power.json").write_text(json.dumps(results, indent=1))
+            b.save()
     return 0
 
 

@@ -30,8 +30,10 @@ def _hopper_with_gluon():
 needs_hopper = pytest.mark.skipif(not _hopper_with_gluon(), reason="needs a Hopper GPU and Gluon's Hopper API")
 
 
-def pp(sub: int, stages: int = 5) -> GemmConfig:
-    return GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, stages, (("EPILOGUE_SUBTILE", sub),))
+def pp(sub: int, stages: int = 5, warps: int = 4, **flags) -> GemmConfig:
+    """A 128x128x64 ping-pong config on ``sub`` epilogue slices; ``warps`` per consumer (4 or 8), other flags."""
+    return GemmConfig("pingpong", 128, 128, 64, 8, 1, warps, stages,
+                      (("EPILOGUE_SUBTILE", sub),) + tuple(flags.items()))
 
 
 def _check(name, M, N, K, cfg, dtype=torch.bfloat16, b_col=False, seed=0, deterministic=False):
@@ -193,11 +195,6 @@ def test_epilogue_loop_from_shared_memory(name):
     _check(name, 4096, 3000, 1000, es(sub=8, bufs=2), dtype=torch.float16, seed=5)
 
 
-def c3(sub: int = 4, stages: int = 3, **flags) -> GemmConfig:
-    return GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, stages,
-                      (("EPILOGUE_SUBTILE", sub), ("CONSUMERS", 3)) + tuple(flags.items()))
-
-
 @needs_hopper
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
 def test_three_consumers(name):
@@ -205,16 +202,13 @@ def test_three_consumers(name):
     loop through the ring of two whole-tile buffers (ragged; many tiles per program, so the turn and buffer
     barriers wrap many times, column-major B; eighths), slices from registers (fp16, deterministic), and the
     loader's input ring of three slot sets (EPI_TMA; epilogues without such an input run without it)."""
-    _check(name, 1000, 776, 520, c3(EPI_SMEM=1, PREFETCH=0))
-    _check(name, 4096, 4096, 768, c3(EPI_SMEM=1, PREFETCH=0), b_col=True, seed=1)
-    _check(name, 1000, 776, 520, c3(sub=8, EPI_SMEM=1, PREFETCH=0), seed=2)
-    _check(name, 4096, 3000, 1000, c3(stages=4, PREFETCH=0), dtype=torch.float16, seed=3, deterministic=True)
-    _check(name, 4096, 3000, 1000, c3(EPI_TMA=True), seed=4)
-    _check(name, 300, 200, 64, c3(EPI_SMEM=1), seed=5)  # fewer tiles than programs; the prefetched loop
-
-
-def wide(sub: int = 4, stages: int = 4, **flags) -> GemmConfig:
-    return GemmConfig("pingpong", 128, 128, 64, 8, 1, 8, stages, (("EPILOGUE_SUBTILE", sub),) + tuple(flags.items()))
+    _check(name, 1000, 776, 520, pp(4, 3, CONSUMERS=3, EPI_SMEM=1, PREFETCH=0))
+    _check(name, 4096, 4096, 768, pp(4, 3, CONSUMERS=3, EPI_SMEM=1, PREFETCH=0), b_col=True, seed=1)
+    _check(name, 1000, 776, 520, pp(8, 3, CONSUMERS=3, EPI_SMEM=1, PREFETCH=0), seed=2)
+    _check(name, 4096, 3000, 1000, pp(4, 4, CONSUMERS=3, PREFETCH=0), dtype=torch.float16, seed=3, deterministic=True)
+    _check(name, 4096, 3000, 1000, pp(4, 3, CONSUMERS=3, EPI_TMA=True), seed=4)
+    # fewer tiles than programs; the prefetched loop
+    _check(name, 300, 200, 64, pp(4, 3, CONSUMERS=3, EPI_SMEM=1), seed=5)
 
 
 @needs_hopper
@@ -225,9 +219,9 @@ def test_two_warpgroup_consumers(name):
     (the turn barriers wrap many times) with column-major B on quarters without prefetch; the loader's input
     ring (EPI_TMA) in fp16, deterministic; the loop from the shared whole-tile buffer; the whole tile at once;
     fewer tiles than programs."""
-    _check(name, 1000, 776, 520, wide(sub=2, stages=5))
-    _check(name, 4096, 4096, 768, wide(stages=5, PREFETCH=0), b_col=True, seed=1)
-    _check(name, 4096, 3000, 1000, wide(EPI_TMA=True), dtype=torch.float16, seed=2, deterministic=True)
-    _check(name, 1000, 776, 520, wide(EPI_SMEM=1), seed=3)
-    _check(name, 2048, 1024, 4096, wide(sub=1, stages=5, PREFETCH=0), seed=4)
-    _check(name, 300, 200, 64, wide(sub=2, EPI_SMEM=1), seed=5)
+    _check(name, 1000, 776, 520, pp(2, 5, warps=8))
+    _check(name, 4096, 4096, 768, pp(4, 5, warps=8, PREFETCH=0), b_col=True, seed=1)
+    _check(name, 4096, 3000, 1000, pp(4, 4, warps=8, EPI_TMA=True), dtype=torch.float16, seed=2, deterministic=True)
+    _check(name, 1000, 776, 520, pp(4, 4, warps=8, EPI_SMEM=1), seed=3)
+    _check(name, 2048, 1024, 4096, pp(1, 5, warps=8, PREFETCH=0), seed=4)
+    _check(name, 300, 200, 64, pp(2, 4, warps=8, EPI_SMEM=1), seed=5)
