@@ -102,6 +102,19 @@ def configs() -> dict:
             "es2_s8": gl(4, 8, EPI_SMEM=2),
             "es2_q4": gl(4, 4, EPI_SMEM=2),
         }
+    if CONFIG_SET == "loop":  # the consumers' epilogue as a runtime loop over slices carried in registers
+        return {
+            **_references(),
+            "g_q4": gl(5, 4),
+            "w_q4_tma": gl(4, 4, 8, EPI_TMA=True),
+            "el_h": gl(5, 2, EPI_LOOP=True),
+            "el_q4": gl(5, 4, EPI_LOOP=True),
+            "el_q4_p0": gl(5, 4, EPI_LOOP=True, PREFETCH=0),
+            "el_h_tma": gl(4, 2, EPI_LOOP=True, EPI_TMA=True),
+            "el_q4_tma": gl(4, 4, EPI_LOOP=True, EPI_TMA=True),
+            "w_el_q4": gl(5, 4, 8, EPI_LOOP=True),
+            "w_el_q4_tma": gl(4, 4, 8, EPI_LOOP=True, EPI_TMA=True),
+        }
     if CONFIG_SET == "wide":  # consumers of two warpgroups (num_warps=8): two epilogue warps per scheduler
         return {
             **_references(),
@@ -366,7 +379,8 @@ def phase1(args, log) -> dict:
                   "prefetch2": ("q4_pf1",), "gluon": ("g_h", "g_q4"), "gluon2": ("g_h_tma", "g_q4_tma"),
                   "epiwg": ("wg_q4", "wg_q4_s2r3"), "epismem": ("es1_h", "es2_q4"), "whole": ("g_w1_p0",),
                   "subtile8": ("es1_s8", "es2_s8"), "consumers3": ("c3_es1_q4_p0", "c3_q4_p0", "c3_q4_tma"),
-                  "wide": ("w_h", "w_q4_p0", "w_q4_tma", "w_es1_q4")}.get(
+                  "wide": ("w_h", "w_q4_p0", "w_q4_tma", "w_es1_q4"),
+                  "loop": ("el_h", "el_q4_p0", "el_q4_tma", "w_el_q4_tma")}.get(
                 CONFIG_SET, ("pp2_q4", "base_q4")):
             for d in ("bfloat16", "float16"):
                 jobs.append(f"E:{ex}:{c}:{d}")
@@ -386,6 +400,8 @@ def phase1(args, log) -> dict:
             jobs = ["W:lincomb_relu:base", "W:bce_loss:es1_s8", "E:mixed_dag:es2_s8:float16"]
         if CONFIG_SET == "wide":
             jobs = ["W:lincomb_relu:base", "W:bce_loss:w_q4", "E:mixed_dag:w_q4_tma:float16"]
+        if CONFIG_SET == "loop":
+            jobs = ["W:lincomb_relu:base", "W:bce_loss:el_q4", "E:mixed_dag:el_h_tma:float16"]
         if CONFIG_SET == "consumers3":
             jobs = ["W:lincomb_relu:base", "W:bce_loss:c3_es1_q4_p0", "E:mixed_dag:c3_q4_tma:float16"]
     out, scratch = Path(args.out), Path(args.scratch)

@@ -122,6 +122,26 @@ def test_epilogue_loop_config_rules():
     assert fell.template == "persistent_tma" and dict(fell.extra) == {"EPILOGUE_SUBTILE": 4}
 
 
+def test_epilogue_register_loop_config_rules():
+    """EPI_LOOP: the consumers' epilogue looped over 2 or 4 slices in registers; not with EPI_SMEM (the other
+    loop) or EPI_WG, not on the whole tile or eighths; with EPI_TMA and two-warpgroup consumers; no shared memory of
+    its own; dropped by the fallback."""
+    el = pp(4, EPI_LOOP=True)
+    assert el.short() == "pingpong_128x128x64_g8_w4_s5_epilogue_subtile4_epi_loop"
+    assert pp(4, EPI_LOOP=False) == pp(4) and el.smem_bytes(2) == pp(4).smem_bytes(2)
+    assert GemmConfig("pingpong", 128, 128, 64, 8, 1, 8, 4,
+                      (("EPILOGUE_SUBTILE", 2), ("EPI_LOOP", True), ("EPI_TMA", True))).flag("EPI_LOOP")
+    for bad in (dict(sub=1), dict(sub=8, EPI_SMEM=1), dict(sub=4, EPI_SMEM=2)):
+        with pytest.raises(ValueError, match="EPI_LOOP .* needs EPILOGUE_SUBTILE 2 or 4 and no EPI_SMEM or EPI_WG"):
+            pp(bad.pop("sub"), EPI_LOOP=True, **bad)
+    with pytest.raises(ValueError, match="EPI_LOOP .* needs EPILOGUE_SUBTILE 2 or 4 and no EPI_SMEM or EPI_WG"):
+        GemmConfig("pingpong", 128, 256, 64, 8, 1, 4, 3, (("EPILOGUE_SUBTILE", 4), ("EPI_WG", 2), ("EPI_LOOP", True)))
+    with pytest.raises(ValueError, match="EPI_LOOP only applies"):
+        GemmConfig("persistent_tma", 128, 256, 64, 8, 1, 8, 3, (("EPI_LOOP", True),))
+    fell = resolve_config(torch.randn(64, 32), torch.randn(32, 64), el)
+    assert fell.template == "persistent_tma" and dict(fell.extra) == {"EPILOGUE_SUBTILE": 4}
+
+
 def test_three_consumers_config_rules():
     """CONSUMERS: 2 (the default, dropped from ``extra``) or 3 consumer warpgroups, ping-pong only, not the EPI_WG
     schedule; with EPI_SMEM = 1 the loop's ring has CONSUMERS - 1 whole-tile buffers (two: 128 KiB, which leaves
@@ -247,7 +267,7 @@ def test_render_validates_and_names_partitions():
             and gluon_template.MAXNREG3 * 512 <= 65536)
     assert [gluon_template.launch_maxnreg(w, c) for w, c in ((0, 2), (0, 3), (2, 2))] == [
         gluon_template.MAXNREG, gluon_template.MAXNREG3, gluon_template.MAXNREG_WG]
-    loop = text.split("if EPI_SMEM > 0:")[1].split("\n        else:\n")[0]
+    loop = text.split("if EPI_SMEM > 0:")[1].split("\n        elif EPI_LOOP:\n")[0]
     # one call per slice of an iteration: two slices per iteration where each buffer fill has an even count (the
     # two input register sets alternate, no carried copy), else one with the copy, and one without prefetch
     assert loop.count("epi_pf(") == 3 and loop.count("epi(") == 1
@@ -259,6 +279,17 @@ def test_render_validates_and_names_partitions():
                  "acc_bufs.index(ebase + 3).store(acc_s7)", "gl.reshape(acc_h4_3, (BLOCK_M, 2, BLOCK_N // 8))"):
         assert name in loop, name
     assert text.count("EPILOGUE_SUBTILE == 8") == 2  # the loop's split and its stores, no unrolled eighths
+    # EPI_LOOP: one runtime loop over the slices in registers, each iteration taking acc_s0 and shifting the rest
+    # down; one epilogue call per path (prefetched, plain), the next slice's inputs carried into the next iteration
+    reg = text.split("\n        elif EPI_LOOP:\n")[1].split("\n        else:\n")[0]
+    for name in ("for s in range(EPILOGUE_SUBTILE):", "acc_e = gl.convert_layout(acc_s0, epi_layout)",
+                 "acc_s0, acc_s1, acc_s2, acc_s3 = acc_s1, acc_s2, acc_s3, acc_s3", "acc_s0, acc_s1 = acc_s1, acc_s1",
+                 "pf1_0 = epi_prefetch(offs_m, offs_n + (s + 1) * EPI_N, 0, M * (s + 1 < EPILOGUE_SUBTILE)",
+                 "pf0_0 = pf1_0"):
+        assert name in reg, name
+    assert reg.count("epi_pf(") == 2 and reg.count("epi(") == 2 and "c_ready" not in reg
+    reg_tma = tma.split("\n        elif EPI_LOOP:\n")[1].split("\n        else:\n")[0]
+    assert "mbarrier.wait(c_ready.index(WHICH * EPILOGUE_SUBTILE + s), j & 1)" in reg_tma
 
 
 @pytest.mark.parametrize("name", ["mixed_dag", "row_reduction", "bce_loss"])
@@ -316,7 +347,10 @@ def test_offline_compile_specialises_unit_strides_as_a_launch_does():
                                               ("pp3_q4_p0", "lincomb_relu,dgelu_bgrad"),
                                               ("pp8_q4_tma", "bce_loss,colbcast_leaky,dgelu_bgrad"),
                                               ("pp8_es1_q4", "mixed_dag,rowreduce_tanh"),
-                                              ("pp8_h", "identity,bias_gelu_aux")])
+                                              ("pp8_h", "identity,bias_gelu_aux"),
+                                              ("pp_el_q4", "bce_loss,mixed_dag,rowreduce_tanh"),
+                                              ("pp_el_h_tma", "lincomb_relu,colbcast_leaky"),
+                                              ("pp8_el_q4_tma", "dgelu_bgrad,bias_gelu_aux")])
 def test_compiles_for_sm90(tmp_path, config, workloads):
     """Every kind of epilogue (stores, broadcasts, prefetched input, row / column / full reductions, two inputs)
     compiles for sm_90 with the installed Triton, within the shared memory of one SM."""

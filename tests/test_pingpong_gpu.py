@@ -225,3 +225,19 @@ def test_two_warpgroup_consumers(name):
     _check(name, 1000, 776, 520, pp(4, 4, warps=8, EPI_SMEM=1), seed=3)
     _check(name, 2048, 1024, 4096, pp(1, 5, warps=8, PREFETCH=0), seed=4)
     _check(name, 300, 200, 64, pp(2, 4, warps=8, EPI_SMEM=1), seed=5)
+
+
+@needs_hopper
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_epilogue_register_loop(name):
+    """EPI_LOOP: every epilogue kind with the consumers' epilogue as a runtime loop over slices carried in
+    registers: ragged halves with the prefetch rule (the next slice's inputs carried into the next iteration);
+    many tiles per program with column-major B on quarters without prefetch; the loader's input ring (EPI_TMA) in
+    fp16, deterministic; consumers of two warpgroups on quarters; fewer tiles than programs."""
+    _check(name, 1000, 776, 520, pp(2, 5, EPI_LOOP=True))
+    _check(name, 4096, 4096, 768, pp(4, 5, EPI_LOOP=True, PREFETCH=0), b_col=True, seed=1)
+    _check(name, 4096, 3000, 1000, pp(4, 4, EPI_LOOP=True, EPI_TMA=True), dtype=torch.float16, seed=2,
+           deterministic=True)
+    _check(name, 1000, 776, 520, pp(4, 5, warps=8, EPI_LOOP=True), seed=3)
+    _check(name, 4096, 3000, 1000, pp(4, 4, warps=8, EPI_LOOP=True, EPI_TMA=True), seed=4)
+    _check(name, 300, 200, 64, pp(2, 5, EPI_LOOP=True), seed=5)

@@ -49,6 +49,9 @@ EXTRA_FLAGS: dict[str, type | tuple[type, ...]] = {
     # consumers); 2: through a [BM, BN / 2] buffer each,
     # one half of the accumulator after the other; 0: the slices straight from registers
     "EPI_SMEM": int,
+    # pingpong only: each consumer runs the epilogue as a runtime loop over its accumulator's EPILOGUE_SUBTILE (2 or
+    # 4) slices carried in registers (one slice's code per consumer, no shared-memory round trip)
+    "EPI_LOOP": bool,
     # pingpong only: consumer warpgroups taking the program's tiles in turn (2: CUTLASS's ping-pong; 3: while one
     # runs its main loop, two epilogues run, so an epilogue up to twice a tile's main loop hides; each consumer then
     # has 160 registers instead of 240, and EPI_SMEM = 1 gives CONSUMERS - 1 whole-tile buffers)
@@ -59,11 +62,11 @@ _FLAG_VALUES: dict[str, tuple[Any, ...]] = {"EPILOGUE_SUBTILE": (False, True, 1,
                                            "PREFETCH": (0, 1, 2, 3, 4), "EPI_WG": (0, 2, 3, 4),
                                            "EPI_SMEM": (0, 1, 2), "CONSUMERS": (2, 3)}
 # flags of the Gluon template alone (a fallback to persistent_tma drops them: gemm_launch.resolve_config)
-PINGPONG_ONLY_FLAGS = frozenset({"EPI_TMA", "EPI_WG", "EPI_SMEM", "CONSUMERS"})
+PINGPONG_ONLY_FLAGS = frozenset({"EPI_TMA", "EPI_WG", "EPI_SMEM", "EPI_LOOP", "CONSUMERS"})
 _PINGPONG_FLAGS = PINGPONG_ONLY_FLAGS | {"EPILOGUE_SUBTILE", "PREFETCH"}
 _FLAG_DEFAULTS: dict[str, Any] = {"EPILOGUE_SUBTILE": False, "WARP_SPECIALIZE": False, "FLATTEN": False,
                                   "PROGRAMS_PER_SM": 1, "PREFETCH": None, "EPI_TMA": False, "EPI_WG": 0,
-                                  "EPI_SMEM": 0, "CONSUMERS": 2}
+                                  "EPI_SMEM": 0, "EPI_LOOP": False, "CONSUMERS": 2}
 
 # Registers per SM (every NVIDIA GPU since Kepler) and the most one thread can hold: a program of w warps is
 # guaranteed co-resident with (programs_per_sm - 1) others whatever its epilogue needs only if
@@ -186,6 +189,12 @@ class GemmConfig:
             if extra.get("EPI_SMEM") and (extra.get("EPI_TMA") or extra.get("EPI_WG")):
                 raise ValueError(f"GemmConfig.extra EPI_SMEM={extra['EPI_SMEM']} is a ping-pong consumer's epilogue "
                                  f"loop: not with EPI_TMA or EPI_WG, got EPI_TMA={extra.get('EPI_TMA', False)}, "
+                                 f"EPI_WG={extra.get('EPI_WG', 0)}")
+            if extra.get("EPI_LOOP") and (_subtile_count(extra.get("EPILOGUE_SUBTILE", False)) not in (2, 4)
+                                          or extra.get("EPI_SMEM") or extra.get("EPI_WG")):
+                raise ValueError("GemmConfig.extra EPI_LOOP (the consumers' epilogue looped over slices in registers) "
+                                 "needs EPILOGUE_SUBTILE 2 or 4 and no EPI_SMEM or EPI_WG, got EPILOGUE_SUBTILE="
+                                 f"{extra.get('EPILOGUE_SUBTILE', False)!r}, EPI_SMEM={extra.get('EPI_SMEM', 0)}, "
                                  f"EPI_WG={extra.get('EPI_WG', 0)}")
         elif extra and self.template != "persistent_tma":
             raise ValueError(f"GemmConfig.extra flags {sorted(extra)} only apply to template='persistent_tma'")

@@ -152,7 +152,8 @@ _EPI_OFFS = """\
 
 _ARGS = ("a_desc, b_desc, a_bufs, b_bufs, ready, empty, turn, c_desc, c_bufs, c_ready, c_empty, acc_bufs, "
          "acc_ready, acc_empty, M, N, K, L, start_pid__PARAMS_CALL__, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, "
-         "NUM_PROGRAMS, STAGES, B_COL_MAJOR, EPILOGUE_SUBTILE, PREFETCH, EPI_TMA, EPI_WG, EPI_SMEM, CONSUMERS")
+         "NUM_PROGRAMS, STAGES, B_COL_MAJOR, EPILOGUE_SUBTILE, PREFETCH, EPI_TMA, EPI_WG, EPI_SMEM, EPI_LOOP, "
+         "CONSUMERS")
 
 _PARTITION_SIG = """\
     a_desc, b_desc, a_bufs, b_bufs, ready, empty, turn, c_desc, c_bufs, c_ready, c_empty, acc_bufs, acc_ready,
@@ -160,7 +161,7 @@ _PARTITION_SIG = """\
 __PARAMS_SIG__    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
     NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, B_COL_MAJOR: gl.constexpr, EPILOGUE_SUBTILE: gl.constexpr,
     PREFETCH: gl.constexpr, EPI_TMA: gl.constexpr, EPI_WG: gl.constexpr, EPI_SMEM: gl.constexpr,
-    CONSUMERS: gl.constexpr,
+    EPI_LOOP: gl.constexpr, CONSUMERS: gl.constexpr,
 """
 
 _PINGPONG = '''\
@@ -246,7 +247,8 @@ __PREFETCH_TOP__        cnt = (CONSUMERS * j + WHICH) * k_tiles
         mbarrier.arrive(empty.index((cnt + STAGES - 1) % STAGES), count=1, pred=k_tiles > 0)
         mbarrier.arrive(turn.index((WHICH + 1) % CONSUMERS), count=1)
         if EPI_SMEM > 0:
-__EPI_SMEM_LOOP__        else:
+__EPI_SMEM_LOOP__        elif EPI_LOOP:
+__EPI_REG_LOOP__        else:
 __EPILOGUE_CALLS__        j += 1
 
 
@@ -343,7 +345,7 @@ __PARAMS_SIG__    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.cons
     ALLOW_TF32: gl.constexpr, ACC_DTYPE: gl.constexpr, DOT_UPCAST: gl.constexpr,
     NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, B_COL_MAJOR: gl.constexpr, EPILOGUE_SUBTILE: gl.constexpr,
     PREFETCH: gl.constexpr, EPI_TMA: gl.constexpr, EPI_WG: gl.constexpr, EPI_SMEM: gl.constexpr,
-    CONSUMERS: gl.constexpr,
+    EPI_LOOP: gl.constexpr, CONSUMERS: gl.constexpr,
 ):
     """Ping-pong GEMM + epilogue (Hopper, Gluon); grid (min(NUM_PROGRAMS, tiles),), launched with num_warps=4
     and maxnreg=launch_maxnreg(EPI_WG, CONSUMERS); 16-bit A row-major (M, K), B (K, N) row-major or, with
@@ -597,6 +599,37 @@ def _epi_smem_loop(prefetch: int) -> str:
     return _indent("\n".join(head) + "\n" + split + "\n".join(loop), 12)
 
 
+def _epi_reg_loop(prefetch: int, tma: bool) -> str:
+    """EPI_LOOP: the consumer's epilogue as a runtime loop over its accumulator's EPILOGUE_SUBTILE (2 or 4) slices,
+    carried in registers: each iteration takes slice ``acc_s0`` and shifts the others down one place (register
+    moves: 64 per iteration on halves, 96 on quarters, beside the slice's epilogue). One slice's epilogue code per
+    consumer instead of S inlined copies, without EPI_SMEM's round trip through shared memory: bce_loss's two
+    consumers' inlined copies (~3000 SASS instructions each) do not stay in the instruction caches (Nsight Compute,
+    H200: consumer 1 waited on instruction fetch for 30% of its epilogue's stall samples). With PREFETCH = 1 the
+    next slice's inputs load before this slice's epilogue (none after the last: row bound 0) and are carried as the
+    next iteration's; with ``tma`` and EPI_TMA the input's slice comes from the loader's buffer."""
+    args = _slice_args("s", "EPILOGUE_SUBTILE")
+    def body(n: int) -> list[str]:
+        names = [f"acc_s{i}" for i in range(n)]
+        rotate = f"{', '.join(names)} = {', '.join(names[1:] + names[-1:])}"
+        lines = ["for s in range(EPILOGUE_SUBTILE):", "    acc_e = gl.convert_layout(acc_s0, epi_layout)"]
+        call = [f"__EPILOGUE__(acc_e, {args})"]
+        if prefetch:
+            cur, nxt = _pf_names(0, prefetch), _pf_names(1, prefetch)
+            ahead = _prefetch_call("(s + 1)", "M * (s + 1 < EPILOGUE_SUBTILE)")
+            call = ["if PREFETCH > 0:", f"    {nxt} = {ahead}", f"    __EPILOGUE___pf(acc_e, {args}, {cur})",
+                    f"    {cur} = {nxt}", "else:", f"    __EPILOGUE__(acc_e, {args})"]
+            if tma:
+                slot = "WHICH * EPILOGUE_SUBTILE + s"
+                call = ["if EPI_TMA:", f"    mbarrier.wait(c_ready.index({slot}), j & 1)",
+                        f"    pf_t = c_bufs.index({slot}).load(epi_layout)", "    fence_async_shared()",
+                        f"    mbarrier.arrive(c_empty.index({slot}), count=1)",
+                        f"    __EPILOGUE___pf(acc_e, {args}, pf_t)", "else:"] + ["    " + c for c in call]
+        return _split_lines(n) + lines + ["    " + c for c in call] + ["    " + rotate]
+    out = ["if EPILOGUE_SUBTILE == 4:"] + ["    " + l for l in body(4)] + ["else:"] + ["    " + l for l in body(2)]
+    return _indent("\n".join(out), 12)
+
+
 def _handoff_stores() -> str:
     """The EPI_WG MMA partition's end of a tile: the accumulator split as the epilogue will take it, each slice
     stored into the next slot of the hand-off ring once the epilogue partition has read what was there, and
@@ -636,6 +669,7 @@ def render_pingpong(kernel_name: str, epilogue_fn: str, epilogue_params: list[st
                      _check_identifier("tma_input stride", tma_input[1]))
     text = (_PINGPONG.replace("__EPILOGUE_CALLS__", _epilogue_calls(prefetch, tma_input is not None, indent=12))
             .replace("__EPI_SMEM_LOOP__", _epi_smem_loop(prefetch))
+            .replace("__EPI_REG_LOOP__", _epi_reg_loop(prefetch, tma_input is not None))
             .replace("__EPI_WG_CALLS__", _epilogue_calls(prefetch, False, from_smem=True))
             .replace("__HANDOFF_STORES__", _handoff_stores())
             .replace("__PREFETCH_TOP__", _prefetch_top(prefetch))
