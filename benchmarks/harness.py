@@ -63,9 +63,9 @@ class Harness:
                 times[name].append(self.timer(fn, rep=self.rep / rounds))
         return {name: (statistics.median(ts), ts) for name, ts in times.items()}
 
-    def graph_timer(self, fn) -> float | None:
-        """Median ms of ``fn`` captured whole in one CUDA graph and replayed (device time without host
-        overhead); None where capture fails or without CUDA."""
+    def capture(self, fn):
+        """``fn`` captured whole in one CUDA graph (after two warm-up calls on a side stream): the graph's replay
+        callable; None where capture fails or without CUDA."""
         if not self.cuda:
             return None
         torch = self.torch
@@ -79,10 +79,14 @@ class Harness:
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g):
                 fn()
-            ms = self.timer(g.replay)
-            del g
-            return ms
+            return g.replay
         except Exception as exc:  # noqa: BLE001 - a diagnostic, not a result
             self.log(f"  graph capture failed: {type(exc).__name__}: {str(exc)[:200]}")
             torch.cuda.synchronize()
             return None
+
+    def graph_timer(self, fn) -> float | None:
+        """Median ms of ``fn`` captured whole in one CUDA graph and replayed (device time without host
+        overhead); None where capture fails or without CUDA."""
+        replay = self.capture(fn)
+        return None if replay is None else self.timer(replay)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -36,7 +37,8 @@ from benchmarks.experiment import (ROOT, finish_workers, parser, start_workers, 
 
 T0 = time.time()
 
-SHAPES = ((8192, 8192, 4096), (8192, 4096, 1024))
+SHAPES = tuple(tuple(int(d) for d in s.split("x")) for s in os.environ["PINGPONG_SHAPES"].split(",")) if \
+    os.environ.get("PINGPONG_SHAPES") else ((8192, 8192, 4096), (8192, 4096, 1024))
 WORKLOADS = tuple(os.environ.get("PINGPONG_WORKLOADS", "").split(",")) if os.environ.get("PINGPONG_WORKLOADS") else (
     "identity", "lincomb_relu", "bias_gelu_aux", "colbcast_leaky", "rowreduce_tanh", "bce_loss", "dgelu_bgrad",
     "mixed_dag")
@@ -114,6 +116,19 @@ def configs() -> dict:
             "el_q4_tma": gl(4, 4, EPI_LOOP=True, EPI_TMA=True),
             "w_el_q4": gl(5, 4, 8, EPI_LOOP=True),
             "w_el_q4_tma": gl(4, 4, 8, EPI_LOOP=True, EPI_TMA=True),
+        }
+    if CONFIG_SET == "loop2":  # the register loop against the tuner's long-K candidates (run with --rounds 3)
+        return {
+            "base": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=True),
+            "q4flat": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=4, FLATTEN=True),
+            "g_h": gl(5, 2),
+            "g_h_p0": gl(5, 2, PREFETCH=0),
+            "g_h_tma": gl(4, 2, EPI_TMA=True),
+            "el_h_p0": gl(5, 2, EPI_LOOP=True, PREFETCH=0),
+            "el_q4_p0": gl(5, 4, EPI_LOOP=True, PREFETCH=0),
+            "el_q4": gl(5, 4, EPI_LOOP=True),
+            "el_h_tma": gl(4, 2, EPI_LOOP=True, EPI_TMA=True),
+            "el_q4_tma": gl(4, 4, EPI_LOOP=True, EPI_TMA=True),
         }
     if CONFIG_SET == "wide":  # consumers of two warpgroups (num_warps=8): two epilogue warps per scheduler
         return {
@@ -380,7 +395,7 @@ def phase1(args, log) -> dict:
                   "epiwg": ("wg_q4", "wg_q4_s2r3"), "epismem": ("es1_h", "es2_q4"), "whole": ("g_w1_p0",),
                   "subtile8": ("es1_s8", "es2_s8"), "consumers3": ("c3_es1_q4_p0", "c3_q4_p0", "c3_q4_tma"),
                   "wide": ("w_h", "w_q4_p0", "w_q4_tma", "w_es1_q4"),
-                  "loop": ("el_h", "el_q4_p0", "el_q4_tma", "w_el_q4_tma")}.get(
+                  "loop": ("el_h", "el_q4_p0", "el_q4_tma", "w_el_q4_tma"), "loop2": ("el_h_p0", "el_q4")}.get(
                 CONFIG_SET, ("pp2_q4", "base_q4")):
             for d in ("bfloat16", "float16"):
                 jobs.append(f"E:{ex}:{c}:{d}")
@@ -444,17 +459,21 @@ def phase2(args, b, results) -> None:
     for M, N, K, A, B, name, fn, inputs in workload_rows(b, shapes, names, workload, skip_s=20):
         row = {"workload": name, "shape": [M, N, K], "ms": {}}
         results["timing"].append(row)
-        row["cublas_ms"] = b.timer(lambda: torch.matmul(A, B))
-        for cname in order:
-            cfg = cfgs[cname.split("#")[0]]
-            try:
-                ms = b.graph_timer(lambda: evt.gemm(A, B, fn, config=cfg, **kw, **inputs)) if b.cuda else \
-                    b.timer(lambda: evt.gemm(A, B, fn, config=cfg, **kw, **inputs))
-            except Exception as exc:  # noqa: BLE001
-                ms = None
-                row.setdefault("errors", {})[cname] = f"{type(exc).__name__}: {exc}"[:300]
-            row["ms"][cname] = ms
-        row["cublas_ms_after"] = b.timer(lambda: torch.matmul(A, B))
+        if args.rounds > 1 and b.cuda:
+            _paired_row(b, row, cfgs, lambda cfg: evt.gemm(A, B, fn, config=cfg, **inputs),
+                        lambda: torch.matmul(A, B), args.rounds)
+        else:
+            row["cublas_ms"] = b.timer(lambda: torch.matmul(A, B))
+            for cname in order:
+                cfg = cfgs[cname.split("#")[0]]
+                try:
+                    ms = b.graph_timer(lambda: evt.gemm(A, B, fn, config=cfg, **kw, **inputs)) if b.cuda else \
+                        b.timer(lambda: evt.gemm(A, B, fn, config=cfg, **kw, **inputs))
+                except Exception as exc:  # noqa: BLE001
+                    ms = None
+                    row.setdefault("errors", {})[cname] = f"{type(exc).__name__}: {exc}"[:300]
+                row["ms"][cname] = ms
+            row["cublas_ms_after"] = b.timer(lambda: torch.matmul(A, B))
         base = min(v for k, v in row["ms"].items() if k.startswith("base") and v)
         best = min((v, k) for k, v in row["ms"].items() if v)
         b.log(f"{name:15s} {M}x{N}x{K} cuBLAS {row['cublas_ms']:.4f} | " + " ".join(
@@ -463,9 +482,36 @@ def phase2(args, b, results) -> None:
         b.save()
 
 
+def _paired_row(b, row: dict, cfgs: dict, call, cublas, rounds: int) -> None:
+    """``--rounds R``: every config's call captured in a CUDA graph, then R rounds that each time cuBLAS and every
+    config in turn (as ``Harness.paired``, each with the harness's full repeats; cuBLAS first, then the configs in
+    an order reversed every other round, so no config always follows the same one). A config's entry in ``row["ms"]`` is cuBLAS's median times the median over the rounds of its
+    time / cuBLAS's time in the same round: the ratio sees one round's clocks (on the H200 cuBLAS alone drifted
+    0.70 -> 0.83 ms within one row of a single-round run), and the rounds give its spread (``row["ratios"]``)."""
+    graphs = {"cublas": b.capture(cublas) or cublas}
+    for cname, cfg in cfgs.items():
+        try:
+            graphs[cname] = b.capture(lambda cfg=cfg: call(cfg))
+        except Exception as exc:  # noqa: BLE001
+            row.setdefault("errors", {})[cname] = f"{type(exc).__name__}: {exc}"[:300]
+    graphs = {k: v for k, v in graphs.items() if v is not None}
+    names = list(graphs)
+    times = {k: [] for k in names}
+    for r in range(rounds):
+        order = names if r % 2 == 0 else names[:1] + names[:0:-1]
+        for k in order:
+            times[k].append(b.timer(graphs[k]))
+    row["cublas_ms"] = statistics.median(times["cublas"])
+    row["cublas_ms_after"] = times["cublas"][-1]
+    row["ratios"] = {k: [t / c for t, c in zip(times[k], times["cublas"])] for k in names if k != "cublas"}
+    row["ms"] = {k: row["cublas_ms"] * statistics.median(v) for k, v in row["ratios"].items()}
+
+
 def main() -> int:
     ap = parser("pingpong", deadline_s=380.0, phase1_s=170.0, workers=10)
     ap.add_argument("--selftest-shards", type=int, default=6)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="phase 2: R > 1 times cuBLAS and every config in R interleaved rounds (ratios per round)")
     ap.add_argument("--selftest")
     args = ap.parse_args()
     if args.dry_run:
