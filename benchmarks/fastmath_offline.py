@@ -82,10 +82,6 @@ PINGPONG_CONFIGS.update({f"pp{'8' if w == 8 else ''}_el_{name}": dict(
     for w in (4, 8) for name, sub, pf, tma in (("h", 2, 1, 0), ("h_p0", 2, 0, 0), ("q4", 4, 1, 0), ("q4_p0", 4, 0, 0),
                                                ("h_tma", 2, 0, 1), ("q4_tma", 4, 0, 1))})
 
-# the consumers sharing each tile's epilogue: the last 2 or 4 eighths run by the other consumer (EPI_SHARE)
-PINGPONG_CONFIGS.update({f"pp_sh{x}": dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, STAGES=4, EPILOGUE_SUBTILE=8,
-                                           PREFETCH=0, EPI_TMA=False, EPI_SHARE=x) for x in (2, 4)})
-
 
 def _tool(name):
     return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
@@ -172,8 +168,7 @@ def compile_workload(name: str, mode: str, config: str, out_dtype=torch.bfloat16
         from evtorch.codegen.gluon_template import launch_maxnreg
 
         kern = getattr(prog.module, kernel_symbol("gemm", "pingpong"))
-        consts = dict(base, B_COL_MAJOR=False, **{"EPI_WG": 0, "EPI_SMEM": 0, "EPI_LOOP": False, "EPI_SHARE": 0,
-                                                   "CONSUMERS": 2,
+        consts = dict(base, B_COL_MAJOR=False, **{"EPI_WG": 0, "EPI_SMEM": 0, "EPI_LOOP": False, "CONSUMERS": 2,
                                                    **PINGPONG_CONFIGS[config]})
         warps = consts.pop("num_warps", 4)
         options = {"num_warps": warps, "maxnreg": launch_maxnreg(consts["EPI_WG"], consts["CONSUMERS"], warps)}

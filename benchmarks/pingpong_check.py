@@ -117,16 +117,6 @@ def configs() -> dict:
             "w_el_q4": gl(5, 4, 8, EPI_LOOP=True),
             "w_el_q4_tma": gl(4, 4, 8, EPI_LOOP=True, EPI_TMA=True),
         }
-    if CONFIG_SET == "share":  # the consumers share each tile's epilogue (EPI_SHARE eighths to the other one)
-        return {
-            **_references(),
-            "g_q4": gl(5, 4),
-            "w_q4_tma": gl(4, 4, 8, EPI_TMA=True),
-            "es1_h": gl(4, 2, EPI_SMEM=1),
-            "sh2_s5": gl(5, 8, EPI_SHARE=2),
-            "sh2": gl(4, 8, EPI_SHARE=2),
-            "sh4": gl(4, 8, EPI_SHARE=4),
-        }
     if CONFIG_SET == "loop2":  # the register loop against the tuner's long-K candidates (run with --rounds 3)
         return {
             "base": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=True),
@@ -405,8 +395,7 @@ def phase1(args, log) -> dict:
                   "epiwg": ("wg_q4", "wg_q4_s2r3"), "epismem": ("es1_h", "es2_q4"), "whole": ("g_w1_p0",),
                   "subtile8": ("es1_s8", "es2_s8"), "consumers3": ("c3_es1_q4_p0", "c3_q4_p0", "c3_q4_tma"),
                   "wide": ("w_h", "w_q4_p0", "w_q4_tma", "w_es1_q4"),
-                  "loop": ("el_h", "el_q4_p0", "el_q4_tma", "w_el_q4_tma"), "loop2": ("el_h_p0", "el_q4"),
-                  "share": ("sh2", "sh4")}.get(
+                  "loop": ("el_h", "el_q4_p0", "el_q4_tma", "w_el_q4_tma"), "loop2": ("el_h_p0", "el_q4")}.get(
                 CONFIG_SET, ("pp2_q4", "base_q4")):
             for d in ("bfloat16", "float16"):
                 jobs.append(f"E:{ex}:{c}:{d}")
@@ -426,8 +415,6 @@ def phase1(args, log) -> dict:
             jobs = ["W:lincomb_relu:base", "W:bce_loss:es1_s8", "E:mixed_dag:es2_s8:float16"]
         if CONFIG_SET == "wide":
             jobs = ["W:lincomb_relu:base", "W:bce_loss:w_q4", "E:mixed_dag:w_q4_tma:float16"]
-        if CONFIG_SET == "share":
-            jobs = ["W:lincomb_relu:base", "W:bce_loss:sh4", "E:mixed_dag:sh2:float16"]
         if CONFIG_SET == "loop":
             jobs = ["W:lincomb_relu:base", "W:bce_loss:el_q4", "E:mixed_dag:el_h_tma:float16"]
         if CONFIG_SET == "consumers3":

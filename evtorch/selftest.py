@@ -100,9 +100,6 @@ def run(sizes=((257, 193, 129, 3), (1024, 768, 512, 2)), dtypes=("float32", "flo
                  GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 4,
                             (("EPILOGUE_SUBTILE", 4), ("EPI_TMA", True), ("EPI_LOOP", True))),
                  GemmConfig("pingpong", 128, 128, 64, 8, 1, 8, 5, (("EPILOGUE_SUBTILE", 4), ("EPI_LOOP", True))),
-                 # the consumers sharing each tile's epilogue: the last four / two eighths run by the other one
-                 GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 4, (("EPILOGUE_SUBTILE", 8), ("EPI_SHARE", 4))),
-                 GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 5, (("EPILOGUE_SUBTILE", 8), ("EPI_SHARE", 2))),
                  # the epilogue-warpgroup schedule: 128x256 tiles, quarters handed off through two fp32 buffers
                  GemmConfig("pingpong", 128, 256, 64, 8, 1, 4, 3, (("EPILOGUE_SUBTILE", 4), ("EPI_WG", 2)))]
     import evtorch as evt

@@ -241,19 +241,3 @@ def test_epilogue_register_loop(name):
     _check(name, 1000, 776, 520, pp(4, 5, warps=8, EPI_LOOP=True), seed=3)
     _check(name, 4096, 3000, 1000, pp(4, 4, warps=8, EPI_LOOP=True, EPI_TMA=True), seed=4)
     _check(name, 300, 200, 64, pp(2, 5, EPI_LOOP=True), seed=5)
-
-
-@needs_hopper
-@pytest.mark.parametrize("name", sorted(EXAMPLES))
-def test_shared_epilogue(name):
-    """EPI_SHARE: every epilogue kind with the last 2 or 4 eighths of each tile run by the other consumer inside its
-    main loop: ragged; many tiles per program (the hand-off barriers wrap many times) with column-major B; fp16,
-    deterministic (the shared slices' partial sums land in their own buffer slots); a K loop shorter than the
-    slices to share (they run after the main loop); one tile per program and an odd count (the drain after the
-    tile loop, by either consumer)."""
-    _check(name, 1000, 776, 520, pp(8, 4, EPI_SHARE=4))
-    _check(name, 4096, 4096, 768, pp(8, 4, EPI_SHARE=2), b_col=True, seed=1)
-    _check(name, 4096, 3000, 1000, pp(8, 4, EPI_SHARE=4), dtype=torch.float16, seed=2, deterministic=True)
-    _check(name, 1000, 776, 64, pp(8, 5, EPI_SHARE=2), seed=3)
-    _check(name, 300, 200, 1000, pp(8, 4, EPI_SHARE=4), seed=4)
-    _check(name, 128 * 133, 128 * 3, 256, pp(8, 4, EPI_SHARE=4), seed=5, deterministic=True)

@@ -52,9 +52,6 @@ EXTRA_FLAGS: dict[str, type | tuple[type, ...]] = {
     # pingpong only: each consumer runs the epilogue as a runtime loop over its accumulator's EPILOGUE_SUBTILE (2 or
     # 4) slices carried in registers (one slice's code per consumer, no shared-memory round trip)
     "EPI_LOOP": bool,
-    # pingpong only, on eighths: each consumer hands the last EPI_SHARE (2 or 4) slices of its tile's accumulator,
-    # through fp32 shared-memory buffers, to the other consumer, which runs their epilogue inside its next main loop
-    "EPI_SHARE": int,
     # pingpong only: consumer warpgroups taking the program's tiles in turn (2: CUTLASS's ping-pong; 3: while one
     # runs its main loop, two epilogues run, so an epilogue up to twice a tile's main loop hides; each consumer then
     # has 160 registers instead of 240, and EPI_SMEM = 1 gives CONSUMERS - 1 whole-tile buffers)
@@ -63,14 +60,13 @@ EXTRA_FLAGS: dict[str, type | tuple[type, ...]] = {
 # Values allowed for the int flags, and the value each flag takes when absent (dropped from ``extra``).
 _FLAG_VALUES: dict[str, tuple[Any, ...]] = {"EPILOGUE_SUBTILE": (False, True, 1, 2, 4, 8), "PROGRAMS_PER_SM": (1, 2, 3, 4),
                                            "PREFETCH": (0, 1, 2, 3, 4), "EPI_WG": (0, 2, 3, 4),
-                                           "EPI_SMEM": (0, 1, 2), "EPI_SHARE": (0, 2, 4), "CONSUMERS": (2, 3)}
+                                           "EPI_SMEM": (0, 1, 2), "CONSUMERS": (2, 3)}
 # flags of the Gluon template alone (a fallback to persistent_tma drops them: gemm_launch.resolve_config)
-PINGPONG_ONLY_FLAGS = frozenset({"EPI_TMA", "EPI_WG", "EPI_SMEM", "EPI_LOOP", "EPI_SHARE", "CONSUMERS"})
+PINGPONG_ONLY_FLAGS = frozenset({"EPI_TMA", "EPI_WG", "EPI_SMEM", "EPI_LOOP", "CONSUMERS"})
 _PINGPONG_FLAGS = PINGPONG_ONLY_FLAGS | {"EPILOGUE_SUBTILE", "PREFETCH"}
 _FLAG_DEFAULTS: dict[str, Any] = {"EPILOGUE_SUBTILE": False, "WARP_SPECIALIZE": False, "FLATTEN": False,
                                   "PROGRAMS_PER_SM": 1, "PREFETCH": None, "EPI_TMA": False, "EPI_WG": 0,
-                                  "EPI_SMEM": 0, "EPI_LOOP": False, "EPI_SHARE": 0,
-                                  "CONSUMERS": 2}
+                                  "EPI_SMEM": 0, "EPI_LOOP": False, "CONSUMERS": 2}
 
 # Registers per SM (every NVIDIA GPU since Kepler) and the most one thread can hold: a program of w warps is
 # guaranteed co-resident with (programs_per_sm - 1) others whatever its epilogue needs only if
@@ -200,25 +196,16 @@ class GemmConfig:
                                  "needs EPILOGUE_SUBTILE 2 or 4 and no EPI_SMEM or EPI_WG, got EPILOGUE_SUBTILE="
                                  f"{extra.get('EPILOGUE_SUBTILE', False)!r}, EPI_SMEM={extra.get('EPI_SMEM', 0)}, "
                                  f"EPI_WG={extra.get('EPI_WG', 0)}")
-            if extra.get("EPI_SHARE") and (_subtile_count(extra.get("EPILOGUE_SUBTILE", False)) != 8
-                                           or self.num_warps != 4 or extra.get("CONSUMERS", 2) != 2
-                                           or any(extra.get(f) for f in ("EPI_TMA", "EPI_WG", "EPI_SMEM", "EPI_LOOP"))):
-                raise ValueError(f"GemmConfig.extra EPI_SHARE={extra['EPI_SHARE']} (slices handed to the other "
-                                 "consumer) needs EPILOGUE_SUBTILE 8, num_warps 4, CONSUMERS 2 and none of EPI_TMA, "
-                                 f"EPI_WG, EPI_SMEM, EPI_LOOP, got EPILOGUE_SUBTILE={extra.get('EPILOGUE_SUBTILE')!r}, "
-                                 f"num_warps={self.num_warps}, other flags "
-                                 f"{ {k: v for k, v in extra.items() if k not in ('EPI_SHARE', 'EPILOGUE_SUBTILE')} }")
         elif extra and self.template != "persistent_tma":
             raise ValueError(f"GemmConfig.extra flags {sorted(extra)} only apply to template='persistent_tma'")
         elif PINGPONG_ONLY_FLAGS & set(extra):
             raise ValueError(f"GemmConfig.extra {'/'.join(sorted(PINGPONG_ONLY_FLAGS & set(extra)))} "
                              "only applies to template='pingpong'")
         subtiles = _subtile_count(extra.get("EPILOGUE_SUBTILE", False))
-        if subtiles == 8 and not (self.template == "pingpong" and (extra.get("EPI_SMEM") or extra.get("EPI_SHARE"))):
-            raise ValueError("GemmConfig.extra EPILOGUE_SUBTILE=8 needs template='pingpong' with EPI_SMEM or EPI_SHARE "
-                             "(the slices looped from shared memory, or shared between the consumers; eight inlined "
-                             "copies of the epilogue would crowd the instruction cache), got "
-                             f"template={self.template!r}, EPI_SMEM={extra.get('EPI_SMEM', 0)}")
+        if subtiles == 8 and not (self.template == "pingpong" and extra.get("EPI_SMEM")):
+            raise ValueError("GemmConfig.extra EPILOGUE_SUBTILE=8 needs template='pingpong' with EPI_SMEM (the "
+                             "slices looped from shared memory; eight inlined copies of the epilogue would crowd the "
+                             f"instruction cache), got template={self.template!r}, EPI_SMEM={extra.get('EPI_SMEM', 0)}")
         if subtiles > 1 and self.BLOCK_N // subtiles < 16:
             raise ValueError(f"GemmConfig.extra EPILOGUE_SUBTILE={subtiles} needs BLOCK_N >= {16 * subtiles} "
                              f"(slices of >= 16 columns), got BLOCK_N={self.BLOCK_N}")
@@ -259,7 +246,7 @@ class GemmConfig:
         if given is not None:
             return given
         if self.template == "pingpong":
-            return 1 if tiles == 1 and not self.flag("EPI_SHARE", 0) else 0
+            return 1 if tiles == 1 else 0
         if tiles != 1 or self.template != "persistent_tma" or self.flag("WARP_SPECIALIZE"):
             return 0
         if self.flag("FLATTEN"):
@@ -288,8 +275,7 @@ class GemmConfig:
         ring = (self.BLOCK_M * self.BLOCK_K + self.BLOCK_K * self.BLOCK_N) * elem_bytes * self.num_stages
         consumers, epi_smem = self.flag("CONSUMERS", 2), self.flag("EPI_SMEM", 0)
         tile_columns = {0: 0, 1: (consumers - 1) * self.BLOCK_N, 2: consumers * self.BLOCK_N // 2}[epi_smem]
-        shared = consumers * self.flag("EPI_SHARE", 0) * self.epilogue_block_n
-        handoff = (self.flag("EPI_WG", 0) * self.epilogue_block_n + tile_columns + shared) * self.BLOCK_M * 4
+        handoff = (self.flag("EPI_WG", 0) * self.epilogue_block_n + tile_columns) * self.BLOCK_M * 4
         return ring + handoff + (consumers * self.BLOCK_M * self.BLOCK_N * 2 if self.flag("EPI_TMA") else 0)
 
     def to_dict(self) -> dict[str, Any]:

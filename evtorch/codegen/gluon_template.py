@@ -153,7 +153,7 @@ _EPI_OFFS = """\
 _ARGS = ("a_desc, b_desc, a_bufs, b_bufs, ready, empty, turn, c_desc, c_bufs, c_ready, c_empty, acc_bufs, "
          "acc_ready, acc_empty, M, N, K, L, start_pid__PARAMS_CALL__, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, "
          "NUM_PROGRAMS, STAGES, B_COL_MAJOR, EPILOGUE_SUBTILE, PREFETCH, EPI_TMA, EPI_WG, EPI_SMEM, EPI_LOOP, "
-         "EPI_SHARE, CONSUMERS")
+         "CONSUMERS")
 
 _PARTITION_SIG = """\
     a_desc, b_desc, a_bufs, b_bufs, ready, empty, turn, c_desc, c_bufs, c_ready, c_empty, acc_bufs, acc_ready,
@@ -161,7 +161,7 @@ _PARTITION_SIG = """\
 __PARAMS_SIG__    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
     NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, B_COL_MAJOR: gl.constexpr, EPILOGUE_SUBTILE: gl.constexpr,
     PREFETCH: gl.constexpr, EPI_TMA: gl.constexpr, EPI_WG: gl.constexpr, EPI_SMEM: gl.constexpr,
-    EPI_LOOP: gl.constexpr, EPI_SHARE: gl.constexpr, CONSUMERS: gl.constexpr,
+    EPI_LOOP: gl.constexpr, CONSUMERS: gl.constexpr,
 """
 
 _PINGPONG = '''\
@@ -256,20 +256,14 @@ __EPILOGUE_CALLS__        j += 1
 def __KERNEL___consume0(
 ''' + _PARTITION_SIG + '''\
 ):
-    if EPI_SHARE > 0:
-        __KERNEL___share(''' + _ARGS + ''', 0)
-    else:
-        __KERNEL___consume(''' + _ARGS + ''', 0)
+    __KERNEL___consume(''' + _ARGS + ''', 0)
 
 
 @gluon.jit
 def __KERNEL___consume1(
 ''' + _PARTITION_SIG + '''\
 ):
-    if EPI_SHARE > 0:
-        __KERNEL___share(''' + _ARGS + ''', 1)
-    else:
-        __KERNEL___consume(''' + _ARGS + ''', 1)
+    __KERNEL___consume(''' + _ARGS + ''', 1)
 
 
 @gluon.jit
@@ -351,7 +345,7 @@ __PARAMS_SIG__    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.cons
     ALLOW_TF32: gl.constexpr, ACC_DTYPE: gl.constexpr, DOT_UPCAST: gl.constexpr,
     NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, B_COL_MAJOR: gl.constexpr, EPILOGUE_SUBTILE: gl.constexpr,
     PREFETCH: gl.constexpr, EPI_TMA: gl.constexpr, EPI_WG: gl.constexpr, EPI_SMEM: gl.constexpr,
-    EPI_LOOP: gl.constexpr, EPI_SHARE: gl.constexpr, CONSUMERS: gl.constexpr,
+    EPI_LOOP: gl.constexpr, CONSUMERS: gl.constexpr,
 ):
     """Ping-pong GEMM + epilogue (Hopper, Gluon); grid (min(NUM_PROGRAMS, tiles),), launched with num_warps=4
     and maxnreg=launch_maxnreg(EPI_WG, CONSUMERS); 16-bit A row-major (M, K), B (K, N) row-major or, with
@@ -392,9 +386,6 @@ __C_RING__    c_ready = gl.allocate_shared_memory(gl.int64, [C_SLOTS, 1], mbarri
     acc_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=ACC_SWIZZLE, element_bitwidth=32, rank=2)
     if EPI_WG > 0:
         acc_bufs = gl.allocate_shared_memory(gl.float32, [EPI_WG, BLOCK_M, BLOCK_N // EPILOGUE_SUBTILE], acc_smem)
-    elif EPI_SHARE > 0:
-        acc_bufs = gl.allocate_shared_memory(gl.float32, [CONSUMERS * EPI_SHARE, BLOCK_M, BLOCK_N // EPILOGUE_SUBTILE],
-                                             acc_smem)
     elif EPI_SMEM > 0:
         ACC_BUFS: gl.constexpr = ((CONSUMERS - 1) * EPILOGUE_SUBTILE if EPI_SMEM == 1
                                   else CONSUMERS * (EPILOGUE_SUBTILE // 2))
@@ -417,101 +408,6 @@ __C_RING__    c_ready = gl.allocate_shared_memory(gl.int64, [C_SLOTS, 1], mbarri
                        (CONSUMER_REGS3, CONSUMER_REGS3, LOADER_REGS)) + '''\
     else:
 ''' + _warp_specialize(("consume0", "consume1", "load"), WORKER_WARPS, (CONSUMER_REGS, LOADER_REGS))
-
-
-# EPI_SHARE: the consumers share each tile's epilogue (``_SHARE``, after ``_PINGPONG`` in the module text)
-_SWIZZLE_O = GROUP_ORDER.replace("__T__", "t_o").replace("tl.", "gl.")  # the other consumer's tile
-
-_SHARE = '''
-
-@gluon.jit
-def __KERNEL___share_slice(
-''' + _PARTITION_SIG + '''\
-    WHICH: gl.constexpr, jo, t_o, c,
-):
-    """EPI_SHARE: slice EPILOGUE_SUBTILE - EPI_SHARE + c of the other consumer's local tile ``jo`` (program tile
-    ``t_o``), read from that consumer's hand-off buffers once it has stored them, through the epilogue."""
-''' + _EPI_LAYOUT + _GRID + _indent(_SWIZZLE_O, 4) + '''\
-    OWN: gl.constexpr = EPILOGUE_SUBTILE - EPI_SHARE
-    other = 1 - WHICH
-    mbarrier.wait(acc_ready.index(other), jo & 1)
-    acc_e = acc_bufs.index(other * EPI_SHARE + c).load(epi_layout)
-    offs_m = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, epi_layout))
-    offs_n = pid_n * BLOCK_N + (OWN + c) * EPI_N + gl.arange(0, EPI_N, layout=gl.SliceLayout(0, epi_layout))
-    __EPILOGUE__(acc_e, offs_m, offs_n, pid_m, EPILOGUE_SUBTILE * pid_n + OWN + c, 0, M, N, L__PARAMS_CALL__)
-
-
-@gluon.jit
-def __KERNEL___share(
-''' + _PARTITION_SIG + '''\
-    WHICH: gl.constexpr,
-):
-    """EPI_SHARE = X (two consumers, eighths): consumer WHICH runs its tile's first 8 - X slices' epilogue after its
-    main loop and hands the last X slices, through fp32 shared-memory buffers (``acc_bufs`` set WHICH,
-    ``acc_ready`` / ``acc_empty`` index WHICH), to the other consumer, which runs their epilogue one slice at a
-    time inside its next main loop, between wgmma steps (SHARE_OUT steps in flight, so the tensor cores keep
-    working meanwhile). Where a tile's epilogue outlasts its main loop (short K), the epilogue then runs on both
-    consumers' warps instead of one's. Consumer 0's main loop of its tile j takes consumer 1's tile j - 1,
-    consumer 1's takes consumer 0's tile j; the other consumer's last tile, if no main loop of this one followed
-    it, is drained after the tile loop."""
-    FIRST: gl.constexpr = 1 if WHICH == 0 else 0
-    SHARE_OUT: gl.constexpr = 2  # wgmma K steps left in flight while a shared slice runs
-    OWN: gl.constexpr = EPILOGUE_SUBTILE - EPI_SHARE
-    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[gl.num_warps(), 1],
-                                                         instr_shape=[16, BLOCK_N, 16])
-''' + _EPI_LAYOUT + _GRID + '''\
-    k_tiles = gl.cdiv(K, BLOCK_K)
-    step = gl.maximum(k_tiles // (EPI_SHARE + 1), 1)
-    other = 1 - WHICH
-    j = 0
-    for t in range(start_pid + WHICH * NUM_PROGRAMS, num_tiles, CONSUMERS * NUM_PROGRAMS):
-''' + _indent(_SWIZZLE, 8) + _EPI_OFFS + '''\
-        # the other consumer's tile whose shared slices this main loop runs (program tile sequence q_o)
-        q_o = CONSUMERS * j + WHICH - 1
-        jo = j - 1 + WHICH
-        t_o = start_pid + q_o * NUM_PROGRAMS
-        has_other = q_o >= 0
-        cnt = (CONSUMERS * j + WHICH) * k_tiles
-        mbarrier.wait(turn.index(WHICH), (j & 1) ^ FIRST)
-        acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, acc_layout)
-        ch = 0
-        for ki in range(k_tiles):
-            slot = cnt % STAGES
-            mbarrier.wait(ready.index(slot), (cnt // STAGES) & 1)
-            if B_COL_MAJOR:
-                b = b_bufs.index(slot).permute((1, 0))
-            else:
-                b = b_bufs.index(slot)
-            acc = warpgroup_mma(a_bufs.index(slot), b, acc, is_async=True)
-            acc = warpgroup_mma_wait(num_outstanding=SHARE_OUT, deps=[acc])
-            if ki >= SHARE_OUT:
-                mbarrier.arrive(empty.index((cnt - SHARE_OUT) % STAGES), count=1)
-            cnt += 1
-            if has_other and ch < EPI_SHARE and ki % step == step - 1:
-                __KERNEL___share_slice(''' + _ARGS + ''', WHICH, jo, t_o, ch)
-                ch += 1
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc])
-        for i in gl.static_range(SHARE_OUT):  # the last SHARE_OUT steps' slots
-            if k_tiles > i:
-                mbarrier.arrive(empty.index((cnt - 1 - i) % STAGES), count=1)
-        mbarrier.arrive(turn.index((WHICH + 1) % CONSUMERS), count=1)
-        if has_other:
-            for c in range(ch, EPI_SHARE):  # slices the main loop had no room for (short K loops)
-                __KERNEL___share_slice(''' + _ARGS + ''', WHICH, jo, t_o, c)
-            partition_barrier()  # every warp has read the other consumer's buffers
-            mbarrier.arrive(acc_empty.index(other), count=1)
-__SHARE_SPLIT__        j += 1
-    # drain: the other consumer's last tile, if no main loop of this consumer followed it
-    n_mine = gl.cdiv(gl.maximum(num_tiles - start_pid - WHICH * NUM_PROGRAMS, 0), CONSUMERS * NUM_PROGRAMS)
-    n_other = gl.cdiv(gl.maximum(num_tiles - start_pid - other * NUM_PROGRAMS, 0), CONSUMERS * NUM_PROGRAMS)
-    done = gl.maximum(n_mine - 1 + WHICH, 0)  # the other's tiles 0 .. done - 1 ran in this consumer's main loops
-    if n_other > done:
-        jo = n_other - 1
-        t_o = start_pid + (CONSUMERS * jo + other) * NUM_PROGRAMS
-        for c in range(EPI_SHARE):
-            __KERNEL___share_slice(''' + _ARGS + ''', WHICH, jo, t_o, c)
-            mbarrier.arrive(acc_empty.index(other), count=1, pred=c == EPI_SHARE - 1)
-'''
 
 
 # The loader's copy of the epilogue's one M x N input (EPI_TMA), half way through the tile's K steps: slot set
@@ -734,20 +630,6 @@ def _epi_reg_loop(prefetch: int, tma: bool) -> str:
     return _indent("\n".join(out), 12)
 
 
-def _share_split() -> str:
-    """EPI_SHARE: after a consumer's main loop, its accumulator split into eighths; slices OWN .. 7 stored into this
-    consumer's hand-off buffers once the other consumer has read the tile before (then published: partition
-    barrier, one arrive), slices 0 .. OWN - 1 through the epilogue from registers."""
-    lines = _split_lines(8) + ["mbarrier.wait(acc_empty.index(WHICH), (j & 1) ^ 1)"]
-    for i in range(8):
-        lines += [f"if {i} >= OWN:", f"    acc_bufs.index(WHICH * EPI_SHARE + {i} - OWN).store(acc_s{i})"]
-    lines += ["partition_barrier()", "mbarrier.arrive(acc_ready.index(WHICH), count=1)"]
-    for i in range(8):
-        lines += [f"if {i} < OWN:", "    acc_e = gl.convert_layout(acc_s%d, epi_layout)" % i,
-                  f"    __EPILOGUE__(acc_e, {_slice_args(str(i), 'EPILOGUE_SUBTILE')})"]
-    return _indent("\n".join(lines), 8)
-
-
 def _handoff_stores() -> str:
     """The EPI_WG MMA partition's end of a tile: the accumulator split as the epilogue will take it, each slice
     stored into the next slot of the hand-off ring once the epilogue partition has read what was there, and
@@ -785,10 +667,9 @@ def render_pingpong(kernel_name: str, epilogue_fn: str, epilogue_params: list[st
             raise ValueError(f"tma_input needs exactly one prefetched input tile, got prefetch={prefetch}")
         tma_input = (_check_identifier("tma_input pointer", tma_input[0]),
                      _check_identifier("tma_input stride", tma_input[1]))
-    text = ((_PINGPONG + _SHARE).replace("__EPILOGUE_CALLS__", _epilogue_calls(prefetch, tma_input is not None, indent=12))
+    text = (_PINGPONG.replace("__EPILOGUE_CALLS__", _epilogue_calls(prefetch, tma_input is not None, indent=12))
             .replace("__EPI_SMEM_LOOP__", _epi_smem_loop(prefetch))
             .replace("__EPI_REG_LOOP__", _epi_reg_loop(prefetch, tma_input is not None))
-            .replace("__SHARE_SPLIT__", _share_split())
             .replace("__EPI_WG_CALLS__", _epilogue_calls(prefetch, False, from_smem=True))
             .replace("__HANDOFF_STORES__", _handoff_stores())
             .replace("__PREFETCH_TOP__", _prefetch_top(prefetch))
