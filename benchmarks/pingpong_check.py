@@ -127,7 +127,7 @@ def configs() -> dict:
             "r8_h": gl(5, 2, EPI_ROWS=8),
             "r8_h_tma": gl(4, 2, EPI_TMA=True, EPI_ROWS=8),
             "r4_h_tma": gl(4, 2, EPI_TMA=True, EPI_ROWS=4),
-            "r4_q4": gl(5, 4, EPI_ROWS=4),
+            "r8_q4": gl(5, 4, EPI_ROWS=8),
         }
     if CONFIG_SET == "loop2":  # the register loop against the tuner's long-K candidates (run with --rounds 3)
         return {

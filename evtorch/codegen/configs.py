@@ -201,15 +201,11 @@ class GemmConfig:
                                  "needs EPILOGUE_SUBTILE 2 or 4 and no EPI_SMEM or EPI_WG, got EPILOGUE_SUBTILE="
                                  f"{extra.get('EPILOGUE_SUBTILE', False)!r}, EPI_SMEM={extra.get('EPI_SMEM', 0)}, "
                                  f"EPI_WG={extra.get('EPI_WG', 0)}")
-            # the epilogue layout (gluon_template) covers 256 / (BN / S) rows per warp and repeats down the slice:
-            # a row block must hold whole repeats, so that it splits off in registers
-            rep_rows = 256 // (self.BLOCK_N // _subtile_count(extra.get("EPILOGUE_SUBTILE", False))) * self.num_warps
             if extra.get("EPI_ROWS", 1) > 1 and (extra.get("EPI_SMEM") or extra.get("EPI_WG") or extra.get("EPI_LOOP")
-                                                 or self.BLOCK_M // extra["EPI_ROWS"] < rep_rows):
+                                                 or self.BLOCK_M // extra["EPI_ROWS"] < 8 * self.num_warps // 2):
                 raise ValueError(f"GemmConfig.extra EPI_ROWS={extra['EPI_ROWS']} (row blocks of the slices from "
-                                 "registers) needs no EPI_SMEM, EPI_WG or EPI_LOOP and row blocks of at least "
-                                 f"{rep_rows} rows (the epilogue layout's repeat), got BLOCK_M={self.BLOCK_M}, "
-                                 f"num_warps={self.num_warps}, "
+                                 "registers) needs no EPI_SMEM, EPI_WG or EPI_LOOP and row blocks of at least 4 rows per "
+                                 f"warp, got BLOCK_M={self.BLOCK_M}, num_warps={self.num_warps}, "
                                  f"EPI_SMEM={extra.get('EPI_SMEM', 0)}, EPI_WG={extra.get('EPI_WG', 0)}, "
                                  f"EPI_LOOP={extra.get('EPI_LOOP', False)}")
         elif extra and self.template != "persistent_tma":
