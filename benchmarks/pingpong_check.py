@@ -117,18 +117,6 @@ def configs() -> dict:
             "w_el_q4": gl(5, 4, 8, EPI_LOOP=True),
             "w_el_q4_tma": gl(4, 4, 8, EPI_LOOP=True, EPI_TMA=True),
         }
-    if CONFIG_SET == "rows":  # each slice's epilogue called on row blocks split in registers (EPI_ROWS)
-        return {
-            **_references(),
-            "g_q4": gl(5, 4),
-            "w_q4_tma": gl(4, 4, 8, EPI_TMA=True),
-            "r2_h": gl(5, 2, EPI_ROWS=2),
-            "r4_h": gl(5, 2, EPI_ROWS=4),
-            "r8_h": gl(5, 2, EPI_ROWS=8),
-            "r8_h_tma": gl(4, 2, EPI_TMA=True, EPI_ROWS=8),
-            "r4_h_tma": gl(4, 2, EPI_TMA=True, EPI_ROWS=4),
-            "r8_q4": gl(5, 4, EPI_ROWS=8),
-        }
     if CONFIG_SET == "loop2":  # the register loop against the tuner's long-K candidates (run with --rounds 3)
         return {
             "base": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=True),
@@ -407,8 +395,7 @@ def phase1(args, log) -> dict:
                   "epiwg": ("wg_q4", "wg_q4_s2r3"), "epismem": ("es1_h", "es2_q4"), "whole": ("g_w1_p0",),
                   "subtile8": ("es1_s8", "es2_s8"), "consumers3": ("c3_es1_q4_p0", "c3_q4_p0", "c3_q4_tma"),
                   "wide": ("w_h", "w_q4_p0", "w_q4_tma", "w_es1_q4"),
-                  "loop": ("el_h", "el_q4_p0", "el_q4_tma", "w_el_q4_tma"), "loop2": ("el_h_p0", "el_q4"),
-                  "rows": ("r8_h", "r4_h_tma")}.get(
+                  "loop": ("el_h", "el_q4_p0", "el_q4_tma", "w_el_q4_tma"), "loop2": ("el_h_p0", "el_q4")}.get(
                 CONFIG_SET, ("pp2_q4", "base_q4")):
             for d in ("bfloat16", "float16"):
                 jobs.append(f"E:{ex}:{c}:{d}")

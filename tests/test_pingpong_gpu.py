@@ -241,19 +241,3 @@ def test_epilogue_register_loop(name):
     _check(name, 1000, 776, 520, pp(4, 5, warps=8, EPI_LOOP=True), seed=3)
     _check(name, 4096, 3000, 1000, pp(4, 4, warps=8, EPI_LOOP=True, EPI_TMA=True), seed=4)
     _check(name, 300, 200, 64, pp(2, 5, EPI_LOOP=True), seed=5)
-
-
-@needs_hopper
-@pytest.mark.parametrize("name", sorted(EXAMPLES))
-def test_epilogue_row_blocks(name):
-    """EPI_ROWS: every epilogue kind with each slice's epilogue called on row blocks split in registers: ragged
-    halves in 8 blocks with the prefetch rule (the prefetched inputs split the same way); many tiles with
-    column-major B on quarters in 4 blocks; the loader's input ring (EPI_TMA) in fp16; deterministic reductions
-    over M (whose partials slot is per tile: the launcher calls the whole slice there); fewer tiles than
-    programs; two-warpgroup consumers."""
-    _check(name, 1000, 776, 520, pp(2, 5, EPI_ROWS=8))
-    _check(name, 4096, 4096, 768, pp(4, 5, EPI_ROWS=4, PREFETCH=0), b_col=True, seed=1)
-    _check(name, 4096, 3000, 1000, pp(2, 4, EPI_ROWS=8, EPI_TMA=True), dtype=torch.float16, seed=2)
-    _check(name, 4096, 3000, 1000, pp(2, 5, EPI_ROWS=8), seed=3, deterministic=True)
-    _check(name, 300, 200, 64, pp(2, 5, EPI_ROWS=2), seed=4)
-    _check(name, 1000, 776, 520, pp(4, 5, warps=8, EPI_ROWS=4), seed=5)

@@ -52,10 +52,6 @@ EXTRA_FLAGS: dict[str, type | tuple[type, ...]] = {
     # pingpong only: each consumer runs the epilogue as a runtime loop over its accumulator's EPILOGUE_SUBTILE (2 or
     # 4) slices carried in registers (one slice's code per consumer, no shared-memory round trip)
     "EPI_LOOP": bool,
-    # pingpong only (slices from registers): each slice's epilogue called on EPI_ROWS row blocks of BM / EPI_ROWS
-    # rows (2, 4, 8; 1: the whole slice), split in registers: fewer values per call, so ptxas interleaves their
-    # instruction chains
-    "EPI_ROWS": int,
     # pingpong only: consumer warpgroups taking the program's tiles in turn (2: CUTLASS's ping-pong; 3: while one
     # runs its main loop, two epilogues run, so an epilogue up to twice a tile's main loop hides; each consumer then
     # has 160 registers instead of 240, and EPI_SMEM = 1 gives CONSUMERS - 1 whole-tile buffers)
@@ -64,14 +60,13 @@ EXTRA_FLAGS: dict[str, type | tuple[type, ...]] = {
 # Values allowed for the int flags, and the value each flag takes when absent (dropped from ``extra``).
 _FLAG_VALUES: dict[str, tuple[Any, ...]] = {"EPILOGUE_SUBTILE": (False, True, 1, 2, 4, 8), "PROGRAMS_PER_SM": (1, 2, 3, 4),
                                            "PREFETCH": (0, 1, 2, 3, 4), "EPI_WG": (0, 2, 3, 4),
-                                           "EPI_SMEM": (0, 1, 2), "EPI_ROWS": (1, 2, 4, 8), "CONSUMERS": (2, 3)}
+                                           "EPI_SMEM": (0, 1, 2), "CONSUMERS": (2, 3)}
 # flags of the Gluon template alone (a fallback to persistent_tma drops them: gemm_launch.resolve_config)
-PINGPONG_ONLY_FLAGS = frozenset({"EPI_TMA", "EPI_WG", "EPI_SMEM", "EPI_LOOP", "EPI_ROWS", "CONSUMERS"})
+PINGPONG_ONLY_FLAGS = frozenset({"EPI_TMA", "EPI_WG", "EPI_SMEM", "EPI_LOOP", "CONSUMERS"})
 _PINGPONG_FLAGS = PINGPONG_ONLY_FLAGS | {"EPILOGUE_SUBTILE", "PREFETCH"}
 _FLAG_DEFAULTS: dict[str, Any] = {"EPILOGUE_SUBTILE": False, "WARP_SPECIALIZE": False, "FLATTEN": False,
                                   "PROGRAMS_PER_SM": 1, "PREFETCH": None, "EPI_TMA": False, "EPI_WG": 0,
-                                  "EPI_SMEM": 0, "EPI_LOOP": False, "EPI_ROWS": 1,
-                                  "CONSUMERS": 2}
+                                  "EPI_SMEM": 0, "EPI_LOOP": False, "CONSUMERS": 2}
 
 # Registers per SM (every NVIDIA GPU since Kepler) and the most one thread can hold: a program of w warps is
 # guaranteed co-resident with (programs_per_sm - 1) others whatever its epilogue needs only if
@@ -201,13 +196,6 @@ class GemmConfig:
                                  "needs EPILOGUE_SUBTILE 2 or 4 and no EPI_SMEM or EPI_WG, got EPILOGUE_SUBTILE="
                                  f"{extra.get('EPILOGUE_SUBTILE', False)!r}, EPI_SMEM={extra.get('EPI_SMEM', 0)}, "
                                  f"EPI_WG={extra.get('EPI_WG', 0)}")
-            if extra.get("EPI_ROWS", 1) > 1 and (extra.get("EPI_SMEM") or extra.get("EPI_WG") or extra.get("EPI_LOOP")
-                                                 or self.BLOCK_M // extra["EPI_ROWS"] < 8 * self.num_warps // 2):
-                raise ValueError(f"GemmConfig.extra EPI_ROWS={extra['EPI_ROWS']} (row blocks of the slices from "
-                                 "registers) needs no EPI_SMEM, EPI_WG or EPI_LOOP and row blocks of at least 4 rows per "
-                                 f"warp, got BLOCK_M={self.BLOCK_M}, num_warps={self.num_warps}, "
-                                 f"EPI_SMEM={extra.get('EPI_SMEM', 0)}, EPI_WG={extra.get('EPI_WG', 0)}, "
-                                 f"EPI_LOOP={extra.get('EPI_LOOP', False)}")
         elif extra and self.template != "persistent_tma":
             raise ValueError(f"GemmConfig.extra flags {sorted(extra)} only apply to template='persistent_tma'")
         elif PINGPONG_ONLY_FLAGS & set(extra):

@@ -147,14 +147,13 @@ _EPI_LAYOUT = """\
 """
 _EPI_OFFS = """\
         offs_m = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, epi_layout))
-        offs_mr = pid_m * BLOCK_M + gl.arange(0, BLOCK_M // EPI_ROWS, layout=gl.SliceLayout(1, epi_layout))
         offs_n = pid_n * BLOCK_N + gl.arange(0, EPI_N, layout=gl.SliceLayout(0, epi_layout))
 """
 
 _ARGS = ("a_desc, b_desc, a_bufs, b_bufs, ready, empty, turn, c_desc, c_bufs, c_ready, c_empty, acc_bufs, "
          "acc_ready, acc_empty, M, N, K, L, start_pid__PARAMS_CALL__, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, "
          "NUM_PROGRAMS, STAGES, B_COL_MAJOR, EPILOGUE_SUBTILE, PREFETCH, EPI_TMA, EPI_WG, EPI_SMEM, EPI_LOOP, "
-         "EPI_ROWS, CONSUMERS")
+         "CONSUMERS")
 
 _PARTITION_SIG = """\
     a_desc, b_desc, a_bufs, b_bufs, ready, empty, turn, c_desc, c_bufs, c_ready, c_empty, acc_bufs, acc_ready,
@@ -162,7 +161,7 @@ _PARTITION_SIG = """\
 __PARAMS_SIG__    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
     NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, B_COL_MAJOR: gl.constexpr, EPILOGUE_SUBTILE: gl.constexpr,
     PREFETCH: gl.constexpr, EPI_TMA: gl.constexpr, EPI_WG: gl.constexpr, EPI_SMEM: gl.constexpr,
-    EPI_LOOP: gl.constexpr, EPI_ROWS: gl.constexpr, CONSUMERS: gl.constexpr,
+    EPI_LOOP: gl.constexpr, CONSUMERS: gl.constexpr,
 """
 
 _PINGPONG = '''\
@@ -346,7 +345,7 @@ __PARAMS_SIG__    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.cons
     ALLOW_TF32: gl.constexpr, ACC_DTYPE: gl.constexpr, DOT_UPCAST: gl.constexpr,
     NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, B_COL_MAJOR: gl.constexpr, EPILOGUE_SUBTILE: gl.constexpr,
     PREFETCH: gl.constexpr, EPI_TMA: gl.constexpr, EPI_WG: gl.constexpr, EPI_SMEM: gl.constexpr,
-    EPI_LOOP: gl.constexpr, EPI_ROWS: gl.constexpr, CONSUMERS: gl.constexpr,
+    EPI_LOOP: gl.constexpr, CONSUMERS: gl.constexpr,
 ):
     """Ping-pong GEMM + epilogue (Hopper, Gluon); grid (min(NUM_PROGRAMS, tiles),), launched with num_warps=4
     and maxnreg=launch_maxnreg(EPI_WG, CONSUMERS); 16-bit A row-major (M, K), B (K, N) row-major or, with
@@ -493,62 +492,24 @@ def _prefetch_call(s: str | None, rows: str = "M") -> str:
     return f"__EPILOGUE___prefetch(offs_m, {cols}, 0, {rows}, N, L__PARAMS_CALL__)"
 
 
-def _row_split_lines(name: str, n: int) -> list[str]:
-    """Lines that split ``name`` [BLOCK_M, EPI_N] (epilogue layout) into ``name_r0 .. name_r{n-1}``, row blocks
-    of BLOCK_M / n in order, by repeated halving; each halving splits a row bit the layout keeps in registers
-    (the epilogue layout covers 4 rows per warp, 16 per warpgroup, and repeats), so no value moves."""
-    names, lines, parts = [name], [], 1
-    while parts < n:
-        parts *= 2
-        halves = [f"{name}_r{k}" if parts == n else f"{name}_g{parts}_{k}" for k in range(parts)]
-        for k, src in enumerate(names):
-            split = f"gl.split(gl.permute(gl.reshape({src}, (2, BLOCK_M // {parts}, EPI_N)), (1, 2, 0)))"
-            lines.append(f"{halves[2 * k]}, {halves[2 * k + 1]} = {split}")
-        names = halves
-    return lines
-
-
-def _call(fn: str, args: str, pfs: list[str], rows: bool) -> list[str]:
-    """The epilogue call on ``acc_e`` (``fn`` = the epilogue or its ``_pf`` form taking the tensors ``pfs``); with
-    ``rows``, under EPI_ROWS = R > 1 instead R calls on its row blocks (and the same row blocks of ``pfs``), each
-    of BLOCK_M / R rows: a call then holds 16 / 8 / ... values per thread, few enough that ptxas interleaves the
-    values' instruction chains (it runs each value's chain back to back over a whole slice)."""
-    plain = [f"{fn}(acc_e, {args}{''.join(', ' + p for p in pfs)})"]
-    if not rows:
-        return plain
-    out = []
-    for k, r in enumerate((8, 4, 2)):
-        out.append("else:" if k == 2 else f"{'if' if k == 0 else 'elif'} EPI_ROWS == {r}:")
-        body = []
-        for t in ["acc_e"] + pfs:
-            body += _row_split_lines(t, r)
-        for q in range(r):
-            piece_args = args.replace("offs_m, ", f"offs_mr + {q} * (BLOCK_M // {r}), ", 1)
-            pieces = "".join(f", gl.convert_layout({p}_r{q}, epi_layout)" for p in pfs)
-            body.append(f"{fn}(gl.convert_layout(acc_e_r{q}, epi_layout), {piece_args}{pieces})")
-        out += ["    " + line for line in body]
-    return ["if EPI_ROWS > 1:"] + ["    " + line for line in out] + ["else:"] + ["    " + plain[0]]
-
-
 def _epilogue_calls(prefetch: int, tma: bool, from_smem: bool = False, indent: int = 8) -> str:
-    """The S-way split of the accumulator, each slice moved to the epilogue's layout and handed to the epilogue
-    (under EPI_ROWS in row blocks: ``_call``); with ``prefetch`` M x N inputs and PREFETCH = 1, slice i + 1's
-    inputs are loaded before slice i runs (slice 0's before the main loop: ``_prefetch_top``); with ``tma`` and
-    EPI_TMA, the one input's slice comes from the loader's buffer (consumer WHICH's slot set). ``from_smem``: the
-    EPI_WG epilogue partition's calls, each slice read from the hand-off ring instead of split from registers."""
-    rows = not from_smem
-
+    """The S-way split of the accumulator, each slice moved to the epilogue's layout and handed to the epilogue;
+    with ``prefetch`` M x N inputs and PREFETCH = 1, slice i + 1's inputs are loaded before slice i runs (slice 0's
+    before the main loop: ``_prefetch_top``); with ``tma`` and EPI_TMA, the one input's slice comes from the
+    loader's buffer (consumer WHICH's slot set). ``from_smem``: the EPI_WG epilogue partition's calls, each slice
+    read from the hand-off ring instead of split from registers."""
     def slice_lines(i: int, n: int) -> list[str]:
         args = _slice_args(str(i), str(n))
         body = _acc_slice(i, n, from_smem)
         if not prefetch:
-            return body + _call("__EPILOGUE__", args, [], rows)
+            return body + [f"__EPILOGUE__(acc_e, {args})"]
         plain = []
         if i + 1 < n:
             plain += ["if PREFETCH > 0:", f"    {_pf_names(i + 1, prefetch)} = {_prefetch_call(str(i + 1))}"]
-        plain += ["if PREFETCH > 0:"] + ["    " + c for c in _call("__EPILOGUE___pf", args,
-                                                                   _pf_names(i, prefetch).split(", "), rows)]
-        plain += ["else:"] + ["    " + c for c in _call("__EPILOGUE__", args, [], rows)]
+        plain += ["if PREFETCH > 0:",
+                  f"    __EPILOGUE___pf(acc_e, {args}, {_pf_names(i, prefetch)})",
+                  "else:",
+                  f"    __EPILOGUE__(acc_e, {args})"]
         if not tma:
             return body + plain
         slot = f"WHICH * EPILOGUE_SUBTILE + {i}"
@@ -556,8 +517,8 @@ def _epilogue_calls(prefetch: int, tma: bool, from_smem: bool = False, indent: i
                        f"    mbarrier.wait(c_ready.index({slot}), j & 1)",
                        f"    pf_t = c_bufs.index({slot}).load(epi_layout)",
                        "    fence_async_shared()",
-                       f"    mbarrier.arrive(c_empty.index({slot}), count=1)"] + [
-                           "    " + c for c in _call("__EPILOGUE___pf", args, ["pf_t"], rows)] + [
+                       f"    mbarrier.arrive(c_empty.index({slot}), count=1)",
+                       f"    __EPILOGUE___pf(acc_e, {args}, pf_t)",
                        "else:"] + ["    " + line for line in plain]
 
     return _per_subtiling(slice_lines, split=not from_smem, indent=indent)

@@ -87,9 +87,6 @@ def build_program(ep, dtype=None, *, deterministic: bool = False, templates=TEMP
         render_gemm_kernels(KERNEL_BASE, epi.fn_name, epi.params.names(),
                             tuple(t for t in templates if t != "pingpong"), epi.prefetch, scalars),
         f"EPILOGUE_PREFETCH = {epi.prefetch}  # M x N input tiles the epilogue can take prefetched\n",
-        # whether the ping-pong kernel may call the epilogue on row blocks of a slice (EPI_ROWS): not when a reduction
-        # over M writes one partials slot per tile (each row block would overwrite the others' value)
-        f"EPILOGUE_ROW_BLOCKS = {not any(r.mode == 'partials' and 'M' in r.over for r in epi.reductions)}\n",
     ]
     if pingpong:
         entry = epi.tma_input()  # the one M x N input may come through the ping-pong kernel's TMA loader (EPI_TMA)

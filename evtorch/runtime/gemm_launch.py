@@ -359,7 +359,6 @@ def prepare_launch(
         common.update(NUM_PROGRAMS=config.persistent_programs(num_sms), STAGES=config.num_stages,
                       B_COL_MAJOR=tma_layout(A, B)[2], EPILOGUE_SUBTILE=config.epilogue_subtiles, EPI_WG=epi_wg,
                       EPI_SMEM=config.flag("EPI_SMEM", 0), EPI_LOOP=bool(config.flag("EPI_LOOP")),
-                      EPI_ROWS=config.flag("EPI_ROWS", 1) if getattr(module, "EPILOGUE_ROW_BLOCKS", False) else 1,
                       CONSUMERS=consumers,
                       maxnreg=launch_maxnreg(epi_wg, consumers, config.num_warps),
                       PREFETCH=config.prefetch_slices(getattr(module, "EPILOGUE_PREFETCH", 0), A.element_size()),
