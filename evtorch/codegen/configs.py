@@ -537,6 +537,9 @@ _PINGPONG_16 = ((128, 128, 64, 3, 4),)
 # for short K loops (K <= _SHORT_K, where a tile's epilogue outlasts its main loop) it takes the place of ping-pong
 # halves without prefetch in the first five (that config was no row's pick at 8192x4096x1024 in the last bench, and
 # three rows' at 8192x8192x4096); for longer K loops it comes after the other ping-pong configs.
+# The consumers' epilogue as a runtime loop over slices carried in registers (flag EPI_LOOP) is not offered: on the
+# H200 it ran level with or slower than the same config with the slices inlined at 8192x4096x1024, and within the
+# run-to-run spread at 8192x8192x4096 (docs/benchmarks.md, "Three epilogue schedules that did not pay").
 _SHORT_K = 2048  # between the two measured points, K = 1024 (a win) and K = 4096 (a loss)
 # (BM, BN, BK, stages, subtile, PREFETCH or None, EPI_TMA, EPI_SMEM, warps)
 _PINGPONG_GLUON_16 = ((128, 128, 64, 5, 2, None, False, 0, 4), (128, 128, 64, 5, 2, 0, False, 0, 4),

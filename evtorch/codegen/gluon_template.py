@@ -65,6 +65,12 @@ barrier over the partition's threads before every ``mbarrier.arrive``, so a ring
 warpgroups' wgmma have read it. 20 warps (the loader's padded to a warpgroup) at MAXNREG8 leave each consumer
 CONSUMER_REGS8 = 112 registers. Measured on the H200: bce_loss 7% faster at 8192x4096x1024, the other rows no
 faster (docs/benchmarks.md, "Consumers of two warpgroups"); the tuner tries it for short K loops.
+
+**EPI_LOOP**: the consumer keeps its slices in registers and runs the epilogue as a runtime loop that takes
+``acc_s0`` and shifts the other slices down each iteration (``_epi_reg_loop``): one slice's epilogue code per
+consumer, as with EPI_SMEM, without the shared-memory round trip. Measured on the H200 level with or slower than
+the inlined slices (docs/benchmarks.md, "Three epilogue schedules that did not pay"): instruction fetch was not on
+the epilogue's critical path. A flag the tuner does not offer.
 """
 
 from __future__ import annotations
