@@ -82,6 +82,12 @@ PINGPONG_CONFIGS.update({f"pp{'8' if w == 8 else ''}_el_{name}": dict(
     for w in (4, 8) for name, sub, pf, tma in (("h", 2, 1, 0), ("h_p0", 2, 0, 0), ("q4", 4, 1, 0), ("q4_p0", 4, 0, 0),
                                                ("h_tma", 2, 0, 1), ("q4_tma", 4, 0, 1))})
 
+# the consumers' epilogue in the accumulator's wgmma layout (EPI_MMA)
+PINGPONG_CONFIGS.update({f"pp_mma_{name}": dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, STAGES=5 - tma,
+                                                EPILOGUE_SUBTILE=sub, PREFETCH=pf, EPI_TMA=bool(tma), EPI_MMA=True)
+                         for name, sub, pf, tma in (("h", 2, 1, 0), ("h_p0", 2, 0, 0), ("h_tma", 2, 0, 1),
+                                                   ("q4", 4, 1, 0), ("q4_tma", 4, 0, 1))})
+
 
 def _tool(name):
     return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
@@ -168,7 +174,8 @@ def compile_workload(name: str, mode: str, config: str, out_dtype=torch.bfloat16
         from evtorch.codegen.gluon_template import launch_maxnreg
 
         kern = getattr(prog.module, kernel_symbol("gemm", "pingpong"))
-        consts = dict(base, B_COL_MAJOR=False, **{"EPI_WG": 0, "EPI_SMEM": 0, "EPI_LOOP": False, "CONSUMERS": 2,
+        consts = dict(base, B_COL_MAJOR=False, **{"EPI_WG": 0, "EPI_SMEM": 0, "EPI_LOOP": False, "EPI_MMA": False,
+                                                   "CONSUMERS": 2,
                                                    **PINGPONG_CONFIGS[config]})
         warps = consts.pop("num_warps", 4)
         options = {"num_warps": warps, "maxnreg": launch_maxnreg(consts["EPI_WG"], consts["CONSUMERS"], warps)}

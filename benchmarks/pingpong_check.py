@@ -117,6 +117,19 @@ def configs() -> dict:
             "w_el_q4": gl(5, 4, 8, EPI_LOOP=True),
             "w_el_q4_tma": gl(4, 4, 8, EPI_LOOP=True, EPI_TMA=True),
         }
+    if CONFIG_SET == "mma":  # the consumers' epilogue in the accumulator's wgmma layout (EPI_MMA)
+        return {
+            **_references(),
+            "g_q4": gl(5, 4),
+            "w_q4_tma": gl(4, 4, 8, EPI_TMA=True),
+            "es1_h": gl(4, 2, EPI_SMEM=1),
+            "mma_h": gl(5, 2, EPI_MMA=True),
+            "mma_h_p0": gl(5, 2, EPI_MMA=True, PREFETCH=0),
+            "mma_h_tma": gl(4, 2, EPI_MMA=True, EPI_TMA=True),
+            "mma_q4": gl(5, 4, EPI_MMA=True),
+            "mma_q4_tma": gl(4, 4, EPI_MMA=True, EPI_TMA=True),
+            "w_mma_q4_tma": gl(4, 4, 8, EPI_MMA=True, EPI_TMA=True),
+        }
     if CONFIG_SET == "loop2":  # the register loop against the tuner's long-K candidates (run with --rounds 3)
         return {
             "base": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=True),
@@ -395,7 +408,8 @@ def phase1(args, log) -> dict:
                   "epiwg": ("wg_q4", "wg_q4_s2r3"), "epismem": ("es1_h", "es2_q4"), "whole": ("g_w1_p0",),
                   "subtile8": ("es1_s8", "es2_s8"), "consumers3": ("c3_es1_q4_p0", "c3_q4_p0", "c3_q4_tma"),
                   "wide": ("w_h", "w_q4_p0", "w_q4_tma", "w_es1_q4"),
-                  "loop": ("el_h", "el_q4_p0", "el_q4_tma", "w_el_q4_tma"), "loop2": ("el_h_p0", "el_q4")}.get(
+                  "loop": ("el_h", "el_q4_p0", "el_q4_tma", "w_el_q4_tma"), "loop2": ("el_h_p0", "el_q4"),
+                  "mma": ("mma_h", "mma_q4_tma")}.get(
                 CONFIG_SET, ("pp2_q4", "base_q4")):
             for d in ("bfloat16", "float16"):
                 jobs.append(f"E:{ex}:{c}:{d}")

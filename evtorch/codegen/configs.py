@@ -52,6 +52,9 @@ EXTRA_FLAGS: dict[str, type | tuple[type, ...]] = {
     # pingpong only: each consumer runs the epilogue as a runtime loop over its accumulator's EPILOGUE_SUBTILE (2 or
     # 4) slices carried in registers (one slice's code per consumer, no shared-memory round trip)
     "EPI_LOOP": bool,
+    # pingpong only: the consumers' epilogue in the accumulator's wgmma layout (no layout conversion through shared
+    # memory; 4-byte loads and stores instead of 16-byte vectors)
+    "EPI_MMA": bool,
     # pingpong only: consumer warpgroups taking the program's tiles in turn (2: CUTLASS's ping-pong; 3: while one
     # runs its main loop, two epilogues run, so an epilogue up to twice a tile's main loop hides; each consumer then
     # has 160 registers instead of 240, and EPI_SMEM = 1 gives CONSUMERS - 1 whole-tile buffers)
@@ -62,11 +65,12 @@ _FLAG_VALUES: dict[str, tuple[Any, ...]] = {"EPILOGUE_SUBTILE": (False, True, 1,
                                            "PREFETCH": (0, 1, 2, 3, 4), "EPI_WG": (0, 2, 3, 4),
                                            "EPI_SMEM": (0, 1, 2), "CONSUMERS": (2, 3)}
 # flags of the Gluon template alone (a fallback to persistent_tma drops them: gemm_launch.resolve_config)
-PINGPONG_ONLY_FLAGS = frozenset({"EPI_TMA", "EPI_WG", "EPI_SMEM", "EPI_LOOP", "CONSUMERS"})
+PINGPONG_ONLY_FLAGS = frozenset({"EPI_TMA", "EPI_WG", "EPI_SMEM", "EPI_LOOP", "EPI_MMA", "CONSUMERS"})
 _PINGPONG_FLAGS = PINGPONG_ONLY_FLAGS | {"EPILOGUE_SUBTILE", "PREFETCH"}
 _FLAG_DEFAULTS: dict[str, Any] = {"EPILOGUE_SUBTILE": False, "WARP_SPECIALIZE": False, "FLATTEN": False,
                                   "PROGRAMS_PER_SM": 1, "PREFETCH": None, "EPI_TMA": False, "EPI_WG": 0,
-                                  "EPI_SMEM": 0, "EPI_LOOP": False, "CONSUMERS": 2}
+                                  "EPI_SMEM": 0, "EPI_LOOP": False, "EPI_MMA": False,
+                                  "CONSUMERS": 2}
 
 # Registers per SM (every NVIDIA GPU since Kepler) and the most one thread can hold: a program of w warps is
 # guaranteed co-resident with (programs_per_sm - 1) others whatever its epilogue needs only if

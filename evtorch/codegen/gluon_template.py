@@ -148,8 +148,12 @@ _GRID = """\
 """
 _EPI_LAYOUT = """\
     EPI_N: gl.constexpr = BLOCK_N // EPILOGUE_SUBTILE
-    epi_layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (EPI_N // 8), EPI_N // 8], [gl.num_warps(), 1],
-                                                [1, 0])
+    if EPI_MMA:  # the accumulator slice's own wgmma layout: no conversion through shared memory
+        epi_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[gl.num_warps(), 1],
+                                                             instr_shape=[16, EPI_N, 16])
+    else:
+        epi_layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (EPI_N // 8), EPI_N // 8], [gl.num_warps(), 1],
+                                                    [1, 0])
 """
 _EPI_OFFS = """\
         offs_m = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, epi_layout))
@@ -159,7 +163,7 @@ _EPI_OFFS = """\
 _ARGS = ("a_desc, b_desc, a_bufs, b_bufs, ready, empty, turn, c_desc, c_bufs, c_ready, c_empty, acc_bufs, "
          "acc_ready, acc_empty, M, N, K, L, start_pid__PARAMS_CALL__, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, "
          "NUM_PROGRAMS, STAGES, B_COL_MAJOR, EPILOGUE_SUBTILE, PREFETCH, EPI_TMA, EPI_WG, EPI_SMEM, EPI_LOOP, "
-         "CONSUMERS")
+         "EPI_MMA, CONSUMERS")
 
 _PARTITION_SIG = """\
     a_desc, b_desc, a_bufs, b_bufs, ready, empty, turn, c_desc, c_bufs, c_ready, c_empty, acc_bufs, acc_ready,
@@ -167,7 +171,7 @@ _PARTITION_SIG = """\
 __PARAMS_SIG__    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
     NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, B_COL_MAJOR: gl.constexpr, EPILOGUE_SUBTILE: gl.constexpr,
     PREFETCH: gl.constexpr, EPI_TMA: gl.constexpr, EPI_WG: gl.constexpr, EPI_SMEM: gl.constexpr,
-    EPI_LOOP: gl.constexpr, CONSUMERS: gl.constexpr,
+    EPI_LOOP: gl.constexpr, EPI_MMA: gl.constexpr, CONSUMERS: gl.constexpr,
 """
 
 _PINGPONG = '''\
@@ -351,7 +355,7 @@ __PARAMS_SIG__    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.cons
     ALLOW_TF32: gl.constexpr, ACC_DTYPE: gl.constexpr, DOT_UPCAST: gl.constexpr,
     NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, B_COL_MAJOR: gl.constexpr, EPILOGUE_SUBTILE: gl.constexpr,
     PREFETCH: gl.constexpr, EPI_TMA: gl.constexpr, EPI_WG: gl.constexpr, EPI_SMEM: gl.constexpr,
-    EPI_LOOP: gl.constexpr, CONSUMERS: gl.constexpr,
+    EPI_LOOP: gl.constexpr, EPI_MMA: gl.constexpr, CONSUMERS: gl.constexpr,
 ):
     """Ping-pong GEMM + epilogue (Hopper, Gluon); grid (min(NUM_PROGRAMS, tiles),), launched with num_warps=4
     and maxnreg=launch_maxnreg(EPI_WG, CONSUMERS); 16-bit A row-major (M, K), B (K, N) row-major or, with

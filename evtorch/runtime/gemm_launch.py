@@ -358,7 +358,7 @@ def prepare_launch(
         epi_wg, consumers = config.flag("EPI_WG", 0), config.flag("CONSUMERS", 2)
         common.update(NUM_PROGRAMS=config.persistent_programs(num_sms), STAGES=config.num_stages,
                       B_COL_MAJOR=tma_layout(A, B)[2], EPILOGUE_SUBTILE=config.epilogue_subtiles, EPI_WG=epi_wg,
-                      EPI_SMEM=config.flag("EPI_SMEM", 0), EPI_LOOP=bool(config.flag("EPI_LOOP")),
+                      EPI_SMEM=config.flag("EPI_SMEM", 0), EPI_LOOP=bool(config.flag("EPI_LOOP")), EPI_MMA=bool(config.flag("EPI_MMA")),
                       CONSUMERS=consumers,
                       maxnreg=launch_maxnreg(epi_wg, consumers, config.num_warps),
                       PREFETCH=config.prefetch_slices(getattr(module, "EPILOGUE_PREFETCH", 0), A.element_size()),
