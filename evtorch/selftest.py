@@ -100,6 +100,12 @@ def run(sizes=((257, 193, 129, 3), (1024, 768, 512, 2)), dtypes=("float32", "flo
                  GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 4,
                             (("EPILOGUE_SUBTILE", 4), ("EPI_TMA", True), ("EPI_LOOP", True))),
                  GemmConfig("pingpong", 128, 128, 64, 8, 1, 8, 5, (("EPILOGUE_SUBTILE", 4), ("EPI_LOOP", True))),
+                 # the epilogue in the accumulator's wgmma layout, with the loader's input ring (the tuner's
+                 # configs for epilogues that store no M x N tile), on halves and two-warpgroup quarters
+                 GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 4,
+                            (("EPILOGUE_SUBTILE", True), ("EPI_TMA", True), ("EPI_MMA", True))),
+                 GemmConfig("pingpong", 128, 128, 64, 8, 1, 8, 4,
+                            (("EPILOGUE_SUBTILE", 4), ("EPI_TMA", True), ("EPI_MMA", True))),
                  # the epilogue-warpgroup schedule: 128x256 tiles, quarters handed off through two fp32 buffers
                  GemmConfig("pingpong", 128, 256, 64, 8, 1, 4, 3, (("EPILOGUE_SUBTILE", 4), ("EPI_WG", 2)))]
     import evtorch as evt

@@ -142,6 +142,37 @@ def test_epilogue_register_loop_config_rules():
     assert fell.template == "persistent_tma" and dict(fell.extra) == {"EPILOGUE_SUBTILE": 4}
 
 
+def test_epilogue_in_mma_layout_config_rules():
+    """EPI_MMA: a ping-pong flag (the epilogue in the accumulator's wgmma layout), with any slicing, EPI_TMA and
+    two-warpgroup consumers; no shared memory of its own (it saves the conversion's scratch); dropped by the
+    fallback."""
+    mma = pp(2, EPI_MMA=True, EPI_TMA=True)
+    assert mma.short() == "pingpong_128x128x64_g8_w4_s5_epilogue_subtile_epi_mma_epi_tma"
+    assert pp(2, EPI_MMA=False) == pp(2) and mma.smem_bytes(2) == pp(2, EPI_TMA=True).smem_bytes(2)
+    assert GemmConfig("pingpong", 128, 128, 64, 8, 1, 8, 4, (("EPILOGUE_SUBTILE", 4), ("EPI_MMA", True))).flag("EPI_MMA")
+    with pytest.raises(ValueError, match="EPI_MMA only applies"):
+        GemmConfig("persistent_tma", 128, 256, 64, 8, 1, 8, 3, (("EPI_MMA", True),))
+    fell = resolve_config(torch.randn(64, 32), torch.randn(32, 64), mma)
+    assert fell.template == "persistent_tma" and dict(fell.extra) == {"EPILOGUE_SUBTILE": True}
+
+
+def test_tile_stores_says_whether_the_epilogue_writes_an_m_by_n_tile():
+    """EpilogueCode.tile_stores (what for_epilogue's EPI_MMA rule reads): False for a loss (a scalar out of a
+    reduction) and for row sums alone, True where an M x N output is stored."""
+    from evtorch.api import get_epilogue
+    from evtorch.codegen.program import build_program
+
+    def tile_stores(fn, **inputs):
+        ep = get_epilogue(fn, (64, 32), torch.float32, inputs)
+        return build_program(ep, out_dtype=torch.float16).epilogue.tile_stores
+
+    C = torch.randn(64, 32)
+    assert not tile_stores(lambda acc, C: (acc * C).sum(), C=C)
+    assert not tile_stores(lambda acc: torch.tanh(acc).sum(dim=1))
+    assert tile_stores(lambda acc, C: torch.relu(acc + C), C=C)
+    assert tile_stores(lambda acc: (acc, acc.sum(dim=0)))
+
+
 def test_three_consumers_config_rules():
     """CONSUMERS: 2 (the default, dropped from ``extra``) or 3 consumer warpgroups, ping-pong only, not the EPI_WG
     schedule; with EPI_SMEM = 1 the loop's ring has CONSUMERS - 1 whole-tile buffers (two: 128 KiB, which leaves
@@ -221,6 +252,11 @@ def test_candidates_offer_pingpong_only_where_it_runs():
         assert long_k[2] == pp(2, PREFETCH=0) and wide in long_k[5:]
         assert [c for c in long_k if c.template == "pingpong"][-1] == wide
         assert pp(4, PREFETCH=0) in for_epilogue(long_k, tma_input=False)[5:]
+        # an epilogue that stores no M x N tile (a loss) runs its EPI_TMA configs in the wgmma layout, in place
+        mma = for_epilogue(cands, tma_input=True, tile_stores=False)
+        assert len(mma) == len(cands) and [c.flag("EPI_MMA") for c in mma] == [c.flag("EPI_TMA") for c in cands]
+        assert [dataclasses.replace(c, extra=tuple(x for x in c.extra if x[0] != "EPI_MMA")) for c in mma] == cands
+        assert for_epilogue(cands, tma_input=False, tile_stores=False) == without
     A100 = DeviceInfo("cuda", "A100", (8, 0), 108, 166912)
     assert "pingpong" not in {c.template for c in candidate_configs(8192, 4096, 1024, torch.bfloat16, A100,
                                                                     tma_ok=True)}
@@ -350,7 +386,9 @@ def test_offline_compile_specialises_unit_strides_as_a_launch_does():
                                               ("pp8_h", "identity,bias_gelu_aux"),
                                               ("pp_el_q4", "bce_loss,mixed_dag,rowreduce_tanh"),
                                               ("pp_el_h_tma", "lincomb_relu,colbcast_leaky"),
-                                              ("pp8_el_q4_tma", "dgelu_bgrad,bias_gelu_aux")])
+                                              ("pp8_el_q4_tma", "dgelu_bgrad,bias_gelu_aux"),
+                                              ("pp_mma_h_tma", "bce_loss,rowreduce_tanh"),
+                                              ("pp_mma_q4", "identity,mixed_dag,dgelu_bgrad")])
 def test_compiles_for_sm90(tmp_path, config, workloads):
     """Every kind of epilogue (stores, broadcasts, prefetched input, row / column / full reductions, two inputs)
     compiles for sm_90 with the installed Triton, within the shared memory of one SM."""

@@ -686,12 +686,21 @@ def candidate_configs(
     return _dedupe([heuristic] + kept)[:max_candidates]
 
 
-def for_epilogue(candidates: list[GemmConfig], *, tma_input: bool) -> list[GemmConfig]:
-    """``candidates`` without the configs this epilogue cannot use as configured: EPI_TMA needs the epilogue's one
-    16-bit M x N input (``EpilogueCode.tma_input``); without it such a config runs as the ping-pong halves before
-    it at one stage fewer, a near-copy that would spend a tuning slot, so the next candidate moves up (for
-    mixed_dag: ping-pong quarters without prefetch)."""
-    return list(candidates) if tma_input else [c for c in candidates if not c.flag("EPI_TMA")]
+def for_epilogue(candidates: list[GemmConfig], *, tma_input: bool, tile_stores: bool = True) -> list[GemmConfig]:
+    """``candidates`` as this epilogue can use them. EPI_TMA needs the epilogue's one 16-bit M x N input
+    (``EpilogueCode.tma_input``); without it such a config runs as the ping-pong halves before it at one stage
+    fewer, a near-copy that would spend a tuning slot, so it is dropped and the next candidate moves up (for
+    mixed_dag: ping-pong quarters without prefetch). An epilogue that stores no M x N tile (``tile_stores`` False:
+    losses, reductions, vector outputs) runs its EPI_TMA configs in the accumulator's wgmma layout (EPI_MMA): no
+    layout conversion through shared memory, and its only M x N traffic, the input, comes through the loader
+    (H200, bce_loss at 8192x4096x1024: 1.41 -> 1.33 x cuBLAS; epilogues that store tiles lose 10-35% to the
+    layout's 4-byte stores: docs/benchmarks.md, "The epilogue in the wgmma layout")."""
+    if not tma_input:
+        return [c for c in candidates if not c.flag("EPI_TMA")]
+    if tile_stores:
+        return list(candidates)
+    return _dedupe([dataclasses.replace(c, extra=c.extra + (("EPI_MMA", True),)) if c.flag("EPI_TMA") else c
+                    for c in candidates])
 
 
 def _fills_gpu(config: GemmConfig, M: int, N: int, L: int, info: DeviceInfo) -> bool:

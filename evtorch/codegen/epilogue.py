@@ -65,6 +65,9 @@ class EpilogueCode:
     # per prefetched tile, in ``pf<k>`` order: (pointer param, {axis: stride param}, input name, its dtype), for
     # templates that load the tiles themselves (the ping-pong kernel's TMA loader)
     prefetch_inputs: list = field(default_factory=list)
+    # whether the epilogue stores an M x N tile output (a vector, scalar or reduction-only epilogue does not): the
+    # tuner offers the wgmma-layout epilogue (EPI_MMA, 4-byte accesses) only where it does not
+    tile_stores: bool = True
 
     def tma_input(self):
         """The prefetched tile a template may copy by TMA itself (the ping-pong loader, EPI_TMA): the epilogue's
@@ -123,8 +126,10 @@ class EpilogueEmitter:
         if self.prefetched:
             source += "\n\n" + self._prefetch_function() + "\n\n" + self._function(f"{self.fn_name}_pf", True)
         inputs = [(*self._input_params(n), n.target, n.dtype) for n in self.prefetched]
+        tile_stores = any(n.op == "output" and n.stage == Stage.TILE
+                          and {"M", "N"} <= set(output_base_axes(n.attrs["dims"])) for n in self.graph.nodes)
         return EpilogueCode(source, self.fn_name, self.params, self.reductions, self.user_ops,
-                            prefetch=len(self.prefetched), prefetch_inputs=inputs)
+                            prefetch=len(self.prefetched), prefetch_inputs=inputs, tile_stores=tile_stores)
 
     def _prologue(self) -> None:
         w = self.lines.append

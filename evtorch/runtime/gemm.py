@@ -418,7 +418,8 @@ def _choose_config(ep, prog, A, B, inputs, out_dtype, deterministic, allow_tf32)
     heuristic = heuristic_config(M, N, K, A.dtype, A.device, L=L, tma_ok=tma_ok, allow_tf32=allow_tf32)
     key = make_tune_key(A, B, prog.tune_hash + ("det" if deterministic else ""), prog.key[4], (out_dtype,))
     candidates = candidate_configs(M, N, K, A.dtype, A.device, L=L, tma_ok=tma_ok, allow_tf32=allow_tf32)
-    candidates = for_epilogue(candidates, tma_input=prog.epilogue.tma_input() is not None)
+    candidates = for_epilogue(candidates, tma_input=prog.epilogue.tma_input() is not None,
+                              tile_stores=prog.epilogue.tile_stores)
 
     def bench(cfg: GemmConfig) -> float:
         return time_ms(lambda: _execute(ep, prog, A, B, inputs, out_dtype, allow_tf32, cfg), graph=True)
