@@ -693,7 +693,7 @@ def for_epilogue(candidates: list[GemmConfig], *, tma_input: bool, tile_stores: 
     mixed_dag: ping-pong quarters without prefetch). An epilogue that stores no M x N tile (``tile_stores`` False:
     losses, reductions, vector outputs) runs its EPI_TMA configs in the accumulator's wgmma layout (EPI_MMA): no
     layout conversion through shared memory, and its only M x N traffic, the input, comes through the loader
-    (H200, bce_loss at 8192x4096x1024: 1.41 -> 1.33 x cuBLAS; epilogues that store tiles lose 10-35% to the
+    (H200, bce_loss at 8192x4096x1024: 1.41 -> 1.33 x cuBLAS; epilogues that store tiles lose 6-40% to the
     layout's 4-byte stores: docs/benchmarks.md, "The epilogue in the wgmma layout")."""
     if not tma_input:
         return [c for c in candidates if not c.flag("EPI_TMA")]

@@ -71,6 +71,13 @@ faster (docs/benchmarks.md, "Consumers of two warpgroups"); the tuner tries it f
 consumer, as with EPI_SMEM, without the shared-memory round trip. Measured on the H200 level with or slower than
 the inlined slices (docs/benchmarks.md, "Three epilogue schedules that did not pay"): instruction fetch was not on
 the epilogue's critical path. A flag the tuner does not offer.
+
+**EPI_MMA**: the epilogue runs in the accumulator's own wgmma layout (``_EPI_LAYOUT``: an NVMMA distributed layout
+of the slice's width), so moving a slice to it is a no-op instead of a round trip through shared memory; the
+epilogue's global loads and stores are then 4-byte pieces instead of 16-byte vectors. On the H200 that paid where
+the epilogue stores no M x N tile and its input comes through the loader (bce_loss at 8192x4096x1024: 1.41 ->
+1.33 x cuBLAS) and lost 6-40% where it stores tiles, so ``configs.for_epilogue`` turns it on for the EPI_TMA
+candidates of epilogues without tile stores.
 """
 
 from __future__ import annotations
