@@ -497,23 +497,21 @@ def phase2(args, b, results) -> None:
 
 
 def _paired_row(b, row: dict, cfgs: dict, call, cublas, rounds: int) -> None:
-    """``--rounds R``: every config's call captured in a CUDA graph, then R rounds that each time cuBLAS and every
-    config in turn (as ``Harness.paired``, each with the harness's full repeats; cuBLAS first, then the configs in
-    an order reversed every other round, so no config always follows the same one). A config's entry in ``row["ms"]`` is cuBLAS's median times the median over the rounds of its
-    time / cuBLAS's time in the same round: the ratio sees one round's clocks (on the H200 cuBLAS alone drifted
-    0.70 -> 0.83 ms within one row of a single-round run), and the rounds give its spread (``row["ratios"]``)."""
+    """``--rounds R``: cuBLAS and every config's call captured in CUDA graphs, then R rounds that each time them
+    all in turn (as ``Harness.paired``, each with the harness's full repeats; cuBLAS first, then the configs in an
+    order reversed every other round, so no config always follows the same one). A config's entry in
+    ``row["ms"]`` is cuBLAS's median times the median over the rounds of its time / cuBLAS's time in the same
+    round: the ratio sees one round's clocks (on the H200 cuBLAS alone drifted 0.70 -> 0.83 ms within one row of
+    a single-round run), and the rounds give its spread (``row["ratios"]``)."""
     graphs = {"cublas": b.capture(cublas) or cublas}
     for cname, cfg in cfgs.items():
-        try:
-            graphs[cname] = b.capture(lambda cfg=cfg: call(cfg))
-        except Exception as exc:  # noqa: BLE001
-            row.setdefault("errors", {})[cname] = f"{type(exc).__name__}: {exc}"[:300]
-    graphs = {k: v for k, v in graphs.items() if v is not None}
-    names = list(graphs)
+        graphs[cname] = b.capture(lambda cfg=cfg: call(cfg))  # None (logged) where the call or capture fails
+        if graphs[cname] is None:
+            row.setdefault("errors", {})[cname] = "capture failed (see the log)"
+    names = [k for k, v in graphs.items() if v is not None]
     times = {k: [] for k in names}
     for r in range(rounds):
-        order = names if r % 2 == 0 else names[:1] + names[:0:-1]
-        for k in order:
+        for k in names if r % 2 == 0 else names[:1] + names[:0:-1]:
             times[k].append(b.timer(graphs[k]))
     row["cublas_ms"] = statistics.median(times["cublas"])
     row["cublas_ms_after"] = times["cublas"][-1]

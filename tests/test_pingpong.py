@@ -143,13 +143,16 @@ def test_epilogue_register_loop_config_rules():
 
 
 def test_epilogue_in_mma_layout_config_rules():
-    """EPI_MMA: a ping-pong flag (the epilogue in the accumulator's wgmma layout), with any slicing, EPI_TMA and
-    two-warpgroup consumers; no shared memory of its own (it saves the conversion's scratch); dropped by the
-    fallback."""
+    """EPI_MMA: a ping-pong flag (the epilogue in the accumulator's wgmma layout) for slices from registers, with
+    any slicing, EPI_TMA and two-warpgroup consumers; not with the EPI_SMEM / EPI_LOOP loops or the EPI_WG schedule;
+    no shared memory of its own (it saves the conversion's scratch); dropped by the fallback."""
     mma = pp(2, EPI_MMA=True, EPI_TMA=True)
     assert mma.short() == "pingpong_128x128x64_g8_w4_s5_epilogue_subtile_epi_mma_epi_tma"
     assert pp(2, EPI_MMA=False) == pp(2) and mma.smem_bytes(2) == pp(2, EPI_TMA=True).smem_bytes(2)
     assert GemmConfig("pingpong", 128, 128, 64, 8, 1, 8, 4, (("EPILOGUE_SUBTILE", 4), ("EPI_MMA", True))).flag("EPI_MMA")
+    for other in (dict(EPI_SMEM=1), dict(EPI_LOOP=True)):
+        with pytest.raises(ValueError, match="EPI_MMA .* not with EPI_SMEM, EPI_WG or EPI_LOOP"):
+            pp(2, EPI_MMA=True, **other)
     with pytest.raises(ValueError, match="EPI_MMA only applies"):
         GemmConfig("persistent_tma", 128, 256, 64, 8, 1, 8, 3, (("EPI_MMA", True),))
     fell = resolve_config(torch.randn(64, 32), torch.randn(32, 64), mma)

@@ -200,6 +200,11 @@ class GemmConfig:
                                  "needs EPILOGUE_SUBTILE 2 or 4 and no EPI_SMEM or EPI_WG, got EPILOGUE_SUBTILE="
                                  f"{extra.get('EPILOGUE_SUBTILE', False)!r}, EPI_SMEM={extra.get('EPI_SMEM', 0)}, "
                                  f"EPI_WG={extra.get('EPI_WG', 0)}")
+            if extra.get("EPI_MMA") and (extra.get("EPI_SMEM") or extra.get("EPI_WG") or extra.get("EPI_LOOP")):
+                raise ValueError("GemmConfig.extra EPI_MMA (the consumers' epilogue in the wgmma layout) applies to "
+                                 "slices from registers: not with EPI_SMEM, EPI_WG or EPI_LOOP, got "
+                                 f"EPI_SMEM={extra.get('EPI_SMEM', 0)}, EPI_WG={extra.get('EPI_WG', 0)}, "
+                                 f"EPI_LOOP={extra.get('EPI_LOOP', False)}")
         elif extra and self.template != "persistent_tma":
             raise ValueError(f"GemmConfig.extra flags {sorted(extra)} only apply to template='persistent_tma'")
         elif PINGPONG_ONLY_FLAGS & set(extra):
