@@ -509,6 +509,16 @@ def _prefetch_call(s: str | None, rows: str = "M") -> str:
     return f"__EPILOGUE___prefetch(offs_m, {cols}, 0, {rows}, N, L__PARAMS_CALL__)"
 
 
+def _from_loader(slot: str, args: str) -> list[str]:
+    """EPI_TMA: the epilogue call on ``acc_e`` with its input's slice read from the loader's buffer ``slot`` (once
+    the copy has landed; the buffer is released right after the read) instead of loaded from global memory."""
+    return [f"mbarrier.wait(c_ready.index({slot}), j & 1)",
+            f"pf_t = c_bufs.index({slot}).load(epi_layout)",
+            "fence_async_shared()",
+            f"mbarrier.arrive(c_empty.index({slot}), count=1)",
+            f"__EPILOGUE___pf(acc_e, {args}, pf_t)"]
+
+
 def _epilogue_calls(prefetch: int, tma: bool, from_smem: bool = False, indent: int = 8) -> str:
     """The S-way split of the accumulator, each slice moved to the epilogue's layout and handed to the epilogue;
     with ``prefetch`` M x N inputs and PREFETCH = 1, slice i + 1's inputs are loaded before slice i runs (slice 0's
@@ -529,14 +539,8 @@ def _epilogue_calls(prefetch: int, tma: bool, from_smem: bool = False, indent: i
                   f"    __EPILOGUE__(acc_e, {args})"]
         if not tma:
             return body + plain
-        slot = f"WHICH * EPILOGUE_SUBTILE + {i}"
-        return body + ["if EPI_TMA:",
-                       f"    mbarrier.wait(c_ready.index({slot}), j & 1)",
-                       f"    pf_t = c_bufs.index({slot}).load(epi_layout)",
-                       "    fence_async_shared()",
-                       f"    mbarrier.arrive(c_empty.index({slot}), count=1)",
-                       f"    __EPILOGUE___pf(acc_e, {args}, pf_t)",
-                       "else:"] + ["    " + line for line in plain]
+        return (body + ["if EPI_TMA:"] + ["    " + c for c in _from_loader(f"WHICH * EPILOGUE_SUBTILE + {i}", args)]
+                + ["else:"] + ["    " + line for line in plain])
 
     return _per_subtiling(slice_lines, split=not from_smem, indent=indent)
 
@@ -620,11 +624,12 @@ def _epi_reg_loop(prefetch: int, tma: bool) -> str:
     """EPI_LOOP: the consumer's epilogue as a runtime loop over its accumulator's EPILOGUE_SUBTILE (2 or 4) slices,
     carried in registers: each iteration takes slice ``acc_s0`` and shifts the others down one place (register
     moves: 64 per iteration on halves, 96 on quarters, beside the slice's epilogue). One slice's epilogue code per
-    consumer instead of S inlined copies, without EPI_SMEM's round trip through shared memory: bce_loss's two
-    consumers' inlined copies (~3000 SASS instructions each) do not stay in the instruction caches (Nsight Compute,
-    H200: consumer 1 waited on instruction fetch for 30% of its epilogue's stall samples). With PREFETCH = 1 the
-    next slice's inputs load before this slice's epilogue (none after the last: row bound 0) and are carried as the
-    next iteration's; with ``tma`` and EPI_TMA the input's slice comes from the loader's buffer."""
+    consumer instead of S inlined copies, without EPI_SMEM's round trip through shared memory. (Built because a
+    consumer waited on instruction fetch for 30% of bce_loss's epilogue stall samples; the loop halved the code and
+    ran no faster on the H200: docs/benchmarks.md, "Three epilogue schedules that did not pay".) With PREFETCH = 1
+    the next slice's inputs load before this slice's epilogue (none after the last: row bound 0) and are carried
+    as the next iteration's; with ``tma`` and EPI_TMA the input's slice comes from the loader's buffer
+    (``_from_loader``)."""
     args = _slice_args("s", "EPILOGUE_SUBTILE")
     def body(n: int) -> list[str]:
         names = [f"acc_s{i}" for i in range(n)]
@@ -637,13 +642,11 @@ def _epi_reg_loop(prefetch: int, tma: bool) -> str:
             call = ["if PREFETCH > 0:", f"    {nxt} = {ahead}", f"    __EPILOGUE___pf(acc_e, {args}, {cur})",
                     f"    {cur} = {nxt}", "else:", f"    __EPILOGUE__(acc_e, {args})"]
             if tma:
-                slot = "WHICH * EPILOGUE_SUBTILE + s"
-                call = ["if EPI_TMA:", f"    mbarrier.wait(c_ready.index({slot}), j & 1)",
-                        f"    pf_t = c_bufs.index({slot}).load(epi_layout)", "    fence_async_shared()",
-                        f"    mbarrier.arrive(c_empty.index({slot}), count=1)",
-                        f"    __EPILOGUE___pf(acc_e, {args}, pf_t)", "else:"] + ["    " + c for c in call]
+                call = (["if EPI_TMA:"] + ["    " + c for c in _from_loader("WHICH * EPILOGUE_SUBTILE + s", args)]
+                        + ["else:"] + ["    " + c for c in call])
         return _split_lines(n) + lines + ["    " + c for c in call] + ["    " + rotate]
-    out = ["if EPILOGUE_SUBTILE == 4:"] + ["    " + l for l in body(4)] + ["else:"] + ["    " + l for l in body(2)]
+    out = (["if EPILOGUE_SUBTILE == 4:"] + ["    " + line for line in body(4)]
+           + ["else:"] + ["    " + line for line in body(2)])
     return _indent("\n".join(out), 12)
 
 
