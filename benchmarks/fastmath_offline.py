@@ -171,12 +171,11 @@ def compile_workload(name: str, mode: str, config: str, out_dtype=torch.bfloat16
     if config in PINGPONG_CONFIGS:
         from triton.experimental.gluon._runtime import GluonASTSource
 
+        from evtorch.codegen.configs import PINGPONG_KERNEL_DEFAULTS
         from evtorch.codegen.gluon_template import launch_maxnreg
 
         kern = getattr(prog.module, kernel_symbol("gemm", "pingpong"))
-        consts = dict(base, B_COL_MAJOR=False, **{"EPI_WG": 0, "EPI_SMEM": 0, "EPI_LOOP": False, "EPI_MMA": False,
-                                                   "CONSUMERS": 2,
-                                                   **PINGPONG_CONFIGS[config]})
+        consts = dict(base, B_COL_MAJOR=False, **{**PINGPONG_KERNEL_DEFAULTS, **PINGPONG_CONFIGS[config]})
         warps = consts.pop("num_warps", 4)
         options = {"num_warps": warps, "maxnreg": launch_maxnreg(consts["EPI_WG"], consts["CONSUMERS"], warps)}
         source = GluonASTSource

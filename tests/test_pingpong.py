@@ -148,6 +148,12 @@ def test_epilogue_in_mma_layout_config_rules():
     no shared memory of its own (it saves the conversion's scratch); dropped by the fallback."""
     mma = pp(2, EPI_MMA=True, EPI_TMA=True)
     assert mma.short() == "pingpong_128x128x64_g8_w4_s5_epilogue_subtile_epi_mma_epi_tma"
+    # the launcher passes the kernel's schedule constexprs from one table: every one is a kernel parameter
+    from evtorch.codegen.configs import PINGPONG_KERNEL_DEFAULTS
+    assert pp(2).pingpong_flags() == PINGPONG_KERNEL_DEFAULTS
+    assert mma.pingpong_flags() == {**PINGPONG_KERNEL_DEFAULTS, "EPI_MMA": True}
+    kernel = gluon_template.render_pingpong("k", "epi", []).split("\ndef k(")[1].split("):")[0]
+    assert all(f"{name}: gl.constexpr" in kernel for name in PINGPONG_KERNEL_DEFAULTS)
     assert pp(2, EPI_MMA=False) == pp(2) and mma.smem_bytes(2) == pp(2, EPI_TMA=True).smem_bytes(2)
     assert GemmConfig("pingpong", 128, 128, 64, 8, 1, 8, 4, (("EPILOGUE_SUBTILE", 4), ("EPI_MMA", True))).flag("EPI_MMA")
     for other in (dict(EPI_SMEM=1), dict(EPI_LOOP=True)):

@@ -71,6 +71,9 @@ _FLAG_DEFAULTS: dict[str, Any] = {"EPILOGUE_SUBTILE": False, "WARP_SPECIALIZE": 
                                   "PROGRAMS_PER_SM": 1, "PREFETCH": None, "EPI_TMA": False, "EPI_WG": 0,
                                   "EPI_SMEM": 0, "EPI_LOOP": False, "EPI_MMA": False,
                                   "CONSUMERS": 2}
+# The Gluon kernel's schedule constexprs and their values when a config does not set them (every Gluon-only flag but
+# EPI_TMA, which runtime.gemm sets per call where the input allows it): ``GemmConfig.pingpong_flags``
+PINGPONG_KERNEL_DEFAULTS: dict[str, Any] = {f: _FLAG_DEFAULTS[f] for f in sorted(PINGPONG_ONLY_FLAGS - {"EPI_TMA"})}
 
 # Registers per SM (every NVIDIA GPU since Kepler) and the most one thread can hold: a program of w warps is
 # guaranteed co-resident with (programs_per_sm - 1) others whatever its epilogue needs only if
@@ -228,6 +231,10 @@ class GemmConfig:
         if name not in EXTRA_FLAGS:
             raise KeyError(f"unknown GemmConfig flag {name!r}; known: {sorted(EXTRA_FLAGS)}")
         return dict(self.extra).get(name, default)
+
+    def pingpong_flags(self) -> dict[str, Any]:
+        """The Gluon kernel's schedule constexprs for this config (``PINGPONG_KERNEL_DEFAULTS`` where unset)."""
+        return {name: self.flag(name, default) for name, default in PINGPONG_KERNEL_DEFAULTS.items()}
 
     @property
     def epilogue_subtiles(self) -> int:

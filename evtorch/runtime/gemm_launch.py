@@ -355,12 +355,10 @@ def prepare_launch(
         num_sms = device_info(A.device).num_sms
         out.jit, out.grid = _kernel(module, kernel_name, "pingpong"), (config.persistent_grid(num_sms, tiles),)
         del common["num_stages"]  # the ring depth is the STAGES constexpr; Gluon does no software pipelining
-        epi_wg, consumers = config.flag("EPI_WG", 0), config.flag("CONSUMERS", 2)
+        flags = config.pingpong_flags()  # EPI_WG, EPI_SMEM, EPI_LOOP, EPI_MMA, CONSUMERS
         common.update(NUM_PROGRAMS=config.persistent_programs(num_sms), STAGES=config.num_stages,
-                      B_COL_MAJOR=tma_layout(A, B)[2], EPILOGUE_SUBTILE=config.epilogue_subtiles, EPI_WG=epi_wg,
-                      EPI_SMEM=config.flag("EPI_SMEM", 0), EPI_LOOP=bool(config.flag("EPI_LOOP")), EPI_MMA=bool(config.flag("EPI_MMA")),
-                      CONSUMERS=consumers,
-                      maxnreg=launch_maxnreg(epi_wg, consumers, config.num_warps),
+                      B_COL_MAJOR=tma_layout(A, B)[2], EPILOGUE_SUBTILE=config.epilogue_subtiles, **flags,
+                      maxnreg=launch_maxnreg(flags["EPI_WG"], flags["CONSUMERS"], config.num_warps),
                       PREFETCH=config.prefetch_slices(getattr(module, "EPILOGUE_PREFETCH", 0), A.element_size()),
                       EPI_TMA=False)  # runtime.gemm turns it on per call where the input allows (see there)
     else:  # GemmConfig validates templates; this guards future additions
