@@ -88,6 +88,16 @@ PINGPONG_CONFIGS.update({f"pp_mma_{name}": dict(BLOCK_M=128, BLOCK_N=128, BLOCK_
                          for name, sub, pf, tma in (("h", 2, 1, 0), ("h_p0", 2, 0, 0), ("h_tma", 2, 0, 1),
                                                    ("q4", 4, 1, 0), ("q4_tma", 4, 0, 1))})
 
+# the consumers' tile outputs stored by TMA from shared buffers (TMA_STORE = the epilogue's count of M x N outputs,
+# set per workload in compile_workload), in the wgmma layout or not
+PINGPONG_CONFIGS.update({f"pp_{name}": dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, STAGES=stages, EPILOGUE_SUBTILE=sub,
+                                            PREFETCH=pf, EPI_TMA=bool(tma), EPI_MMA=mma, TMA_STORE=True)
+                         for name, stages, sub, pf, tma, mma in (("ts_h", 4, 2, 1, 0, False),
+                                                                 ("mma_ts_h", 4, 2, 1, 0, True),
+                                                                 ("mma_ts_h_tma", 4, 2, 0, 1, True),
+                                                                 ("mma_ts_q4", 5, 4, 0, 0, True),
+                                                                 ("mma_ts_q4_tma", 4, 4, 0, 1, True))})
+
 
 def _tool(name):
     return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
@@ -176,6 +186,8 @@ def compile_workload(name: str, mode: str, config: str, out_dtype=torch.bfloat16
 
         kern = getattr(prog.module, kernel_symbol("gemm", "pingpong"))
         consts = dict(base, B_COL_MAJOR=False, **{**PINGPONG_KERNEL_DEFAULTS, **PINGPONG_CONFIGS[config]})
+        if consts["TMA_STORE"] is True:
+            consts["TMA_STORE"] = len(prog.epilogue.tma_outputs)
         warps = consts.pop("num_warps", 4)
         options = {"num_warps": warps, "maxnreg": launch_maxnreg(consts["EPI_WG"], consts["CONSUMERS"], warps)}
         source = GluonASTSource

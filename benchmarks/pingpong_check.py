@@ -130,6 +130,20 @@ def configs() -> dict:
             "mma_q4_tma": gl(4, 4, EPI_MMA=True, EPI_TMA=True),
             "w_mma_q4_tma": gl(4, 4, 8, EPI_MMA=True, EPI_TMA=True),
         }
+    if CONFIG_SET == "tmastore":  # the consumers' tile outputs stored by TMA (TMA_STORE), in the wgmma layout or not
+        return {
+            **_references(),
+            "g_q4": gl(5, 4),
+            "w_q4_tma": gl(4, 4, 8, EPI_TMA=True),
+            "mma_h_tma": gl(4, 2, EPI_MMA=True, EPI_TMA=True),
+            "ts_h": gl(4, 2, TMA_STORE=2),
+            "mma_ts_h": gl(4, 2, EPI_MMA=True, TMA_STORE=2),
+            "mma_ts_h_p0": gl(4, 2, EPI_MMA=True, TMA_STORE=2, PREFETCH=0),
+            "mma_ts_h_tma": gl(4, 2, EPI_MMA=True, EPI_TMA=True, TMA_STORE=2),
+            "mma_ts_q4": gl(5, 4, EPI_MMA=True, TMA_STORE=2, PREFETCH=0),
+            "mma_ts_q4_tma": gl(4, 4, EPI_MMA=True, EPI_TMA=True, TMA_STORE=2),
+            "w_mma_ts_q4_tma": gl(4, 4, 8, EPI_MMA=True, EPI_TMA=True, TMA_STORE=2),
+        }
     if CONFIG_SET == "loop2":  # the register loop against the tuner's long-K candidates (run with --rounds 3)
         return {
             "base": tma(128, 256, 8, 3, EPILOGUE_SUBTILE=True),

@@ -106,6 +106,12 @@ def run(sizes=((257, 193, 129, 3), (1024, 768, 512, 2)), dtypes=("float32", "flo
                             (("EPILOGUE_SUBTILE", True), ("EPI_TMA", True), ("EPI_MMA", True))),
                  GemmConfig("pingpong", 128, 128, 64, 8, 1, 8, 4,
                             (("EPILOGUE_SUBTILE", 4), ("EPI_TMA", True), ("EPI_MMA", True))),
+                 # tile outputs stored by TMA from shared buffers: in the wgmma layout with the loader's input ring
+                 # (output 0 in the input's slice buffer), and from the blocked layout on quarters
+                 GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 4,
+                            (("EPILOGUE_SUBTILE", True), ("EPI_TMA", True), ("EPI_MMA", True), ("TMA_STORE", 2))),
+                 GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 5,
+                            (("EPILOGUE_SUBTILE", 4), ("PREFETCH", 0), ("TMA_STORE", 2))),
                  # the epilogue-warpgroup schedule: 128x256 tiles, quarters handed off through two fp32 buffers
                  GemmConfig("pingpong", 128, 256, 64, 8, 1, 4, 3, (("EPILOGUE_SUBTILE", 4), ("EPI_WG", 2)))]
     import evtorch as evt

@@ -182,6 +182,66 @@ def test_tile_stores_says_whether_the_epilogue_writes_an_m_by_n_tile():
     assert tile_stores(lambda acc: (acc, acc.sum(dim=0)))
 
 
+def test_tma_store_config_rules():
+    """TMA_STORE = T: a ping-pong flag (the consumers' T tile outputs stored by TMA) for slices from registers,
+    with any slicing, EPI_TMA, EPI_MMA and two-warpgroup consumers; not with the EPI_SMEM / EPI_LOOP loops or the
+    EPI_WG schedule; a 16-bit slice buffer per consumer and output, but the one output that takes the EPI_TMA
+    input's slice buffer; passed to the kernel as a constexpr; dropped by the fallback."""
+    ts = pp(2, EPI_MMA=True, TMA_STORE=2)
+    assert ts.short() == "pingpong_128x128x64_g8_w4_s5_epilogue_subtile_epi_mma_tma_store2"
+    assert ts.pingpong_flags()["TMA_STORE"] == 2 and pp(2, TMA_STORE=0) == pp(2)
+    slice_bytes = 2 * 128 * 64 * 2  # two consumers, one [128, 64] 16-bit slice each
+    assert ts.smem_bytes(2) == pp(2).smem_bytes(2) + 2 * slice_bytes
+    assert pp(4, TMA_STORE=1).smem_bytes(2) == pp(4).smem_bytes(2) + slice_bytes // 2
+    with_input = pp(2, EPI_TMA=True)
+    assert pp(2, EPI_TMA=True, TMA_STORE=1).smem_bytes(2) == with_input.smem_bytes(2)
+    assert pp(2, EPI_TMA=True, TMA_STORE=2).smem_bytes(2) == with_input.smem_bytes(2) + slice_bytes
+    for other in (dict(EPI_SMEM=1), dict(EPI_LOOP=True)):
+        with pytest.raises(ValueError, match="TMA_STORE=1 .* not with EPI_SMEM, EPI_WG or EPI_LOOP"):
+            pp(2, TMA_STORE=1, **other)
+    with pytest.raises(ValueError, match="TMA_STORE=1 .* not with EPI_SMEM, EPI_WG or EPI_LOOP"):
+        GemmConfig("pingpong", 128, 256, 64, 8, 1, 4, 3, (("EPILOGUE_SUBTILE", 4), ("EPI_WG", 2), ("TMA_STORE", 1)))
+    with pytest.raises(ValueError, match=r"TMA_STORE'\] must be one of"):
+        pp(2, TMA_STORE=9)
+    with pytest.raises(ValueError, match="TMA_STORE only applies"):
+        GemmConfig("persistent_tma", 128, 256, 64, 8, 1, 8, 3, (("TMA_STORE", 1),))
+    fell = resolve_config(torch.randn(64, 32), torch.randn(32, 64), ts)
+    assert fell.template == "persistent_tma" and dict(fell.extra) == {"EPILOGUE_SUBTILE": True}
+
+
+def test_tma_outputs_are_the_m_by_n_tile_outputs():
+    """EpilogueCode.tma_outputs: the outputs stored over exactly (M, N), in the order ``<fn>_st`` / ``<fn>_pf_st``
+    return them (in the output dtype, broadcast to the slice), which store everything else themselves; none for
+    a loss or vector outputs (no ``_st`` functions then). The rendered kernel stores each returned output by TMA."""
+    from evtorch.api import get_epilogue
+    from evtorch.codegen.program import build_program
+
+    def code(fn, **inputs):
+        ep = get_epilogue(fn, (64, 32), torch.float32, inputs)
+        return build_program(ep, out_dtype=torch.float16)
+
+    C, v = torch.randn(64, 32), torch.randn(64)
+    prog = code(lambda acc, C, v: (torch.relu(acc + C), acc.sum(dim=1), v[:, None] + acc * 0, acc + 1), C=C, v=v)
+    epi = prog.epilogue
+    assert [(ptr, strides, pos) for ptr, strides, pos in epi.tma_outputs] == [
+        ("out0", {"M": "so0_M", "N": "so0_N"}, 0), ("out2", {"M": "so2_M", "N": "so2_N"}, 2),
+        ("out3", {"M": "so3_M", "N": "so3_N"}, 3)]
+    st = epi.source.split("def epilogue_pf_st(")[1]
+    returned = st.split("return ")[1].split("\n")[0]
+    assert returned.count(".dtype.element_ty)") == 3 and "out1" not in returned
+    assert "tl.store(out0" not in st and "tl.store(out2" not in st and "tl.atomic_add(out1" in st
+    assert "def epilogue_st(" in epi.source
+    kernel = prog.source.split("def gemm_pingpong(")[1]
+    assert kernel.count("tma.make_tensor_descriptor(out") == 3 and "o_desc2, o_bufs2" in prog.source
+    assert "epilogue_pf_st(acc_e" in prog.source and "tma_store(o_desc2" in prog.source
+    loss = code(lambda acc, C: (acc * C).sum(), C=C).epilogue
+    assert loss.tma_outputs == [] and "_st(" not in loss.source
+    vec = code(lambda acc: (acc.sum(dim=0), torch.tanh(acc).amax(dim=1))).epilogue
+    assert vec.tma_outputs == [] and "_st(" not in vec.source
+    with pytest.raises(ValueError, match="tma_outputs pointer"):
+        gluon_template.render_pingpong("k", "epi", [], tma_outputs=(("o-1", "s"),))
+
+
 def test_three_consumers_config_rules():
     """CONSUMERS: 2 (the default, dropped from ``extra``) or 3 consumer warpgroups, ping-pong only, not the EPI_WG
     schedule; with EPI_SMEM = 1 the loop's ring has CONSUMERS - 1 whole-tile buffers (two: 128 KiB, which leaves
@@ -397,7 +457,10 @@ def test_offline_compile_specialises_unit_strides_as_a_launch_does():
                                               ("pp_el_h_tma", "lincomb_relu,colbcast_leaky"),
                                               ("pp8_el_q4_tma", "dgelu_bgrad,bias_gelu_aux"),
                                               ("pp_mma_h_tma", "bce_loss,rowreduce_tanh"),
-                                              ("pp_mma_q4", "identity,mixed_dag,dgelu_bgrad")])
+                                              ("pp_mma_q4", "identity,mixed_dag,dgelu_bgrad"),
+                                              ("pp_mma_ts_h_tma", "colbcast_leaky,rowreduce_tanh,bce_loss"),
+                                              ("pp_ts_h", "bias_gelu_aux,mixed_dag,identity"),
+                                              ("pp_mma_ts_q4", "dgelu_bgrad,lincomb_relu")])
 def test_compiles_for_sm90(tmp_path, config, workloads):
     """Every kind of epilogue (stores, broadcasts, prefetched input, row / column / full reductions, two inputs)
     compiles for sm_90 with the installed Triton, within the shared memory of one SM."""

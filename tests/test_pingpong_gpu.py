@@ -256,3 +256,45 @@ def test_epilogue_in_mma_layout(name):
            deterministic=True)
     _check(name, 1000, 776, 520, pp(4, 4, warps=8, EPI_MMA=True, EPI_TMA=True), seed=3)
     _check(name, 300, 200, 64, pp(2, 5, EPI_MMA=True), seed=4)
+
+
+def _launch_flags(name, A, B, cfg, **inputs) -> dict:
+    """The constexprs the ping-pong kernel of ``evt.gemm(A, B, EXAMPLES[name].fn, config=cfg)`` was launched with."""
+    from evtorch.runtime import gemm as runtime_gemm
+
+    runtime_gemm._launches.clear()
+    evt.gemm(A, B, EXAMPLES[name].fn, config=cfg, **inputs)
+    (launch,) = runtime_gemm._launches.values()
+    return launch.gemm.common
+
+
+@needs_hopper
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_tile_outputs_stored_by_tma(name):
+    """TMA_STORE: every epilogue kind with its M x N outputs written into shared buffers and stored by TMA (rows
+    and columns past M and N clipped by the TMA unit): ragged halves in the wgmma layout with the prefetch rule;
+    the loader's input ring (EPI_TMA: output 0 takes the input's slice buffer, released at the next main loop)
+    with many tiles per program, column-major B, fp16, deterministic; quarters in the blocked layout; consumers of
+    two warpgroups; fewer tiles than programs."""
+    _check(name, 1000, 776, 520, pp(2, 4, EPI_MMA=True, TMA_STORE=2))
+    _check(name, 4096, 4096, 768, pp(2, 4, EPI_MMA=True, EPI_TMA=True, TMA_STORE=2), b_col=True, seed=1)
+    _check(name, 4096, 3000, 1000, pp(4, 4, EPI_MMA=True, EPI_TMA=True, TMA_STORE=2), dtype=torch.float16,
+           seed=2, deterministic=True)
+    _check(name, 1000, 776, 520, pp(4, 5, TMA_STORE=2, PREFETCH=0), seed=3)
+    _check(name, 1000, 776, 520, pp(4, 4, warps=8, EPI_MMA=True, EPI_TMA=True, TMA_STORE=2), seed=4)
+    _check(name, 300, 200, 64, pp(2, 4, EPI_MMA=True, TMA_STORE=2), seed=5)
+
+
+@needs_hopper
+def test_tma_store_only_where_the_outputs_allow():
+    """The launcher keeps TMA_STORE (and, for a tile-storing epilogue, EPI_MMA) only where every TMA-stored output
+    has a 16-byte row pitch: N = 1001 (column-major B keeps the operands TMA-able) runs without both, correctly;
+    N = 1000 runs with both."""
+    cfg = pp(2, 4, EPI_MMA=True, TMA_STORE=2)
+    for N, on in ((1000, True), (1001, False)):
+        A, B = operands(512, N, 256, "cuda", torch.bfloat16)
+        B = B.t().contiguous().t()
+        inputs = EXAMPLES["bias_gelu_aux"].make_inputs(512, N, "cuda", torch.bfloat16)
+        flags = _launch_flags("bias_gelu_aux", A, B, cfg, **inputs)
+        assert bool(flags["TMA_STORE"]) == on and flags["EPI_MMA"] == on, (N, flags)
+        _check("bias_gelu_aux", 512, N, 256, cfg, b_col=True, seed=N)

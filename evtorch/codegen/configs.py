@@ -59,20 +59,26 @@ EXTRA_FLAGS: dict[str, type | tuple[type, ...]] = {
     # runs its main loop, two epilogues run, so an epilogue up to twice a tile's main loop hides; each consumer then
     # has 160 registers instead of 240, and EPI_SMEM = 1 gives CONSUMERS - 1 whole-tile buffers)
     "CONSUMERS": int,
+    # pingpong only: how many of the epilogue's M x N tile outputs the consumers store by TMA (each slice's value
+    # written into a shared buffer and copied out by the TMA unit: 16-byte writes whatever the epilogue's layout,
+    # so EPI_MMA pays for tile-storing epilogues too); ``for_epilogue`` sets it to the epilogue's count, the
+    # launcher runs 0 for outputs TMA cannot take (not 16-bit, N stride not 1, not 16-byte aligned)
+    "TMA_STORE": int,
 }
 # Values allowed for the int flags, and the value each flag takes when absent (dropped from ``extra``).
 _FLAG_VALUES: dict[str, tuple[Any, ...]] = {"EPILOGUE_SUBTILE": (False, True, 1, 2, 4, 8), "PROGRAMS_PER_SM": (1, 2, 3, 4),
                                            "PREFETCH": (0, 1, 2, 3, 4), "EPI_WG": (0, 2, 3, 4),
-                                           "EPI_SMEM": (0, 1, 2), "CONSUMERS": (2, 3)}
+                                           "EPI_SMEM": (0, 1, 2), "CONSUMERS": (2, 3), "TMA_STORE": tuple(range(9))}
 # flags of the Gluon template alone (a fallback to persistent_tma drops them: gemm_launch.resolve_config)
-PINGPONG_ONLY_FLAGS = frozenset({"EPI_TMA", "EPI_WG", "EPI_SMEM", "EPI_LOOP", "EPI_MMA", "CONSUMERS"})
+PINGPONG_ONLY_FLAGS = frozenset({"EPI_TMA", "EPI_WG", "EPI_SMEM", "EPI_LOOP", "EPI_MMA", "CONSUMERS", "TMA_STORE"})
 _PINGPONG_FLAGS = PINGPONG_ONLY_FLAGS | {"EPILOGUE_SUBTILE", "PREFETCH"}
 _FLAG_DEFAULTS: dict[str, Any] = {"EPILOGUE_SUBTILE": False, "WARP_SPECIALIZE": False, "FLATTEN": False,
                                   "PROGRAMS_PER_SM": 1, "PREFETCH": None, "EPI_TMA": False, "EPI_WG": 0,
                                   "EPI_SMEM": 0, "EPI_LOOP": False, "EPI_MMA": False,
-                                  "CONSUMERS": 2}
+                                  "CONSUMERS": 2, "TMA_STORE": 0}
 # The Gluon kernel's schedule constexprs and their values when a config does not set them (every Gluon-only flag but
-# EPI_TMA, which runtime.gemm sets per call where the input allows it): ``GemmConfig.pingpong_flags``
+# EPI_TMA, which runtime.gemm sets per call where the input allows it): ``GemmConfig.pingpong_flags``. TMA_STORE
+# is among them as the config's count; runtime.gemm sets it to 0 for a call whose outputs TMA cannot take.
 PINGPONG_KERNEL_DEFAULTS: dict[str, Any] = {f: _FLAG_DEFAULTS[f] for f in sorted(PINGPONG_ONLY_FLAGS - {"EPI_TMA"})}
 
 # Registers per SM (every NVIDIA GPU since Kepler) and the most one thread can hold: a program of w warps is
@@ -208,6 +214,11 @@ class GemmConfig:
                                  "slices from registers: not with EPI_SMEM, EPI_WG or EPI_LOOP, got "
                                  f"EPI_SMEM={extra.get('EPI_SMEM', 0)}, EPI_WG={extra.get('EPI_WG', 0)}, "
                                  f"EPI_LOOP={extra.get('EPI_LOOP', False)}")
+            if extra.get("TMA_STORE") and (extra.get("EPI_SMEM") or extra.get("EPI_WG") or extra.get("EPI_LOOP")):
+                raise ValueError(f"GemmConfig.extra TMA_STORE={extra['TMA_STORE']} (the consumers' tile outputs stored "
+                                 "by TMA) applies to slices from registers: not with EPI_SMEM, EPI_WG or EPI_LOOP, got "
+                                 f"EPI_SMEM={extra.get('EPI_SMEM', 0)}, EPI_WG={extra.get('EPI_WG', 0)}, "
+                                 f"EPI_LOOP={extra.get('EPI_LOOP', False)}")
         elif extra and self.template != "persistent_tma":
             raise ValueError(f"GemmConfig.extra flags {sorted(extra)} only apply to template='persistent_tma'")
         elif PINGPONG_ONLY_FLAGS & set(extra):
@@ -287,12 +298,16 @@ class GemmConfig:
         """Pipelined operand buffers in shared memory: (BM*BK + BK*BN) * bytes * stages; with EPI_TMA also the
         ping-pong loader's epilogue-input buffers (two [BM, BN] tiles of 16-bit values), with EPI_WG = R the
         accumulator hand-off ring (R fp32 [BM, BN / EPILOGUE_SUBTILE] slices), with EPI_SMEM the consumers'
-        accumulator buffers (CONSUMERS - 1 fp32 [BM, BN] tiles, or a half tile per consumer)."""
+        accumulator buffers (CONSUMERS - 1 fp32 [BM, BN] tiles, or a half tile per consumer), with TMA_STORE = T a
+        16-bit [BM, BN / EPILOGUE_SUBTILE] buffer per consumer for each output but the one that takes the EPI_TMA
+        input's slice buffer."""
         ring = (self.BLOCK_M * self.BLOCK_K + self.BLOCK_K * self.BLOCK_N) * elem_bytes * self.num_stages
         consumers, epi_smem = self.flag("CONSUMERS", 2), self.flag("EPI_SMEM", 0)
         tile_columns = {0: 0, 1: (consumers - 1) * self.BLOCK_N, 2: consumers * self.BLOCK_N // 2}[epi_smem]
         handoff = (self.flag("EPI_WG", 0) * self.epilogue_block_n + tile_columns) * self.BLOCK_M * 4
-        return ring + handoff + (consumers * self.BLOCK_M * self.BLOCK_N * 2 if self.flag("EPI_TMA") else 0)
+        stored = max(0, self.flag("TMA_STORE", 0) - (1 if self.flag("EPI_TMA") else 0))
+        out_bufs = consumers * stored * self.BLOCK_M * self.epilogue_block_n * 2
+        return ring + handoff + out_bufs + (consumers * self.BLOCK_M * self.BLOCK_N * 2 if self.flag("EPI_TMA") else 0)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -66,8 +66,13 @@ class EpilogueCode:
     # templates that load the tiles themselves (the ping-pong kernel's TMA loader)
     prefetch_inputs: list = field(default_factory=list)
     # whether the epilogue stores an M x N tile output (a vector, scalar or reduction-only epilogue does not): the
-    # tuner offers the wgmma-layout epilogue (EPI_MMA, 4-byte accesses) only where it does not
+    # tuner offers the wgmma-layout epilogue (EPI_MMA, 4-byte accesses) only where it does not, or where those
+    # stores go through TMA
     tile_stores: bool = True
+    # the M x N tile outputs a template may store itself by TMA (the ping-pong consumers, TMA_STORE), in the order
+    # ``<fn>_st`` / ``<fn>_pf_st`` return them: (pointer param, {axis: stride param}, output position); those two
+    # functions exist only when this is not empty
+    tma_outputs: list = field(default_factory=list)
 
     def tma_input(self):
         """The prefetched tile a template may copy by TMA itself (the ping-pong loader, EPI_TMA): the epilogue's
@@ -122,14 +127,22 @@ class EpilogueEmitter:
             self.plan_reductions()
         self.prefetched = [n for n in self.graph.nodes
                            if n.stage == Stage.TILE and n.op == "input" and {"M", "N"} <= set(n.axes)]
+        self.tma_outputs = [n for n in self.graph.nodes if n.op == "output" and n.stage == Stage.TILE
+                            and output_base_axes(n.attrs["dims"]) == ("M", "N")]
         source = self._function(self.fn_name, prefetched=False)
         if self.prefetched:
             source += "\n\n" + self._prefetch_function() + "\n\n" + self._function(f"{self.fn_name}_pf", True)
+        if self.tma_outputs:
+            source += "\n\n" + self._function(f"{self.fn_name}_st", False, returns=True)
+            if self.prefetched:
+                source += "\n\n" + self._function(f"{self.fn_name}_pf_st", True, returns=True)
         inputs = [(*self._input_params(n), n.target, n.dtype) for n in self.prefetched]
         tile_stores = any(n.op == "output" and n.stage == Stage.TILE
                           and {"M", "N"} <= set(output_base_axes(n.attrs["dims"])) for n in self.graph.nodes)
+        stored = [(*self._output_params(n, ("M", "N")), n.target) for n in self.tma_outputs]
         return EpilogueCode(source, self.fn_name, self.params, self.reductions, self.user_ops,
-                            prefetch=len(self.prefetched), prefetch_inputs=inputs, tile_stores=tile_stores)
+                            prefetch=len(self.prefetched), prefetch_inputs=inputs, tile_stores=tile_stores,
+                            tma_outputs=stored)
 
     def _prologue(self) -> None:
         w = self.lines.append
@@ -139,8 +152,10 @@ class EpilogueEmitter:
         w("offs_m64 = offs_m.to(tl.int64)")
         w("offs_n64 = offs_n.to(tl.int64)")
 
-    def _function(self, name: str, prefetched: bool) -> str:
-        """One epilogue function; ``prefetched``: the M x N input tiles are the arguments ``pf0, pf1, ..``."""
+    def _function(self, name: str, prefetched: bool, returns: bool = False) -> str:
+        """One epilogue function; ``prefetched``: the M x N input tiles are the arguments ``pf0, pf1, ..``;
+        ``returns``: the ``tma_outputs`` are returned (in the output dtype, shaped like ``acc``) instead of
+        stored, for a template that stores them through shared memory by TMA."""
         self.lines, self.var, self._pf = [], {}, prefetched
         self._prologue()
         for n in self.graph.nodes:
@@ -149,9 +164,15 @@ class EpilogueEmitter:
             self.var[id(n)] = self._emit_node(n)
         for r in self.reductions:
             self._emit_reduction(r)
+        returned = []
         for n in self.graph.nodes:
             if n.op == "output" and n.stage == Stage.TILE:
-                self._emit_store(n)
+                if returns and n in self.tma_outputs:
+                    returned.append(self._returned(n))
+                else:
+                    self._emit_store(n)
+        if returned:
+            self.lines.append(f"return {', '.join(returned)}")
         extra = [f"pf{k}" for k in range(len(self.prefetched))] if prefetched else []
         params = ", ".join(list(SIGNATURE) + self.params.names() + extra)
         body = "\n".join(f"    {line}" for line in self.lines) or "    pass"
@@ -215,11 +236,25 @@ class EpilogueEmitter:
             other = "0"
         return f"tl.load({address}, mask={mask}, other={other})" if mask else f"tl.load({address})"
 
-    def _emit_store(self, out: Node) -> None:
+    def _output_params(self, out: Node, base_axes) -> tuple[str, dict]:
+        """An output's pointer parameter and {axis: stride parameter} over its base axes."""
         pos = out.target
-        base_axes = output_base_axes(out.attrs["dims"])
         ptr = self.params.get("out_ptr", pos, f"out{pos}")
-        strides = {a: self.params.get("out_stride", (pos, a), f"so{pos}_{a}") for a in base_axes}
+        return ptr, {a: self.params.get("out_stride", (pos, a), f"so{pos}_{a}") for a in base_axes}
+
+    def _returned(self, out: Node) -> str:
+        """The value of a TMA-stored M x N output as ``<fn>_st`` returns it: in the output's dtype, broadcast to
+        the slice where it varies along fewer axes (the template writes it into a [BM, BN] shared buffer)."""
+        ptr, _ = self._output_params(out, ("M", "N"))
+        value = self.var[id(out.args[0])]
+        if not {"M", "N"} <= set(out.args[0].axes):
+            value = (f"tl.broadcast_to({value}, acc.shape)" if {"M", "N"} & set(out.args[0].axes)
+                     else f"(tl.zeros_like(acc) + {value})")
+        return f"{value}.to({ptr}.dtype.element_ty)"
+
+    def _emit_store(self, out: Node) -> None:
+        base_axes = output_base_axes(out.attrs["dims"])
+        ptr, strides = self._output_params(out, base_axes)
         value = self.var[id(out.args[0])]
         guards = [_mask(base_axes)] if _mask(base_axes) else []
         # tiles that would store a copy of the same elements leave it to tile 0 of that axis; guards are

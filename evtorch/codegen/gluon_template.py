@@ -95,6 +95,11 @@ HEADER = ("from triton.experimental import gluon\n"
           "except ImportError:  # Triton 3.6\n"
           "    from triton.experimental.gluon.language.nvidia.hopper.tma import async_copy_global_to_shared "
           "as tma_load\n"
+          "try:  # Triton >= 3.7 calls the TMA store async_store (async_copy_shared_to_global raises there)\n"
+          "    from triton.experimental.gluon.language.nvidia.hopper.tma import async_store as tma_store\n"
+          "except ImportError:  # Triton 3.6\n"
+          "    from triton.experimental.gluon.language.nvidia.hopper.tma import async_copy_shared_to_global "
+          "as tma_store\n"
           "try:  # a barrier over the calling partition's warps: thread_barrier in Triton 3.6, barrier in 3.9\n"
           "    from triton.experimental.gluon.language import thread_barrier as partition_barrier\n"
           "except ImportError:\n"
@@ -168,17 +173,17 @@ _EPI_OFFS = """\
 """
 
 _ARGS = ("a_desc, b_desc, a_bufs, b_bufs, ready, empty, turn, c_desc, c_bufs, c_ready, c_empty, acc_bufs, "
-         "acc_ready, acc_empty, M, N, K, L, start_pid__PARAMS_CALL__, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, "
+         "acc_ready, acc_empty__TMA_OUT__, M, N, K, L, start_pid__PARAMS_CALL__, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, "
          "NUM_PROGRAMS, STAGES, B_COL_MAJOR, EPILOGUE_SUBTILE, PREFETCH, EPI_TMA, EPI_WG, EPI_SMEM, EPI_LOOP, "
-         "EPI_MMA, CONSUMERS")
+         "EPI_MMA, CONSUMERS, TMA_STORE")
 
 _PARTITION_SIG = """\
     a_desc, b_desc, a_bufs, b_bufs, ready, empty, turn, c_desc, c_bufs, c_ready, c_empty, acc_bufs, acc_ready,
-    acc_empty, M, N, K, L, start_pid,
+    acc_empty__TMA_OUT__, M, N, K, L, start_pid,
 __PARAMS_SIG__    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
     NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, B_COL_MAJOR: gl.constexpr, EPILOGUE_SUBTILE: gl.constexpr,
     PREFETCH: gl.constexpr, EPI_TMA: gl.constexpr, EPI_WG: gl.constexpr, EPI_SMEM: gl.constexpr,
-    EPI_LOOP: gl.constexpr, EPI_MMA: gl.constexpr, CONSUMERS: gl.constexpr,
+    EPI_LOOP: gl.constexpr, EPI_MMA: gl.constexpr, CONSUMERS: gl.constexpr, TMA_STORE: gl.constexpr,
 """
 
 _PINGPONG = '''\
@@ -259,7 +264,7 @@ __PREFETCH_TOP__        cnt = (CONSUMERS * j + WHICH) * k_tiles
             acc = __KERNEL___mma_step(a_bufs, b_bufs, ready, acc, cnt, STAGES, B_COL_MAJOR)
             if ki > 0:
                 mbarrier.arrive(empty.index((cnt - 1) % STAGES), count=1)
-            cnt += 1
+__RELEASE_C__            cnt += 1
         acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc])
         mbarrier.arrive(empty.index((cnt + STAGES - 1) % STAGES), count=1, pred=k_tiles > 0)
         mbarrier.arrive(turn.index((WHICH + 1) % CONSUMERS), count=1)
@@ -267,7 +272,7 @@ __PREFETCH_TOP__        cnt = (CONSUMERS * j + WHICH) * k_tiles
 __EPI_SMEM_LOOP__        elif EPI_LOOP:
 __EPI_REG_LOOP__        else:
 __EPILOGUE_CALLS__        j += 1
-
+__STORE_DRAIN__
 
 @gluon.jit
 def __KERNEL___consume0(
@@ -362,7 +367,7 @@ __PARAMS_SIG__    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.cons
     ALLOW_TF32: gl.constexpr, ACC_DTYPE: gl.constexpr, DOT_UPCAST: gl.constexpr,
     NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, B_COL_MAJOR: gl.constexpr, EPILOGUE_SUBTILE: gl.constexpr,
     PREFETCH: gl.constexpr, EPI_TMA: gl.constexpr, EPI_WG: gl.constexpr, EPI_SMEM: gl.constexpr,
-    EPI_LOOP: gl.constexpr, EPI_MMA: gl.constexpr, CONSUMERS: gl.constexpr,
+    EPI_LOOP: gl.constexpr, EPI_MMA: gl.constexpr, CONSUMERS: gl.constexpr, TMA_STORE: gl.constexpr,
 ):
     """Ping-pong GEMM + epilogue (Hopper, Gluon); grid (min(NUM_PROGRAMS, tiles),), launched with num_warps=4
     and maxnreg=launch_maxnreg(EPI_WG, CONSUMERS); 16-bit A row-major (M, K), B (K, N) row-major or, with
@@ -390,7 +395,7 @@ __PARAMS_SIG__    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.cons
     # EPI_TMA: the epilogue's one M x N input comes through the loader too (TMA into 2 x EPILOGUE_SUBTILE slice
     # buffers: one set per consumer); otherwise placeholders (the partitions take the same arguments)
     C_SLOTS: gl.constexpr = CONSUMERS * EPILOGUE_SUBTILE if EPI_TMA else 1
-__C_RING__    c_ready = gl.allocate_shared_memory(gl.int64, [C_SLOTS, 1], mbarrier.MBarrierLayout())
+__C_RING____O_RING__    c_ready = gl.allocate_shared_memory(gl.int64, [C_SLOTS, 1], mbarrier.MBarrierLayout())
     c_empty = gl.allocate_shared_memory(gl.int64, [C_SLOTS, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(C_SLOTS):
         mbarrier.init(c_ready.index(i), count=1)
@@ -456,6 +461,75 @@ else:
     c_bufs = a_bufs""", 4)
 
 
+def _o_ring(tma_outputs, tma_input) -> str:
+    """TMA_STORE: a descriptor per TMA-stored output and one [BM, BN / EPILOGUE_SUBTILE] shared buffer per consumer
+    and output that the consumer writes each slice's value into before its TMA store; output 0 takes the input's
+    slice buffer instead where the input comes through the loader (EPI_TMA: the slice there has just been read).
+    Placeholders without TMA_STORE (the partitions take the same arguments)."""
+    if not tma_outputs:
+        return ""
+    lines = ["if TMA_STORE:",
+             "    O_N: gl.constexpr = BLOCK_N // EPILOGUE_SUBTILE",
+             "    O_SWIZZLE: gl.constexpr = 128 if O_N * 2 >= 128 else O_N * 2",
+             "    o_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=O_SWIZZLE, element_bitwidth=16, rank=2)"]
+    for k, (ptr, stride_m) in enumerate(tma_outputs):
+        lines += [f"    o_desc{k} = tma.make_tensor_descriptor({ptr}, shape=[M, N], strides=[{stride_m}, 1],",
+                  f"                                        block_shape=[BLOCK_M, O_N], layout=o_smem)"]
+        alloc = f"gl.allocate_shared_memory({ptr}.dtype.element_ty, [CONSUMERS, BLOCK_M, O_N], o_smem)"
+        if k == 0 and tma_input is not None:
+            lines += ["    if EPI_TMA:", "        o_bufs0 = a_bufs", "    else:", f"        o_bufs0 = {alloc}"]
+        else:
+            lines.append(f"    o_bufs{k} = {alloc}")
+    lines.append("else:")
+    lines += [f"    o_desc{k} = a_desc\n    o_bufs{k} = a_bufs" for k in range(len(tma_outputs))]
+    return _indent("\n".join(lines), 4)
+
+
+def _tma_stores(i: int, count: int, c_slot: str | None) -> list[str]:
+    """TMA_STORE: the lines after slice ``i``'s ``_st`` call that store its ``count`` returned outputs ``o0 ..``:
+    each written into its shared buffer (once the previous slice's TMA store of that output has read it: the
+    stores complete in issue order, ``count`` per slice) and copied out by TMA, which clips rows and columns past
+    M and N. ``c_slot``: the input's slice buffer that output 0 takes (EPI_TMA), read by every warp just before."""
+    lines = []
+    for k in range(count):
+        buf = f"c_bufs.index({c_slot})" if k == 0 and c_slot is not None else f"o_bufs{k}.index(WHICH)"
+        lines += ["partition_barrier()"] if k == 0 and c_slot is not None else [f"tma.store_wait({count - 1})",
+                                                                                "partition_barrier()"]
+        lines += [f"{buf}.store(o{k})", "fence_async_shared()",
+                  f"tma_store(o_desc{k}, [pid_m * BLOCK_M, pid_n * BLOCK_N + {i} * EPI_N], {buf})"]
+    return lines
+
+
+def _release_c(stores: int, tma_input) -> str:
+    """TMA_STORE with EPI_TMA: the input slice buffers of the consumer's previous tile took its output 0, so they
+    are released (for the loader's copy half way through this tile's K steps) only once their TMA stores have
+    read them: after this main loop's first wgmma is issued, by when they long have."""
+    if not stores or tma_input is None:
+        return ""
+    return _indent("""if TMA_STORE and EPI_TMA:
+    if (ki == 0) & (j > 0):
+        tma.store_wait(0)
+        for sl in gl.static_range(EPILOGUE_SUBTILE):
+            mbarrier.arrive(c_empty.index(WHICH * EPILOGUE_SUBTILE + sl), count=1)
+""", 12)
+
+
+def _store_drain(stores: int) -> str:
+    """TMA_STORE: the consumer's last TMA stores have read their shared buffers before the program ends."""
+    return _indent("if TMA_STORE:\n    tma.store_wait(0)\n", 4) if stores else ""
+
+
+def _call(fn: str, args: str, stores: int, i: int, c_slot: str | None = None) -> list[str]:
+    """The epilogue call ``fn`` on ``acc_e`` with ``args``; with ``stores`` TMA-stored outputs, under TMA_STORE its
+    ``_st`` twin, whose returned values ``_tma_stores`` writes out (slice ``i``; ``c_slot``: see there)."""
+    plain = f"{fn}(acc_e, {args})"
+    if not stores:
+        return [plain]
+    outs = ", ".join(f"o{k}" for k in range(stores))
+    return (["if TMA_STORE:", f"    {outs} = {fn}_st(acc_e, {args})"]
+            + ["    " + line for line in _tma_stores(i, stores, c_slot)] + ["else:", "    " + plain])
+
+
 def _acc_slice(i: int, n: int, from_smem: bool) -> list[str]:
     """Lines that put slice ``i`` of ``n`` into ``acc_e`` in the epilogue's layout: from the split accumulator
     (ping-pong consumers), or from the EPI_WG hand-off ring, whose slot is released as soon as every warp of the
@@ -509,38 +583,43 @@ def _prefetch_call(s: str | None, rows: str = "M") -> str:
     return f"__EPILOGUE___prefetch(offs_m, {cols}, 0, {rows}, N, L__PARAMS_CALL__)"
 
 
-def _from_loader(slot: str, args: str) -> list[str]:
+def _from_loader(slot: str, args: str, stores: int = 0, i: int = 0) -> list[str]:
     """EPI_TMA: the epilogue call on ``acc_e`` with its input's slice read from the loader's buffer ``slot`` (once
-    the copy has landed; the buffer is released right after the read) instead of loaded from global memory."""
-    return [f"mbarrier.wait(c_ready.index({slot}), j & 1)",
-            f"pf_t = c_bufs.index({slot}).load(epi_layout)",
-            "fence_async_shared()",
-            f"mbarrier.arrive(c_empty.index({slot}), count=1)",
-            f"__EPILOGUE___pf(acc_e, {args}, pf_t)"]
+    the copy has landed; the buffer is released right after the read) instead of loaded from global memory. With
+    ``stores`` TMA-stored outputs (slice ``i``), under TMA_STORE the buffer takes output 0 and is released later
+    (``_release_c``)."""
+    read = [f"mbarrier.wait(c_ready.index({slot}), j & 1)", f"pf_t = c_bufs.index({slot}).load(epi_layout)"]
+    release = ["fence_async_shared()", f"mbarrier.arrive(c_empty.index({slot}), count=1)",
+               f"__EPILOGUE___pf(acc_e, {args}, pf_t)"]
+    if not stores:
+        return read + release
+    outs = ", ".join(f"o{k}" for k in range(stores))
+    return (read + ["if TMA_STORE:", f"    {outs} = __EPILOGUE___pf_st(acc_e, {args}, pf_t)"]
+            + ["    " + line for line in _tma_stores(i, stores, slot)] + ["else:"] + ["    " + r for r in release])
 
 
-def _epilogue_calls(prefetch: int, tma: bool, from_smem: bool = False, indent: int = 8) -> str:
+def _epilogue_calls(prefetch: int, tma: bool, from_smem: bool = False, indent: int = 8, stores: int = 0) -> str:
     """The S-way split of the accumulator, each slice moved to the epilogue's layout and handed to the epilogue;
     with ``prefetch`` M x N inputs and PREFETCH = 1, slice i + 1's inputs are loaded before slice i runs (slice 0's
     before the main loop: ``_prefetch_top``); with ``tma`` and EPI_TMA, the one input's slice comes from the
-    loader's buffer (consumer WHICH's slot set). ``from_smem``: the EPI_WG epilogue partition's calls, each slice
-    read from the hand-off ring instead of split from registers."""
+    loader's buffer (consumer WHICH's slot set); with ``stores`` TMA-stored outputs and TMA_STORE, those are
+    returned by the epilogue and stored by TMA (``_call``). ``from_smem``: the EPI_WG epilogue partition's calls,
+    each slice read from the hand-off ring instead of split from registers."""
     def slice_lines(i: int, n: int) -> list[str]:
         args = _slice_args(str(i), str(n))
         body = _acc_slice(i, n, from_smem)
         if not prefetch:
-            return body + [f"__EPILOGUE__(acc_e, {args})"]
+            return body + _call("__EPILOGUE__", args, stores, i)
         plain = []
         if i + 1 < n:
             plain += ["if PREFETCH > 0:", f"    {_pf_names(i + 1, prefetch)} = {_prefetch_call(str(i + 1))}"]
-        plain += ["if PREFETCH > 0:",
-                  f"    __EPILOGUE___pf(acc_e, {args}, {_pf_names(i, prefetch)})",
-                  "else:",
-                  f"    __EPILOGUE__(acc_e, {args})"]
+        plain += (["if PREFETCH > 0:"]
+                  + ["    " + c for c in _call("__EPILOGUE___pf", f"{args}, {_pf_names(i, prefetch)}", stores, i)]
+                  + ["else:"] + ["    " + c for c in _call("__EPILOGUE__", args, stores, i)])
         if not tma:
             return body + plain
-        return (body + ["if EPI_TMA:"] + ["    " + c for c in _from_loader(f"WHICH * EPILOGUE_SUBTILE + {i}", args)]
-                + ["else:"] + ["    " + line for line in plain])
+        loader = _from_loader(f"WHICH * EPILOGUE_SUBTILE + {i}", args, stores, i)
+        return body + ["if EPI_TMA:"] + ["    " + c for c in loader] + ["else:"] + ["    " + line for line in plain]
 
     return _per_subtiling(slice_lines, split=not from_smem, indent=indent)
 
@@ -670,13 +749,17 @@ def _prefetch_top(prefetch: int) -> str:
 
 
 def render_pingpong(kernel_name: str, epilogue_fn: str, epilogue_params: list[str], prefetch: int = 0,
-                    tma_input: tuple[str, str] | None = None, unspecialized=()) -> str:
+                    tma_input: tuple[str, str] | None = None, unspecialized=(),
+                    tma_outputs: tuple[tuple[str, str], ...] = ()) -> str:
     """Source of the Gluon ping-pong kernel ``kernel_name`` (and its partition functions ``<kernel_name>_*``)
     calling ``epilogue_fn``; the caller puts ``HEADER``, the Triton header and the epilogue into one module.
     ``prefetch``: how many M x N input tiles ``<epilogue_fn>_prefetch`` returns (as for ``render_gemm``).
     ``tma_input``: (pointer param, M-stride param) of the one prefetched input, which EPI_TMA then loads
     through the loader warp (the launcher sets EPI_TMA only for a unit N stride and 16-byte alignment).
-    ``unspecialized``: parameters Triton must not specialise on their values (``gemm_template.jit_decorator``)."""
+    ``unspecialized``: parameters Triton must not specialise on their values (``gemm_template.jit_decorator``).
+    ``tma_outputs``: (pointer param, M-stride param) of the M x N outputs ``<epilogue_fn>_st`` returns, which
+    TMA_STORE then stores by TMA (the launcher sets TMA_STORE only for 16-bit outputs with a unit N stride and
+    16-byte alignment)."""
     _check_identifier("kernel_name", kernel_name)
     _check_identifier("epilogue_fn", epilogue_fn)
     params = [_check_identifier("epilogue_params entry", p) for p in epilogue_params]
@@ -687,7 +770,16 @@ def render_pingpong(kernel_name: str, epilogue_fn: str, epilogue_params: list[st
             raise ValueError(f"tma_input needs exactly one prefetched input tile, got prefetch={prefetch}")
         tma_input = (_check_identifier("tma_input pointer", tma_input[0]),
                      _check_identifier("tma_input stride", tma_input[1]))
-    text = (_PINGPONG.replace("__EPILOGUE_CALLS__", _epilogue_calls(prefetch, tma_input is not None, indent=12))
+    tma_outputs = tuple((_check_identifier("tma_outputs pointer", p), _check_identifier("tma_outputs stride", m))
+                        for p, m in tma_outputs)
+    stores = len(tma_outputs)
+    tma_out_args = "".join(f", o_desc{k}, o_bufs{k}" for k in range(stores))
+    text = (_PINGPONG.replace("__EPILOGUE_CALLS__", _epilogue_calls(prefetch, tma_input is not None, indent=12,
+                                                                   stores=stores))
+            .replace("__RELEASE_C__", _release_c(stores, tma_input))
+            .replace("__STORE_DRAIN__", _store_drain(stores))
+            .replace("__O_RING__", _o_ring(tma_outputs, tma_input))
+            .replace("__TMA_OUT__", tma_out_args)
             .replace("__EPI_SMEM_LOOP__", _epi_smem_loop(prefetch))
             .replace("__EPI_REG_LOOP__", _epi_reg_loop(prefetch, tma_input is not None))
             .replace("__EPI_WG_CALLS__", _epilogue_calls(prefetch, False, from_smem=True))

@@ -91,8 +91,11 @@ def build_program(ep, dtype=None, *, deterministic: bool = False, templates=TEMP
     if pingpong:
         entry = epi.tma_input()  # the one M x N input may come through the ping-pong kernel's TMA loader (EPI_TMA)
         tma_input = (entry[0], entry[1]["M"]) if entry else None
+        # its M x N outputs may be stored by TMA from the consumers' shared buffers (TMA_STORE)
+        tma_outputs = tuple((ptr, strides["M"]) for ptr, strides, _ in epi.tma_outputs)
         parts.append(gluon_template.render_pingpong(kernel_symbol(KERNEL_BASE, "pingpong"), epi.fn_name,
-                                                    epi.params.names(), epi.prefetch, tma_input, scalars))
+                                                    epi.params.names(), epi.prefetch, tma_input, scalars,
+                                                    tma_outputs))
     if vec is not None:
         parts.append(vec.source)
         parts.append(f"VBLOCK = {VBLOCK}\n")

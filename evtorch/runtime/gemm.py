@@ -242,6 +242,7 @@ class _Launch:
             self.news.append((tuple(t.shape), t.dtype, call.inits[key]))
         self.args, self.slots = self._specs(call, prog.epilogue.params.params, index)
         self.epi_tma = self._epi_tma_input(prog, call)
+        self._check_tma_store(prog, call)
         self.vec_fn = self.vec_args = self.vec_slots = self.vec_launch = None
         if prog.vector is not None:
             grid = _vector_grid(call)
@@ -272,6 +273,29 @@ class _Launch:
         if s_n != 1 or s_m <= 0 or (s_m * t.element_size()) % 16 or t.dtype != dtype:
             return None
         return name
+
+    def _check_tma_store(self, prog, call: _Call) -> None:
+        """TMA_STORE (the ping-pong consumers' tile outputs stored by TMA) stays on only where every such output is
+        16-bit with a unit N stride and a 16-byte row pitch, and, with the input through the loader, of the input's
+        dtype (output 0 takes the input's slice buffer); the bases are fresh allocations (512-byte aligned).
+        Otherwise the call runs TMA_STORE = 0, and without the wgmma layout where the epilogue stores tiles (its
+        4-byte stores lose 6-40%: docs/benchmarks.md)."""
+        common = self.gemm.common
+        if self.gemm.mode != "pingpong" or not common.get("TMA_STORE"):
+            return
+        code = prog.epilogue
+        params = {p.name: p for p in code.params.params}
+        ok = bool(code.tma_outputs)
+        for ptr, strides, _ in code.tma_outputs:
+            t = call.resolve(params[ptr])
+            s_m, s_n = call.resolve(params[strides["M"]]), call.resolve(params[strides["N"]])
+            ok &= t.dtype in (torch.float16, torch.bfloat16) and s_n == 1 and s_m > 0 and (s_m * 2) % 16 == 0
+        if ok and self.epi_tma is not None:
+            ok = call.resolve(params[code.tma_outputs[0][0]]).dtype == call.inputs[self.epi_tma].dtype
+        if not ok:
+            common["TMA_STORE"] = 0
+            if code.tile_stores:
+                common["EPI_MMA"] = False
 
     @staticmethod
     def _specs(call: _Call, params, index) -> tuple[list, list]:
