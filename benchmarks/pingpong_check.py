@@ -423,8 +423,8 @@ def phase1(args, log) -> dict:
                   "subtile8": ("es1_s8", "es2_s8"), "consumers3": ("c3_es1_q4_p0", "c3_q4_p0", "c3_q4_tma"),
                   "wide": ("w_h", "w_q4_p0", "w_q4_tma", "w_es1_q4"),
                   "loop": ("el_h", "el_q4_p0", "el_q4_tma", "w_el_q4_tma"), "loop2": ("el_h_p0", "el_q4"),
-                  "mma": ("mma_h", "mma_q4_tma")}.get(
-                CONFIG_SET, ("pp2_q4", "base_q4")):
+                  "mma": ("mma_h", "mma_q4_tma"), "tmastore": ("mma_ts_h_tma", "ts_h", "w_mma_ts_q4_tma")}.get(
+                CONFIG_SET, tuple(cfgs)[-2:]):  # a set without an entry: its last two configs
             for d in ("bfloat16", "float16"):
                 jobs.append(f"E:{ex}:{c}:{d}")
     if args.dry_run:

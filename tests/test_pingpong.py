@@ -17,7 +17,7 @@ import torch
 
 import evtorch as evt
 from evtorch.codegen import gluon_template
-from evtorch.codegen.configs import DeviceInfo, GemmConfig, candidate_configs, for_epilogue
+from evtorch.codegen.configs import DeviceInfo, GemmConfig, candidate_configs, fits_smem, for_epilogue
 from evtorch.examples import EXAMPLES, eager_reference
 from evtorch.runtime.gemm_launch import grid_tiles, resolve_config
 
@@ -326,6 +326,20 @@ def test_candidates_offer_pingpong_only_where_it_runs():
         assert len(mma) == len(cands) and [c.flag("EPI_MMA") for c in mma] == [c.flag("EPI_TMA") for c in cands]
         assert [dataclasses.replace(c, extra=tuple(x for x in c.extra if x[0] != "EPI_MMA")) for c in mma] == cands
         assert for_epilogue(cands, tma_input=False, tile_stores=False) == without
+        # an epilogue whose tile outputs TMA stores: its EPI_TMA configs also store them by TMA (in place); with no
+        # M x N input at all, every ping-pong config from registers runs so (EPI_TMA dropped), with stages cut
+        # where the output buffers would not fit; an epilogue loading inputs itself keeps the blocked layout
+        ts = for_epilogue(cands, tma_input=True, tma_outputs=1, tile_inputs=1, dtype=torch.bfloat16, info=H200)
+        assert [c.flag("TMA_STORE") for c in ts] == [c.flag("EPI_TMA") * 1 for c in cands]
+        assert [c.flag("EPI_MMA") for c in ts] == [c.flag("EPI_TMA") for c in cands]
+        none_in = for_epilogue(cands, tma_input=False, tma_outputs=2, dtype=torch.bfloat16, info=H200)
+        for c in none_in:
+            plain = c.template == "pingpong" and not (c.flag("EPI_SMEM") or c.flag("EPI_LOOP"))
+            assert not c.flag("EPI_TMA") and c.flag("TMA_STORE") == (2 if plain else 0) and c.flag("EPI_MMA") == plain
+            assert fits_smem(c, torch.bfloat16, H200)
+        assert dataclasses.replace(pp(2, EPI_MMA=True, TMA_STORE=2), num_stages=4) in none_in[:5]
+        two_in = for_epilogue(cands, tma_input=False, tma_outputs=2, tile_inputs=2, dtype=torch.bfloat16, info=H200)
+        assert two_in == without
     A100 = DeviceInfo("cuda", "A100", (8, 0), 108, 166912)
     assert "pingpong" not in {c.template for c in candidate_configs(8192, 4096, 1024, torch.bfloat16, A100,
                                                                     tma_ok=True)}

@@ -289,12 +289,12 @@ def test_tile_outputs_stored_by_tma(name):
 def test_tma_store_only_where_the_outputs_allow():
     """The launcher keeps TMA_STORE (and, for a tile-storing epilogue, EPI_MMA) only where every TMA-stored output
     has a 16-byte row pitch: N = 1001 (column-major B keeps the operands TMA-able) runs without both, correctly;
-    N = 1000 runs with both."""
+    N = 1000 runs with both (column_broadcast: two M x N outputs, one M x N input)."""
     cfg = pp(2, 4, EPI_MMA=True, TMA_STORE=2)
     for N, on in ((1000, True), (1001, False)):
         A, B = operands(512, N, 256, "cuda", torch.bfloat16)
         B = B.t().contiguous().t()
-        inputs = EXAMPLES["bias_gelu_aux"].make_inputs(512, N, "cuda", torch.bfloat16)
-        flags = _launch_flags("bias_gelu_aux", A, B, cfg, **inputs)
+        inputs = EXAMPLES["column_broadcast"].make_inputs(512, N, "cuda", torch.bfloat16)
+        flags = _launch_flags("column_broadcast", A, B, cfg, **inputs)
         assert bool(flags["TMA_STORE"]) == on and flags["EPI_MMA"] == on, (N, flags)
-        _check("bias_gelu_aux", 512, N, 256, cfg, b_col=True, seed=N)
+        _check("column_broadcast", 512, N, 256, cfg, b_col=True, seed=N)

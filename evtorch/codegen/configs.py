@@ -713,21 +713,49 @@ def candidate_configs(
     return _dedupe([heuristic] + kept)[:max_candidates]
 
 
-def for_epilogue(candidates: list[GemmConfig], *, tma_input: bool, tile_stores: bool = True) -> list[GemmConfig]:
-    """``candidates`` as this epilogue can use them. EPI_TMA needs the epilogue's one 16-bit M x N input
-    (``EpilogueCode.tma_input``); without it such a config runs as the ping-pong halves before it at one stage
-    fewer, a near-copy that would spend a tuning slot, so it is dropped and the next candidate moves up (for
-    mixed_dag: ping-pong quarters without prefetch). An epilogue that stores no M x N tile (``tile_stores`` False:
-    losses, reductions, vector outputs) runs its EPI_TMA configs in the accumulator's wgmma layout (EPI_MMA): no
-    layout conversion through shared memory, and its only M x N traffic, the input, comes through the loader
-    (H200, bce_loss at 8192x4096x1024: 1.41 -> 1.33 x cuBLAS; epilogues that store tiles lose 6-40% to the
-    layout's 4-byte stores: docs/benchmarks.md, "The epilogue in the wgmma layout")."""
-    if not tma_input:
-        return [c for c in candidates if not c.flag("EPI_TMA")]
-    if tile_stores:
-        return list(candidates)
-    return _dedupe([dataclasses.replace(c, extra=c.extra + (("EPI_MMA", True),)) if c.flag("EPI_TMA") else c
-                    for c in candidates])
+def for_epilogue(candidates: list[GemmConfig], *, tma_input: bool, tile_stores: bool = True, tma_outputs: int = 0,
+                 tile_inputs: int = 0, dtype: torch.dtype = torch.float16,
+                 info: DeviceInfo | None = None) -> list[GemmConfig]:
+    """``candidates`` as this epilogue can use them (``info``: the device whose shared memory they must fit).
+
+    - EPI_TMA needs the epilogue's one 16-bit M x N input (``EpilogueCode.tma_input``). With it, such a config runs
+      in the accumulator's wgmma layout (EPI_MMA: no layout conversion through shared memory) where the epilogue
+      stores no M x N tile (``tile_stores`` False: losses, reductions, vector outputs) or stores its ``tma_outputs``
+      tile outputs by TMA (TMA_STORE): its only M x N traffic then goes through TMA.
+    - Without that input, an epilogue with no M x N input (``tile_inputs`` 0) whose tile outputs TMA can store runs
+      the EPI_TMA configs as EPI_MMA + TMA_STORE instead, and so does every other ping-pong config from registers;
+      otherwise an EPI_TMA config would run as the ping-pong halves before it at one stage fewer, a near-copy that
+      would spend a tuning slot, so it is dropped and the next candidate moves up (mixed_dag, with two inputs:
+      ping-pong quarters without prefetch).
+    - A config whose added buffers do not fit in shared memory loses stages (``_fit_stages``).
+
+    Measured on the H200 (docs/benchmarks.md, "Tile outputs stored by TMA"; "The epilogue in the wgmma layout"):
+    bce_loss 1.41 -> 1.33 x cuBLAS with EPI_MMA; with EPI_MMA + TMA_STORE at 8192x4096x1024 rowreduce_tanh 1.31 ->
+    1.24, dgelu_bgrad 1.50 -> 1.42, bias_gelu_aux 1.28 -> 1.23, colbcast_leaky and lincomb_relu level. An epilogue
+    loading M x N inputs itself loses in the wgmma layout (4-byte loads: mixed_dag 2.00 -> 2.04-2.62), so its other
+    configs keep the blocked layout."""
+    stored = tma_outputs if tile_stores else 0
+    mma_ok = not tile_stores or stored > 0
+
+    def converted(c: GemmConfig, *, keep_tma: bool) -> GemmConfig:
+        extra = {k: v for k, v in c.extra if keep_tma or k != "EPI_TMA"}
+        extra.update(EPI_MMA=True, **({"TMA_STORE": stored} if stored else {}))
+        c = dataclasses.replace(c, extra=tuple(extra.items()))
+        return c if info is None else _fit_stages(c, dtype, info)
+
+    out = []
+    for c in candidates:
+        from_registers = c.template == "pingpong" and not (c.flag("EPI_SMEM") or c.flag("EPI_WG") or c.flag("EPI_LOOP"))
+        if c.flag("EPI_TMA"):
+            if tma_input:
+                out.append(converted(c, keep_tma=True) if mma_ok else c)
+            elif tile_inputs == 0 and stored:
+                out.append(converted(c, keep_tma=False))
+        elif from_registers and tile_inputs == 0 and stored:
+            out.append(converted(c, keep_tma=False))
+        else:
+            out.append(c)
+    return _dedupe(out)
 
 
 def _fills_gpu(config: GemmConfig, M: int, N: int, L: int, info: DeviceInfo) -> bool:

@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from ..codegen.configs import GemmConfig, candidate_configs, for_epilogue, heuristic_config
+from ..codegen.configs import GemmConfig, candidate_configs, device_info, for_epilogue, heuristic_config
 from ..codegen.program import KERNEL_BASE, build_program
 from ..codegen.reductions import buffer_shape
 from ..codegen.vector_stage import VBLOCK
@@ -442,8 +442,10 @@ def _choose_config(ep, prog, A, B, inputs, out_dtype, deterministic, allow_tf32)
     heuristic = heuristic_config(M, N, K, A.dtype, A.device, L=L, tma_ok=tma_ok, allow_tf32=allow_tf32)
     key = make_tune_key(A, B, prog.tune_hash + ("det" if deterministic else ""), prog.key[4], (out_dtype,))
     candidates = candidate_configs(M, N, K, A.dtype, A.device, L=L, tma_ok=tma_ok, allow_tf32=allow_tf32)
-    candidates = for_epilogue(candidates, tma_input=prog.epilogue.tma_input() is not None,
-                              tile_stores=prog.epilogue.tile_stores)
+    code = prog.epilogue
+    candidates = for_epilogue(candidates, tma_input=code.tma_input() is not None, tile_stores=code.tile_stores,
+                              tma_outputs=len(code.tma_outputs), tile_inputs=code.prefetch, dtype=A.dtype,
+                              info=device_info(A.device))
 
     def bench(cfg: GemmConfig) -> float:
         return time_ms(lambda: _execute(ep, prog, A, B, inputs, out_dtype, allow_tf32, cfg), graph=True)
