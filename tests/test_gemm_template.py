@@ -522,6 +522,28 @@ def test_autotune_picks_fastest_and_caches(tune_env):
     assert stored["key"] == key and stored["timings_ms"][cands[1].short()] is None
 
 
+def test_autotune_times_close_candidates_again_interleaved(tune_env):
+    """Candidates within REFINE_MARGIN of the fastest first timing are timed REFINE_ROUNDS more times, interleaved,
+    and the lowest median wins: a lucky first timing does not decide; a candidate far behind is not re-timed."""
+    cands = candidate_configs(4096, 4096, 4096, torch.float16, A100)[:4]
+    runs = {cands[0]: [1.00, 0.93, 0.94], cands[1]: [0.97, 1.05, 1.06], cands[2]: [0.99, 0.92, 0.95],
+            cands[3]: [2.0]}
+    calls = []
+
+    def bench(c):
+        calls.append(c)
+        return runs[c][sum(1 for x in calls if x == c) - 1]
+
+    key = autotune.tune_key(device_name=A100.name, M=4096, N=4096, K=4096, L=1, dtypes=[torch.float16],
+                            layout="A:row,B:row,bat:-", epilogue_hash="refine", templates=["portable"])
+    best = autotune.pick_config(cands, bench, key=key, heuristic=cands[3], device=A100, progress=False)
+    # first timings: cands[1] fastest (0.97); cands[2] (0.99) and cands[0] (1.00) within 5%; medians 1.05, 0.95, 0.94
+    assert best == cands[0]
+    assert calls[4:] == [cands[1], cands[2], cands[0]] * autotune.REFINE_ROUNDS and calls.count(cands[3]) == 1
+    stored = json.loads(next((tune_env / "autotune").iterdir()).read_text())
+    assert stored["timings_ms"][cands[0].short()] == 0.94 and stored["timings_ms"][cands[3].short()] == 2.0
+
+
 def test_tuning_key_follows_the_generated_source():
     """Timings are cached per epilogue *and* generated source: after a code generator change the same epilogue
     gets a new key, so a choice timed with the old kernels is not reused."""
