@@ -544,6 +544,38 @@ def test_autotune_times_close_candidates_again_interleaved(tune_env):
     assert stored["timings_ms"][cands[0].short()] == 0.94 and stored["timings_ms"][cands[3].short()] == 2.0
 
 
+def test_autotune_prepares_every_candidate_in_threads_first(tune_env):
+    """``prepare`` runs for every candidate (in worker threads) before the first timing; a candidate whose
+    prepare raises is still timed (bench records its failure); nothing is prepared when the choice is cached."""
+    import threading
+
+    cands = candidate_configs(4096, 4096, 4096, torch.float16, A100)[:3]
+    events, main = [], threading.get_ident()
+
+    def prepare(c):
+        events.append(("prepare", c, threading.get_ident() != main))
+        if c == cands[1]:
+            raise RuntimeError("OutOfResources: shared memory")
+
+    def bench(c):
+        events.append(("bench", c, False))
+        if c == cands[1]:
+            raise RuntimeError("OutOfResources: shared memory")
+        return {cands[0]: 2.0, cands[2]: 1.0}[c]
+
+    key = autotune.tune_key(device_name=A100.name, M=4096, N=4096, K=4096, L=1, dtypes=[torch.float16],
+                            layout="A:row,B:row,bat:-", epilogue_hash="prep", templates=["portable"])
+    best = autotune.pick_config(cands, bench, key=key, heuristic=cands[0], device=A100, progress=False,
+                                prepare=prepare)
+    assert best == cands[2]
+    kinds = [e[0] for e in events]
+    assert kinds[:3] == ["prepare"] * 3 and kinds[3:] == ["bench"] * 3
+    assert {e[1] for e in events[:3]} == set(cands) and all(e[2] for e in events[:3])
+    events.clear()
+    assert autotune.pick_config(cands, bench, key=key, heuristic=cands[0], device=A100, prepare=prepare) == cands[2]
+    assert events == []
+
+
 def test_tuning_key_follows_the_generated_source():
     """Timings are cached per epilogue *and* generated source: after a code generator change the same epilogue
     gets a new key, so a choice timed with the old kernels is not reused."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import statistics
 import threading
 import warnings
@@ -101,6 +102,11 @@ SETTLE_MS = 200
 REFINE_MARGIN = 0.05
 REFINE_MAX = 3
 REFINE_ROUNDS = 2
+
+# Candidates are compiled in a pool of threads before any is timed (``pick_config``'s ``prepare``): Triton's
+# compile spends much of its time outside the GIL (ptxas, MLIR passes), so a first call for a new shape waits for
+# about the slowest compile instead of their sum.
+PREPARE_WORKERS = 8
 
 
 def _settle(fn: Callable[[], object], ms: float) -> None:
@@ -187,8 +193,13 @@ def pick_config(
     device: torch.device | str | int | None = None,
     max_candidates: int = DEFAULT_MAX_CANDIDATES,
     progress: bool = True,
+    prepare: Callable[[GemmConfig], object] | None = None,
 ) -> GemmConfig:
     """The fastest of ``candidates`` by ``bench(config) -> ms``, cached under ``key``.
+
+    ``prepare(config)``, when given, is first called for every candidate in a pool of PREPARE_WORKERS threads (a
+    run that compiles its kernels); what it raises is ignored here (``bench`` meets the same failure and records
+    it).
 
     Returns ``heuristic`` without timing anything when tuning is off (EVTORCH_AUTOTUNE=0) or the device is
     not CUDA (CPU, Triton interpreter). Candidates beyond ``max_candidates`` are dropped (order them best
@@ -212,6 +223,8 @@ def pick_config(
 
     from tqdm.auto import tqdm
 
+    if prepare is not None and len(cands) > 1:
+        _prepare_all(cands, prepare)
     timings: dict[str, float] = {}
     errors: dict[str, str] = {}
     best, best_ms = None, math.inf
@@ -234,6 +247,27 @@ def pick_config(
     best = _refine(cands, bench, timings, best_ms) or best
     store(key, best, timings)
     return best
+
+
+def _prepare_all(cands: Sequence[GemmConfig], prepare: Callable[[GemmConfig], object]) -> None:
+    """``prepare`` every candidate in a thread pool, each on the caller's CUDA stream (so that its launches order
+    with the caller's work, as the timing's will)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    stream = torch.cuda.current_stream() if torch.cuda.is_available() else None
+
+    def run(cfg: GemmConfig) -> None:
+        try:
+            if stream is None:
+                prepare(cfg)
+            else:
+                with torch.cuda.stream(stream):
+                    prepare(cfg)
+        except Exception:  # noqa: BLE001 - bench() meets the same failure and records it
+            pass
+
+    with ThreadPoolExecutor(max_workers=min(len(cands), PREPARE_WORKERS, os.cpu_count() or 1)) as pool:
+        list(pool.map(run, cands))
 
 
 def _refine(cands: Sequence[GemmConfig], bench: Callable[[GemmConfig], float], timings: dict[str, float],

@@ -451,7 +451,10 @@ def _choose_config(ep, prog, A, B, inputs, out_dtype, deterministic, allow_tf32)
         return time_ms(lambda: _execute(ep, prog, A, B, inputs, out_dtype, allow_tf32, cfg), graph=True)
 
     limit = {} if MAX_TUNE_CANDIDATES is None else {"max_candidates": MAX_TUNE_CANDIDATES}
-    best = pick_config(candidates, bench, key=key, heuristic=heuristic, device=A.device, **limit)
+    def prepare(cfg: GemmConfig) -> None:  # compiles the candidate's kernels (pick_config runs these in threads)
+        _execute(ep, prog, A, B, inputs, out_dtype, allow_tf32, cfg)
+
+    best = pick_config(candidates, bench, key=key, heuristic=heuristic, device=A.device, prepare=prepare, **limit)
     return _remember(_config_memo, memo_key, resolve_config(A, B, best))
 
 
