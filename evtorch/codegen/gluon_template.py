@@ -78,6 +78,14 @@ epilogue's global loads and stores are then 4-byte pieces instead of 16-byte vec
 the epilogue stores no M x N tile and its input comes through the loader (bce_loss at 8192x4096x1024: 1.41 ->
 1.33 x cuBLAS) and lost 6-40% where it stores tiles, so ``configs.for_epilogue`` turns it on for the EPI_TMA
 candidates of epilogues without tile stores.
+
+**TMA_STORE = T**: the epilogue's T M x N outputs come back from ``<fn>_st`` / ``<fn>_pf_st`` instead of being
+stored by it; the consumer writes each slice's value into a shared buffer (output 0 into the EPI_TMA input's slice
+buffer it has just read, released to the loader at its next main loop; the others into a buffer per consumer,
+reused once ``tma.store_wait`` says the previous slice's store has read it) and a TMA store copies it out. With
+EPI_MMA that gives tile-storing epilogues the wgmma layout without 4-byte stores: on the H200 at 8192x4096x1024
+rowreduce_tanh 1.31 -> 1.24 and dgelu_bgrad 1.50 -> 1.42 x cuBLAS (docs/benchmarks.md, "Tile outputs stored by
+TMA"); ``configs.for_epilogue`` decides where the tuner uses it.
 """
 
 from __future__ import annotations
