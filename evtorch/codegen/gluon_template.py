@@ -527,15 +527,16 @@ def _store_drain(stores: int) -> str:
     return _indent("if TMA_STORE:\n    tma.store_wait(0)\n", 4) if stores else ""
 
 
-def _call(fn: str, args: str, stores: int, i: int, c_slot: str | None = None) -> list[str]:
-    """The epilogue call ``fn`` on ``acc_e`` with ``args``; with ``stores`` TMA-stored outputs, under TMA_STORE its
-    ``_st`` twin, whose returned values ``_tma_stores`` writes out (slice ``i``; ``c_slot``: see there)."""
-    plain = f"{fn}(acc_e, {args})"
+def _call(fn: str, args: str, stores: int, i: int, c_slot: str | None = None, plain_first=()) -> list[str]:
+    """The epilogue call ``fn`` on ``acc_e`` with ``args`` (after the lines ``plain_first``); with ``stores``
+    TMA-stored outputs, under TMA_STORE its ``_st`` twin instead, whose returned values ``_tma_stores`` writes out
+    (slice ``i``; ``c_slot``: see there)."""
+    plain = [*plain_first, f"{fn}(acc_e, {args})"]
     if not stores:
-        return [plain]
+        return plain
     outs = ", ".join(f"o{k}" for k in range(stores))
     return (["if TMA_STORE:", f"    {outs} = {fn}_st(acc_e, {args})"]
-            + ["    " + line for line in _tma_stores(i, stores, c_slot)] + ["else:", "    " + plain])
+            + ["    " + line for line in _tma_stores(i, stores, c_slot)] + ["else:"] + ["    " + p for p in plain])
 
 
 def _acc_slice(i: int, n: int, from_smem: bool) -> list[str]:
@@ -596,14 +597,9 @@ def _from_loader(slot: str, args: str, stores: int = 0, i: int = 0) -> list[str]
     the copy has landed; the buffer is released right after the read) instead of loaded from global memory. With
     ``stores`` TMA-stored outputs (slice ``i``), under TMA_STORE the buffer takes output 0 and is released later
     (``_release_c``)."""
-    read = [f"mbarrier.wait(c_ready.index({slot}), j & 1)", f"pf_t = c_bufs.index({slot}).load(epi_layout)"]
-    release = ["fence_async_shared()", f"mbarrier.arrive(c_empty.index({slot}), count=1)",
-               f"__EPILOGUE___pf(acc_e, {args}, pf_t)"]
-    if not stores:
-        return read + release
-    outs = ", ".join(f"o{k}" for k in range(stores))
-    return (read + ["if TMA_STORE:", f"    {outs} = __EPILOGUE___pf_st(acc_e, {args}, pf_t)"]
-            + ["    " + line for line in _tma_stores(i, stores, slot)] + ["else:"] + ["    " + r for r in release])
+    release = ["fence_async_shared()", f"mbarrier.arrive(c_empty.index({slot}), count=1)"]
+    return ([f"mbarrier.wait(c_ready.index({slot}), j & 1)", f"pf_t = c_bufs.index({slot}).load(epi_layout)"]
+            + _call("__EPILOGUE___pf", f"{args}, pf_t", stores, i, c_slot=slot, plain_first=release))
 
 
 def _epilogue_calls(prefetch: int, tma: bool, from_smem: bool = False, indent: int = 8, stores: int = 0) -> str:

@@ -211,6 +211,14 @@ def launch_key(ep, A, B, inputs: dict, out_dtype, deterministic, allow_tf32, con
     return tuple(key)
 
 
+def _tma_rows(call: _Call, code, strides: dict, t: torch.Tensor) -> bool:
+    """Whether the M x N tensor ``t`` (an epilogue input or output whose {axis: stride parameter} is ``strides``)
+    has the rows a TMA descriptor takes: unit stride along N, a positive row pitch of a multiple of 16 bytes."""
+    params = {p.name: p for p in code.params.params}
+    s_m, s_n = call.resolve(params[strides["M"]]), call.resolve(params[strides["N"]])
+    return s_n == 1 and s_m > 0 and (s_m * t.element_size()) % 16 == 0
+
+
 class _Launch:
     """What one call signature fixes, taken from a fully built ``_Call``; ``run`` makes a call's tensors and
     argument lists from it and launches.
@@ -267,12 +275,8 @@ class _Launch:
         if self.gemm.mode != "pingpong" or not self.config.flag("EPI_TMA") or entry is None:
             return None
         _, strides, name, dtype = entry
-        params = {p.name: p for p in code.params.params}
-        s_m, s_n = call.resolve(params[strides["M"]]), call.resolve(params[strides["N"]])
         t = call.inputs[name]
-        if s_n != 1 or s_m <= 0 or (s_m * t.element_size()) % 16 or t.dtype != dtype:
-            return None
-        return name
+        return name if t.dtype == dtype and _tma_rows(call, code, strides, t) else None
 
     def _check_tma_store(self, prog, call: _Call) -> None:
         """TMA_STORE (the ping-pong consumers' tile outputs stored by TMA) stays on only where every such output is
@@ -284,14 +288,11 @@ class _Launch:
         if self.gemm.mode != "pingpong" or not common.get("TMA_STORE"):
             return
         code = prog.epilogue
-        params = {p.name: p for p in code.params.params}
-        ok = bool(code.tma_outputs)
-        for ptr, strides, _ in code.tma_outputs:
-            t = call.resolve(params[ptr])
-            s_m, s_n = call.resolve(params[strides["M"]]), call.resolve(params[strides["N"]])
-            ok &= t.dtype in (torch.float16, torch.bfloat16) and s_n == 1 and s_m > 0 and (s_m * 2) % 16 == 0
+        outs = [(call.outputs[pos][0], strides) for _, strides, pos in code.tma_outputs]
+        ok = bool(outs) and all(t.dtype in (torch.float16, torch.bfloat16) and _tma_rows(call, code, strides, t)
+                                for t, strides in outs)
         if ok and self.epi_tma is not None:
-            ok = call.resolve(params[code.tma_outputs[0][0]]).dtype == call.inputs[self.epi_tma].dtype
+            ok = outs[0][0].dtype == call.inputs[self.epi_tma].dtype
         if not ok:
             common["TMA_STORE"] = 0
             if code.tile_stores:
@@ -450,10 +451,10 @@ def _choose_config(ep, prog, A, B, inputs, out_dtype, deterministic, allow_tf32)
     def bench(cfg: GemmConfig) -> float:
         return time_ms(lambda: _execute(ep, prog, A, B, inputs, out_dtype, allow_tf32, cfg), graph=True)
 
-    limit = {} if MAX_TUNE_CANDIDATES is None else {"max_candidates": MAX_TUNE_CANDIDATES}
     def prepare(cfg: GemmConfig) -> None:  # compiles the candidate's kernels (pick_config runs these in threads)
         _execute(ep, prog, A, B, inputs, out_dtype, allow_tf32, cfg)
 
+    limit = {} if MAX_TUNE_CANDIDATES is None else {"max_candidates": MAX_TUNE_CANDIDATES}
     best = pick_config(candidates, bench, key=key, heuristic=heuristic, device=A.device, prepare=prepare, **limit)
     return _remember(_config_memo, memo_key, resolve_config(A, B, best))
 

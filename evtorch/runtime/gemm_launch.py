@@ -355,7 +355,7 @@ def prepare_launch(
         num_sms = device_info(A.device).num_sms
         out.jit, out.grid = _kernel(module, kernel_name, "pingpong"), (config.persistent_grid(num_sms, tiles),)
         del common["num_stages"]  # the ring depth is the STAGES constexpr; Gluon does no software pipelining
-        flags = config.pingpong_flags()  # EPI_WG, EPI_SMEM, EPI_LOOP, EPI_MMA, CONSUMERS
+        flags = config.pingpong_flags()  # configs.PINGPONG_KERNEL_DEFAULTS' schedule constexprs
         common.update(NUM_PROGRAMS=config.persistent_programs(num_sms), STAGES=config.num_stages,
                       B_COL_MAJOR=tma_layout(A, B)[2], EPILOGUE_SUBTILE=config.epilogue_subtiles, **flags,
                       maxnreg=launch_maxnreg(flags["EPI_WG"], flags["CONSUMERS"], config.num_warps),
