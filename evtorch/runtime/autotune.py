@@ -103,9 +103,11 @@ REFINE_MARGIN = 0.05
 REFINE_MAX = 3
 REFINE_ROUNDS = 2
 
-# Candidates are compiled in a pool of threads before any is timed (``pick_config``'s ``prepare``): Triton's
-# compile spends much of its time outside the GIL (ptxas, MLIR passes), so a first call for a new shape waits for
-# about the slowest compile instead of their sum.
+# Candidates are compiled before any is timed (``pick_config``'s ``prepare``): first in worker processes
+# (``runtime.compile_pool``: Triton's compile holds the GIL for much of its time, so threads alone overlapped
+# little), then each is run once in a pool of PREPARE_WORKERS threads, which finds its kernels in Triton's disk
+# cache (or compiles what the workers could not). A first call for a new shape then waits for about the slowest
+# compile instead of their sum.
 PREPARE_WORKERS = 8
 
 
@@ -197,9 +199,10 @@ def pick_config(
 ) -> GemmConfig:
     """The fastest of ``candidates`` by ``bench(config) -> ms``, cached under ``key``.
 
-    ``prepare(config)``, when given, is first called for every candidate in a pool of PREPARE_WORKERS threads (a
-    run that compiles its kernels); what it raises is ignored here (``bench`` meets the same failure and records
-    it).
+    ``prepare(config)``, when given, is a run that compiles the candidate's kernels: before any timing, the
+    kernels of every candidate are compiled in worker processes (``runtime.compile_pool``), then ``prepare`` is
+    called for each in a pool of PREPARE_WORKERS threads; what it raises is ignored here (``bench`` meets the same
+    failure and records it).
 
     Returns ``heuristic`` without timing anything when tuning is off (EVTORCH_AUTOTUNE=0) or the device is
     not CUDA (CPU, Triton interpreter). Candidates beyond ``max_candidates`` are dropped (order them best
@@ -250,10 +253,14 @@ def pick_config(
 
 
 def _prepare_all(cands: Sequence[GemmConfig], prepare: Callable[[GemmConfig], object]) -> None:
-    """``prepare`` every candidate in a thread pool, each on the caller's CUDA stream (so that its launches order
-    with the caller's work, as the timing's will)."""
+    """Compile every candidate's kernels in worker processes (``compile_pool``, when it has workers), then
+    ``prepare`` each in a thread pool, on the caller's CUDA stream (so that its launches order with the caller's
+    work, as the timing's will)."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from evtorch.runtime import compile_pool
+
+    compile_pool.precompile([lambda c=c: prepare(c) for c in cands])  # what fails there, the runs below report
     stream = torch.cuda.current_stream() if torch.cuda.is_available() else None
 
     def run(cfg: GemmConfig) -> None:

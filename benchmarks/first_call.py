@@ -1,0 +1,96 @@
+"""How long a first call for a new shape takes (trace, codegen, compile of every tuning candidate, timing), with
+the candidates compiled in worker processes or in the tuner's threads only (``runtime/compile_pool.py``).
+
+Each (workload, shape, worker count) runs in a fresh Python process with fresh evtorch and Triton caches, so
+every candidate is compiled from scratch, as on a new machine::
+
+    python -m benchmarks.first_call --out $OUT --workloads lincomb_relu,dgelu_bgrad --workers 0,8
+
+Writes ``first_call.json`` under ``--out``: per run the first call's seconds, the second call's (cached launch)
+milliseconds, the compile pool's counts, and the config the tuner picked.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CHILD = r"""
+import json, os, sys, time
+t_import = time.perf_counter()
+import torch
+import evtorch as evt
+from evtorch.runtime import compile_pool, gemm
+from benchmarks.workloads import WORKLOADS
+from evtorch.examples import operands
+name, M, N, K, candidates = sys.argv[1], *map(int, sys.argv[2:6])
+gemm.MAX_TUNE_CANDIDATES = candidates
+picked = []
+gemm.FIRST_CALL_HOOKS.append(lambda cfg: picked.append(cfg.short()))
+compile_pool.start()
+fn, make_inputs = WORKLOADS[name][:2]
+torch.manual_seed(0)
+A, B = operands(M, N, K, "cuda", torch.bfloat16)
+inputs = make_inputs(M, N, "cuda", torch.bfloat16)
+torch.cuda.synchronize()
+t = time.perf_counter()
+evt.gemm(A, B, fn, **inputs)
+torch.cuda.synchronize()
+first = time.perf_counter() - t
+t = time.perf_counter()
+evt.gemm(A, B, fn, **inputs)
+torch.cuda.synchronize()
+second = time.perf_counter() - t
+print("RESULT " + json.dumps({"first_call_s": round(first, 2), "second_call_ms": round(second * 1e3, 3),
+                              "pool": compile_pool.STATS, "config": picked[0] if picked else None}))
+"""
+
+
+def run_one(name: str, shape: tuple[int, int, int], workers: int, candidates: int) -> dict:
+    with tempfile.TemporaryDirectory(prefix="evt_first_call_") as tmp:
+        env = dict(os.environ, EVTORCH_CACHE_DIR=f"{tmp}/evt", TRITON_CACHE_DIR=f"{tmp}/triton",
+                   EVTORCH_AUTOTUNE="1", EVTORCH_COMPILE_WORKERS=str(workers), TRITON_INTERPRET="0",
+                   PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        t = time.time()
+        proc = subprocess.run([sys.executable, "-c", CHILD, name, *map(str, shape), str(candidates)], env=env,
+                              cwd=ROOT, capture_output=True, text=True, timeout=900)
+        rec = {"workload": name, "shape": list(shape), "workers": workers, "candidates": candidates,
+               "process_s": round(time.time() - t, 1)}
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+        if proc.returncode != 0 or not lines:
+            rec["error"] = (proc.stderr or proc.stdout)[-3000:]
+        else:
+            rec.update(json.loads(lines[-1][len("RESULT "):]))
+        return rec
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=Path("."))
+    ap.add_argument("--workloads", default="lincomb_relu,dgelu_bgrad")
+    ap.add_argument("--shapes", default="8192x4096x1024")
+    ap.add_argument("--workers", default="0,8", help="comma-separated EVTORCH_COMPILE_WORKERS values to compare")
+    ap.add_argument("--candidates", type=int, default=5)
+    args = ap.parse_args(argv)
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+    records = []
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name in args.workloads.split(","):
+        for shape in shapes:
+            for workers in (int(w) for w in args.workers.split(",")):
+                rec = run_one(name, shape, workers, args.candidates)
+                records.append(rec)
+                print(json.dumps(rec), flush=True)
+                (args.out / "first_call.json").write_text(json.dumps(records, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
