@@ -671,3 +671,16 @@ def test_scalar_parameters_are_not_specialised():
     assert heads.count("@triton.jit") == 1                              # splitk partials
     with pytest.raises(ValueError, match="sc_b"):
         render_gemm("k", "epi", ["sc_a"], "portable", unspecialized=["sc_b"])
+
+
+def test_graph_timing_runs_about_as_long_as_plain_timing(monkeypatch):
+    """``do_bench_cudagraph`` replays its ``rep`` window GRAPH_REPLAYS times, ``do_bench`` runs ``rep`` in all: the
+    tuner's graph timing passes rep_ms / GRAPH_REPLAYS so a candidate is timed for about rep_ms, not ten times it."""
+    import triton.testing
+
+    seen = {}
+    monkeypatch.setattr(triton.testing, "do_bench_cudagraph", lambda fn, rep, return_mode: seen.setdefault("g", rep))
+    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, warmup, rep, return_mode: seen.setdefault("p", rep))
+    autotune.time_ms(lambda: None, rep_ms=100, graph=True, settle_ms=0)
+    autotune.time_ms(lambda: None, rep_ms=100, graph=False, settle_ms=0)
+    assert seen == {"g": 100 / autotune.GRAPH_REPLAYS, "p": 100}

@@ -111,6 +111,13 @@ REFINE_ROUNDS = 2
 PREPARE_WORKERS = 8
 
 
+# ``do_bench_cudagraph(fn, rep)`` captures about ``rep`` ms of calls in one graph and replays it 10 times, where
+# ``do_bench``'s ``rep`` is the whole run's length: ``time_ms`` passes it rep_ms / GRAPH_REPLAYS, so that both
+# modes time for about rep_ms. (Passing rep_ms itself made each tuning candidate's timing take a second; a first
+# call for a new shape spent most of its ~25 s on the H200 there, not compiling: benchmarks/first_call.py.)
+GRAPH_REPLAYS = 10
+
+
 def _settle(fn: Callable[[], object], ms: float) -> None:
     """Run ``fn`` (synchronously) for about ``ms`` milliseconds of wall time, at least once."""
     import time
@@ -137,7 +144,7 @@ def time_ms(fn: Callable[[], object], warmup_ms: int = 25, rep_ms: int = 100, gr
         _settle(fn, settle_ms)
     if graph:
         try:
-            return float(do_bench_cudagraph(fn, rep=rep_ms, return_mode="median"))
+            return float(do_bench_cudagraph(fn, rep=rep_ms / GRAPH_REPLAYS, return_mode="median"))
         except Exception:  # noqa: BLE001 - not capturable (a host sync, an unsupported op): time it plainly
             pass
     return float(do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))

@@ -297,7 +297,12 @@ def _compile(job: CompileJob) -> str | None:
             triton.knobs.cache.dir = job.triton_cache_dir
         kernel = getattr(load_file(job.module_file, job.module_name), job.kernel)
         torch.cuda.set_device(job.device_index)
-        kernel.preload(job.specialization)
+        compiled = kernel.preload(job.specialization)
+        # Loading it builds (and caches on disk) the C launcher of its signature: a compiler run of its own,
+        # which the parent would otherwise do the first time it loads the kernel.
+        init = getattr(compiled, "_init_handles", None)
+        if init is not None:
+            init()
         return None
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which compiles the kernel itself
         return f"{type(exc).__name__}: {exc}"
