@@ -592,11 +592,6 @@ def main(argv=None) -> int:
     b.results["settings"].update({"candidates": args.candidates, "warmup_ms": b.warmup, "rep_ms": b.rep,
                                   "shapes": shapes, "workloads": names, "identity_sizes": sizes,
                                   "evtorch_cache_dir": os.environ["EVTORCH_CACHE_DIR"]})
-    if not args.dry_run:
-        from evtorch.runtime import compile_pool
-
-        compile_pool.start()  # the compile workers start (import torch, Triton) while the ceilings are measured
-        b.results["settings"]["compile_workers"] = compile_pool.workers()
     environment(b)
     ceilings(b)
     b.save()
@@ -608,10 +603,6 @@ def main(argv=None) -> int:
     if args.power > 0 and not args.dry_run:
         power_rows(b, args.power)
     b.results["total_s"] = round(time.time() - T0, 1)
-    if not args.dry_run:
-        from evtorch.runtime import compile_pool
-
-        b.results["compile_pool"] = dict(compile_pool.STATS)
     b.save()
     chart(b)
     table(b)

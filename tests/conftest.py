@@ -1,9 +1,6 @@
 import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
-# GPU runs use pytest-xdist (-n 8 to 12): two compile workers per test process keep the tuner's worker-process
-# path exercised without starting a hundred CUDA contexts (runtime/compile_pool.py).
-os.environ.setdefault("EVTORCH_COMPILE_WORKERS", "2")
 
 
 import pytest  # noqa: E402

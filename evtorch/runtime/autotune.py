@@ -103,18 +103,17 @@ REFINE_MARGIN = 0.05
 REFINE_MAX = 3
 REFINE_ROUNDS = 2
 
-# Candidates are compiled before any is timed (``pick_config``'s ``prepare``): first in worker processes
-# (``runtime.compile_pool``: Triton's compile holds the GIL for much of its time, so threads alone overlapped
-# little), then each is run once in a pool of PREPARE_WORKERS threads, which finds its kernels in Triton's disk
-# cache (or compiles what the workers could not). A first call for a new shape then waits for about the slowest
-# compile instead of their sum.
+# Candidates are compiled in a pool of threads before any is timed (``pick_config``'s ``prepare``): a first call
+# for a new shape then waits for about the slowest compile plus what the compiles hold the GIL for, not their sum.
+# (Worker processes were tried, fed through Triton's jit_cache_hook and JITFunction.preload: on the H200 machine the
+# five candidates' compile phase took 4.5-6.4 s that way against 2.4-3.7 s in threads, docs/benchmarks.md.)
 PREPARE_WORKERS = 8
 
 
 # ``do_bench_cudagraph(fn, rep)`` captures about ``rep`` ms of calls in one graph and replays it 10 times, where
 # ``do_bench``'s ``rep`` is the whole run's length: ``time_ms`` passes it rep_ms / GRAPH_REPLAYS, so that both
-# modes time for about rep_ms. (Passing rep_ms itself made each tuning candidate's timing take a second; a first
-# call for a new shape spent most of its ~25 s on the H200 there, not compiling: benchmarks/first_call.py.)
+# modes time for about rep_ms. (Passing rep_ms itself made each tuning candidate's timing take over a second: a
+# first call at 8192x4096x1024 took 24.5 s on the H200 machine, 8.7-12 s since; benchmarks/first_call.py.)
 GRAPH_REPLAYS = 10
 
 
@@ -206,10 +205,9 @@ def pick_config(
 ) -> GemmConfig:
     """The fastest of ``candidates`` by ``bench(config) -> ms``, cached under ``key``.
 
-    ``prepare(config)``, when given, is a run that compiles the candidate's kernels: before any timing, the
-    kernels of every candidate are compiled in worker processes (``runtime.compile_pool``), then ``prepare`` is
-    called for each in a pool of PREPARE_WORKERS threads; what it raises is ignored here (``bench`` meets the same
-    failure and records it).
+    ``prepare(config)``, when given, is first called for every candidate in a pool of PREPARE_WORKERS threads (a
+    run that compiles its kernels); what it raises is ignored here (``bench`` meets the same failure and records
+    it).
 
     Returns ``heuristic`` without timing anything when tuning is off (EVTORCH_AUTOTUNE=0) or the device is
     not CUDA (CPU, Triton interpreter). Candidates beyond ``max_candidates`` are dropped (order them best
@@ -260,14 +258,10 @@ def pick_config(
 
 
 def _prepare_all(cands: Sequence[GemmConfig], prepare: Callable[[GemmConfig], object]) -> None:
-    """Compile every candidate's kernels in worker processes (``compile_pool``, when it has workers), then
-    ``prepare`` each in a thread pool, on the caller's CUDA stream (so that its launches order with the caller's
-    work, as the timing's will)."""
+    """``prepare`` every candidate in a thread pool, each on the caller's CUDA stream (so that its launches order
+    with the caller's work, as the timing's will)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from evtorch.runtime import compile_pool
-
-    compile_pool.precompile([lambda c=c: prepare(c) for c in cands])  # what fails there, the runs below report
     stream = torch.cuda.current_stream() if torch.cuda.is_available() else None
 
     def run(cfg: GemmConfig) -> None:

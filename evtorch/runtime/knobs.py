@@ -211,23 +211,3 @@ ALL_KNOBS = ALL_KNOBS + (DISABLE_PASSES,)
 def disabled_passes() -> frozenset:
     """EVTORCH_DISABLE_PASSES: names of optional passes to skip (default none)."""
     return DISABLE_PASSES.get()
-
-
-def _parse_count(name: str, text: str) -> int:
-    try:
-        value = int(text.strip())
-    except ValueError:
-        raise ValueError(f"environment variable {name}={text!r} is not a non-negative integer") from None
-    if value < 0:
-        raise ValueError(f"environment variable {name}={text!r} is not a non-negative integer")
-    return value
-
-
-COMPILE_WORKERS: Knob[int] = Knob(
-    "EVTORCH_COMPILE_WORKERS",
-    lambda: min(8, os.cpu_count() or 1),
-    _parse_count,
-    "worker processes that compile a tuning run's candidate kernels (runtime/compile_pool.py; default "
-    "min(8, CPUs)); 0: compile them in the tuner's threads",
-)
-ALL_KNOBS = ALL_KNOBS + (COMPILE_WORKERS,)

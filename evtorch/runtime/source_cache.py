@@ -104,36 +104,19 @@ def load_module(source: str, name_hint: str) -> ModuleType:
             return cached
         path = kernel_path(source, name_hint)
         _ensure_file(path, source)
-        module = _import(path, f"{_MODULE_PREFIX}_{path.stem}")
+        module_name = f"{_MODULE_PREFIX}_{path.stem}"
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot create an import spec for generated kernel file {path}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            sys.modules.pop(module_name, None)
+            raise
         _modules[digest] = module
         return module
-
-
-def _import(path: Path, module_name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot create an import spec for generated kernel file {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        sys.modules.pop(module_name, None)
-        raise
-    return module
-
-
-def load_file(path: str | os.PathLike, module_name: str) -> ModuleType:
-    """Import a generated kernel file that another process wrote with ``load_module``, under the module name it
-    has there (``runtime.compile_pool``'s workers: Triton's compile cache key must come out the same). Returns the
-    module already imported under that name, if any."""
-    if not isinstance(module_name, str) or not module_name.startswith(_MODULE_PREFIX):
-        raise ValueError(f"module_name must be a generated module's name ({_MODULE_PREFIX}_...), got {module_name!r}")
-    with _lock:
-        module = sys.modules.get(module_name)
-        if module is not None:
-            return module
-        return _import(Path(path), module_name)
 
 
 def clear_memory_cache() -> None:
