@@ -52,11 +52,25 @@ class Harness:
             times.append((time.perf_counter() - t) * 1e3)
         return statistics.median(times)
 
-    def paired(self, fns: dict, rounds: int = 3) -> dict:
+    def paired(self, fns: dict, rounds: int = 5, settle_ms: float = 300.0) -> dict:
         """Interleaved medians: ``rounds`` rounds, each timing every function of ``fns`` (name -> callable) in
         turn with 1/rounds of the repeats; name -> (median over the rounds, the rounds' times). Clocks drift over
         seconds on the H200 (cuBLAS 0.75 and 0.82 ms for one product, before and after one row), so a ratio of two
-        times taken one after the other carries the drift; interleaved, both see the same clocks."""
+        times taken one after the other carries the drift; interleaved, both see the same clocks.
+
+        First the functions run in turn for about ``settle_ms`` (CUDA only), untimed: a GPU that has just idled (a
+        compile, the tuner's host work) runs its first tens of milliseconds at a higher clock, and with three rounds
+        and no settling cuBLAS's first round at 8192x8192x4096 came out 3-5% below its other two in every row of
+        the 07:23 UTC run (benchmarks/results/bench_h200_run0723.json), a round the fused kernel never got."""
+        if self.cuda and settle_ms > 0:
+            import torch
+
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            while (time.perf_counter() - start) * 1e3 < settle_ms:
+                for fn in fns.values():
+                    fn()
+                torch.cuda.synchronize()
         times = {name: [] for name in fns}
         for _ in range(rounds):
             for name, fn in fns.items():

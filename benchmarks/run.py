@@ -10,13 +10,13 @@ Per workload (benchmarks/workloads.py) and shape (M, N, K), bf16 A and B, fp32 a
 - ``evt``: ``evt.gemm(A, B, fn, **inputs)``, the public call (host work included), autotuned
   (EVTORCH_AUTOTUNE=1, at most ``--candidates`` configs, fresh tuning cache: the first call's time is reported);
 - ``evt_kernel``: the same call captured in a CUDA graph and replayed (device time only);
-- ``cublas``: ``torch.matmul(A, B)`` alone (bf16 out), timed in three rounds interleaved with ``evt`` (and again with
+- ``cublas``: ``torch.matmul(A, B)`` alone (bf16 out), timed in five rounds interleaved with ``evt`` (and again with
   ``compile``; clocks drift), the target: evt / cublas <= 1.05 (large), 1.15 (small K);
 - ``eager``: ``fn(A @ B, **inputs)``; ``compile``: the same under ``torch.compile(mode=--compile-mode)``, each
   graph compiled once (compile seconds reported), with the Inductor settings in ``INDUCTOR_SETTINGS``.
 
 Times are ``triton.testing.do_bench`` medians (L2 flushed before every run); interleaved pairs report the median
-of their three rounds' medians (``Harness.paired``). Also: TFLOP/s (2MNK / time),
+of their five rounds' medians, after 300 ms of running the pair untimed (``Harness.paired``). Also: TFLOP/s (2MNK / time),
 achieved bandwidth (fewest bytes: A, B, every tensor input read once, every output written once, over time),
 the max error of each contender against the fp32 reference ``fn(A.float() @ B.float(), **inputs)``
 (max |out - ref| / max |ref| over outputs), the two floors per row (2MNK / measured matmul rate, bytes / measured
@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "timing (checks the script, measures nothing)")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile baseline")
     ap.add_argument("--compile-mode", default="max-autotune-no-cudagraphs")
-    ap.add_argument("--candidates", type=int, default=None, help="autotuning candidates per epilogue (default 5; "
+    ap.add_argument("--candidates", type=int, default=None, help="autotuning candidates per epilogue (default 8; "
                     "--quick 2)")
     ap.add_argument("--diag", dest="diag", action="store_true", default=None,
                     help="per row, also time alternative configs and read kernel resources (default on, off with "
@@ -117,7 +117,7 @@ class Bench(Harness):
                                          "identity": [], "notes": []},
                          cuda=not args.dry_run, t0=T0,
                          warmup_ms=args.warmup_ms if args.warmup_ms is not None else (10.0 if quick else 25.0),
-                         rep_ms=args.rep_ms if args.rep_ms is not None else (50.0 if quick else 150.0))
+                         rep_ms=args.rep_ms if args.rep_ms is not None else (50.0 if quick else 250.0))
         self.dev = "cuda" if self.cuda else "cpu"
 
     def sync(self):
@@ -562,7 +562,7 @@ def main(argv=None) -> int:
     if args.diag is None:
         args.diag = not args.quick
     if args.candidates is None:
-        args.candidates = 2 if args.quick else 5
+        args.candidates = 2 if args.quick else 8
     os.environ["EVTORCH_AUTOTUNE"] = "1"
     os.environ.setdefault("EVTORCH_CACHE_DIR", f"/tmp/evtorch_bench_{os.getpid()}")  # fresh: tuning is measured
     import torch

@@ -93,9 +93,13 @@ def test_paired_timer_interleaves_rounds(tmp_path):
     calls, reps = [], []
     fake = iter([1.0, 5.0, 3.0, 2.0, 4.0, 9.0])
     h.timer = lambda fn, rep=None: (fn(), reps.append(rep), next(fake))[2]
-    out = h.paired({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")})
+    out = h.paired({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, rounds=3)
     assert calls == ["a", "b"] * 3 and reps == [10.0] * 6
     assert out == {"a": (3.0, [1.0, 3.0, 4.0]), "b": (5.0, [5.0, 2.0, 9.0])}
+    fake = iter(range(10))
+    calls.clear()
+    out = h.paired({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")})  # default: five rounds
+    assert calls == ["a", "b"] * 5 and out["a"] == (4, [0, 2, 4, 6, 8])
 
 
 def test_power_probe_parses_samples_and_reasons():
