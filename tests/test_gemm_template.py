@@ -684,3 +684,19 @@ def test_graph_timing_runs_about_as_long_as_plain_timing(monkeypatch):
     autotune.time_ms(lambda: None, rep_ms=100, graph=True, settle_ms=0)
     autotune.time_ms(lambda: None, rep_ms=100, graph=False, settle_ms=0)
     assert seen == {"g": 100 / autotune.GRAPH_REPLAYS, "p": 100}
+
+
+def test_settle_queues_calls_without_waiting_for_each(monkeypatch):
+    """``_settle`` runs one call to size a batch, then queues the rest back to back: a handful of synchronizes for
+    many calls (a synchronize per call let the GPU idle through every call's host work)."""
+    import time
+
+    calls, syncs = [], []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: syncs.append(len(calls)))
+
+    def fn():
+        calls.append(1)
+        time.sleep(0.001)
+
+    autotune._settle(fn, 30)
+    assert len(calls) >= 10 and len(syncs) <= 4

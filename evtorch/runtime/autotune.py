@@ -118,16 +118,26 @@ GRAPH_REPLAYS = 10
 
 
 def _settle(fn: Callable[[], object], ms: float) -> None:
-    """Run ``fn`` (synchronously) for about ``ms`` milliseconds of wall time, at least once."""
+    """Run ``fn`` back to back for about ``ms`` milliseconds, at least once: one call sizes a batch, the rest are
+    queued without waiting for each. (With a synchronize after every call the GPU idled through each call's host
+    work, below its sustained power draw; in the 07:31 UTC run, benchmarks/results/bench_h200_run0731.json, the
+    tuner timed the picked configs at 8192x8192x4096 1-12% faster than the bench then measured them.)"""
     import time
 
     torch.cuda.synchronize()
     start = time.perf_counter()
+    batch = 1
     while True:
-        fn()
+        t = time.perf_counter()
+        for _ in range(batch):
+            fn()
         torch.cuda.synchronize()
-        if (time.perf_counter() - start) * 1e3 >= ms:
+        now = time.perf_counter()
+        left = ms - (now - start) * 1e3
+        if left <= 0:
             return
+        per_call = max((now - t) * 1e3 / batch, 1e-3)
+        batch = max(1, min(int(left / per_call) + 1, 4096))
 
 
 def time_ms(fn: Callable[[], object], warmup_ms: int = 25, rep_ms: int = 100, graph: bool = False,
