@@ -720,5 +720,21 @@ def test_settle_queues_calls_without_waiting_for_each(monkeypatch):
         calls.append(1)
         time.sleep(0.001)
 
-    autotune._settle(fn, 30)
+    per_call = autotune._settle(fn, 30)
     assert len(calls) >= 10 and len(syncs) <= 4
+    assert 0.5 < per_call < 5  # the last batch's milliseconds per call (each sleeps 1 ms)
+
+
+def test_auto_timing_replays_graphs_only_for_short_calls(monkeypatch):
+    """``graph="auto"``: a call shorter than GRAPH_BELOW_MS (as the settling run measured it) is timed by graph
+    replays, a longer one by timing the call itself (what the public call costs, host work hidden by the GPU)."""
+    import triton.testing
+
+    seen = []
+    monkeypatch.setattr(triton.testing, "do_bench_cudagraph", lambda fn, rep, return_mode: seen.append("graph") or 1.0)
+    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, warmup, rep, return_mode: seen.append("plain") or 2.0)
+    for per_call in (autotune.GRAPH_BELOW_MS / 2, autotune.GRAPH_BELOW_MS * 4):
+        monkeypatch.setattr(autotune, "_settle", lambda fn, ms, v=per_call: v)
+        autotune.time_ms(lambda: None, graph="auto")
+    assert autotune.time_ms(lambda: None, graph="auto", settle_ms=0) == 1.0  # nothing measured: graph replays
+    assert seen == ["graph", "plain", "graph"]

@@ -119,12 +119,20 @@ PREPARE_WORKERS = 8
 # first call at 8192x4096x1024 took 24.5 s on the H200 machine, 8.7-12 s since; benchmarks/first_call.py.)
 GRAPH_REPLAYS = 10
 
+# The tuner times a candidate the way the public call runs it where that is possible: graph replays only for calls
+# shorter than this, where host time would otherwise rank the candidates. Above it the call is timed itself: at
+# 8192x8192x4096 on the H200 the persistent TMA kernel's public call for bias_gelu_aux ran 1.4-3.8% over its graph
+# replays in four runs (ping-pong configs -1.5% to +2%), so graph timing ranked it first while the public call was
+# 2% slower than a ping-pong config's (benchmarks/launch_paths.py, docs/benchmarks.md).
+GRAPH_BELOW_MS = 0.25
 
-def _settle(fn: Callable[[], object], ms: float) -> None:
+
+def _settle(fn: Callable[[], object], ms: float) -> float:
     """Run ``fn`` back to back for about ``ms`` milliseconds, at least once: one call sizes a batch, the rest are
     queued without waiting for each. (With a synchronize after every call the GPU idled through each call's host
     work, below its sustained power draw; in the 07:31 UTC run, benchmarks/results/bench_h200_run0731.json, the
-    tuner timed the picked configs at 8192x8192x4096 1-12% faster than the bench then measured them.)"""
+    tuner timed the picked configs at 8192x8192x4096 1-12% faster than the bench then measured them.) Returns the
+    milliseconds per call of the last batch (device time where the GPU is the bottleneck)."""
     import time
 
     torch.cuda.synchronize()
@@ -137,23 +145,26 @@ def _settle(fn: Callable[[], object], ms: float) -> None:
         torch.cuda.synchronize()
         now = time.perf_counter()
         left = ms - (now - start) * 1e3
-        if left <= 0:
-            return
         per_call = max((now - t) * 1e3 / batch, 1e-3)
+        if left <= 0:
+            return per_call
         batch = max(1, min(int(left / per_call) + 1, 4096))
 
 
-def time_ms(fn: Callable[[], object], warmup_ms: int = 25, rep_ms: int = 100, graph: bool = False,
+def time_ms(fn: Callable[[], object], warmup_ms: int = 25, rep_ms: int = 100, graph: bool | str = False,
             settle_ms: float = SETTLE_MS) -> float:
-    """Median run time of ``fn`` in milliseconds via ``triton.testing.do_bench`` (CUDA-event timed), after
-    ``settle_ms`` of running it (``SETTLE_MS``). ``graph``: replay ``fn`` captured in a CUDA graph instead
-    (``do_bench_cudagraph``), which leaves out the host work of each call: a public call takes ~0.1 ms of host
-    time, so below ~0.1 ms of kernel, plain timing ranks the candidates by noise (docs/benchmarks.md: a 2048^3 GEMM
-    picked 94% or 77% of cuBLAS from run to run). Falls back to plain timing when ``fn`` cannot be captured."""
+    """Median run time of ``fn`` in milliseconds via ``triton.testing.do_bench`` (CUDA-event timed, L2 flushed
+    before every run), after ``settle_ms`` of running it (``SETTLE_MS``). ``graph=True``: replay ``fn`` captured in
+    a CUDA graph instead (``do_bench_cudagraph``), which leaves out the host work of each call: a public call takes
+    ~0.1 ms of host time, so below ~0.1 ms of kernel, plain timing ranks the candidates by noise (docs/benchmarks.md:
+    a 2048^3 GEMM picked 94% or 77% of cuBLAS from run to run). ``graph="auto"``: graph replays for calls shorter
+    than GRAPH_BELOW_MS (as measured while settling), plain timing of the call itself for longer ones, whose host
+    work the GPU hides. Falls back to plain timing when ``fn`` cannot be captured."""
     from triton.testing import do_bench, do_bench_cudagraph
 
-    if settle_ms > 0:
-        _settle(fn, settle_ms)
+    per_call = _settle(fn, settle_ms) if settle_ms > 0 else None
+    if graph == "auto":
+        graph = per_call is None or per_call < GRAPH_BELOW_MS
     if graph:
         try:
             return float(do_bench_cudagraph(fn, rep=rep_ms / GRAPH_REPLAYS, return_mode="median"))

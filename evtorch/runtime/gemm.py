@@ -449,7 +449,7 @@ def _choose_config(ep, prog, A, B, inputs, out_dtype, deterministic, allow_tf32)
                               info=device_info(A.device))
 
     def bench(cfg: GemmConfig) -> float:
-        return time_ms(lambda: _execute(ep, prog, A, B, inputs, out_dtype, allow_tf32, cfg), graph=True)
+        return time_ms(lambda: _execute(ep, prog, A, B, inputs, out_dtype, allow_tf32, cfg), graph="auto")
 
     def prepare(cfg: GemmConfig) -> None:  # compiles the candidate's kernels (pick_config runs these in threads)
         _execute(ep, prog, A, B, inputs, out_dtype, allow_tf32, cfg)
