@@ -120,10 +120,10 @@ PREPARE_WORKERS = 8
 GRAPH_REPLAYS = 10
 
 # The tuner times a candidate the way the public call runs it where that is possible: graph replays only for calls
-# shorter than this, where host time would otherwise rank the candidates. Above it the call is timed itself: at
-# 8192x8192x4096 on the H200 the persistent TMA kernel's public call for bias_gelu_aux ran 1.4-3.8% over its graph
-# replays in four runs (ping-pong configs -1.5% to +2%), so graph timing ranked it first while the public call was
-# 2% slower than a ping-pong config's (benchmarks/launch_paths.py, docs/benchmarks.md).
+# shorter than this, where host time would otherwise rank the candidates; longer calls are timed themselves, with
+# L2 flushed as the bench does. (On the H200 at 8192x8192x4096 the persistent kernel's public call for
+# bias_gelu_aux measured 1.4-3.8% over its graph replays in four runs, level in a fifth: benchmarks/launch_paths.py,
+# docs/benchmarks.md "First calls and the tuner's timing".)
 GRAPH_BELOW_MS = 0.25
 
 
