@@ -24,7 +24,6 @@ ROOT = Path(__file__).resolve().parents[1]
 
 CHILD = r"""
 import json, os, sys, time
-t_import = time.perf_counter()
 import torch
 import evtorch as evt
 from evtorch.runtime import autotune, gemm
