@@ -69,6 +69,15 @@ EXTRA_FLAGS: dict[str, type | tuple[type, ...]] = {
 _FLAG_VALUES: dict[str, tuple[Any, ...]] = {"EPILOGUE_SUBTILE": (False, True, 1, 2, 4, 8), "PROGRAMS_PER_SM": (1, 2, 3, 4),
                                            "PREFETCH": (0, 1, 2, 3, 4), "EPI_WG": (0, 2, 3, 4),
                                            "EPI_SMEM": (0, 1, 2), "CONSUMERS": (2, 3), "TMA_STORE": tuple(range(9))}
+
+
+def _from_registers(extra: dict[str, Any]) -> bool:
+    """Whether a ping-pong config's consumers run the epilogue on slices straight from registers: none of the
+    schedules that move the accumulator first (EPI_SMEM: through shared memory, EPI_WG: to epilogue warpgroups,
+    EPI_LOOP: a loop over register-carried slices). EPI_MMA and TMA_STORE apply only then."""
+    return not (extra.get("EPI_SMEM") or extra.get("EPI_WG") or extra.get("EPI_LOOP"))
+
+
 # flags of the Gluon template alone (a fallback to persistent_tma drops them: gemm_launch.resolve_config)
 PINGPONG_ONLY_FLAGS = frozenset({"EPI_TMA", "EPI_WG", "EPI_SMEM", "EPI_LOOP", "EPI_MMA", "CONSUMERS", "TMA_STORE"})
 _PINGPONG_FLAGS = PINGPONG_ONLY_FLAGS | {"EPILOGUE_SUBTILE", "PREFETCH"}
@@ -209,16 +218,14 @@ class GemmConfig:
                                  "needs EPILOGUE_SUBTILE 2 or 4 and no EPI_SMEM or EPI_WG, got EPILOGUE_SUBTILE="
                                  f"{extra.get('EPILOGUE_SUBTILE', False)!r}, EPI_SMEM={extra.get('EPI_SMEM', 0)}, "
                                  f"EPI_WG={extra.get('EPI_WG', 0)}")
-            if extra.get("EPI_MMA") and (extra.get("EPI_SMEM") or extra.get("EPI_WG") or extra.get("EPI_LOOP")):
-                raise ValueError("GemmConfig.extra EPI_MMA (the consumers' epilogue in the wgmma layout) applies to "
-                                 "slices from registers: not with EPI_SMEM, EPI_WG or EPI_LOOP, got "
-                                 f"EPI_SMEM={extra.get('EPI_SMEM', 0)}, EPI_WG={extra.get('EPI_WG', 0)}, "
-                                 f"EPI_LOOP={extra.get('EPI_LOOP', False)}")
-            if extra.get("TMA_STORE") and (extra.get("EPI_SMEM") or extra.get("EPI_WG") or extra.get("EPI_LOOP")):
-                raise ValueError(f"GemmConfig.extra TMA_STORE={extra['TMA_STORE']} (the consumers' tile outputs stored "
-                                 "by TMA) applies to slices from registers: not with EPI_SMEM, EPI_WG or EPI_LOOP, got "
-                                 f"EPI_SMEM={extra.get('EPI_SMEM', 0)}, EPI_WG={extra.get('EPI_WG', 0)}, "
-                                 f"EPI_LOOP={extra.get('EPI_LOOP', False)}")
+            if not _from_registers(extra):
+                for flag, what in (("EPI_MMA", "EPI_MMA (the consumers' epilogue in the wgmma layout)"),
+                                   ("TMA_STORE", f"TMA_STORE={extra.get('TMA_STORE')} (the consumers' tile outputs "
+                                                 "stored by TMA)")):
+                    if extra.get(flag):
+                        raise ValueError(f"GemmConfig.extra {what} applies to slices from registers: not with "
+                                         f"EPI_SMEM, EPI_WG or EPI_LOOP, got EPI_SMEM={extra.get('EPI_SMEM', 0)}, "
+                                         f"EPI_WG={extra.get('EPI_WG', 0)}, EPI_LOOP={extra.get('EPI_LOOP', False)}")
         elif extra and self.template != "persistent_tma":
             raise ValueError(f"GemmConfig.extra flags {sorted(extra)} only apply to template='persistent_tma'")
         elif PINGPONG_ONLY_FLAGS & set(extra):
@@ -745,7 +752,7 @@ def for_epilogue(candidates: list[GemmConfig], *, tma_input: bool, tile_stores: 
 
     out = []
     for c in candidates:
-        from_registers = c.template == "pingpong" and not (c.flag("EPI_SMEM") or c.flag("EPI_WG") or c.flag("EPI_LOOP"))
+        from_registers = c.template == "pingpong" and _from_registers(dict(c.extra))
         if c.flag("EPI_TMA"):
             if tma_input:
                 out.append(converted(c, keep_tma=True) if mma_ok else c)

@@ -284,17 +284,15 @@ def pick_config(
 def _prepare_all(cands: Sequence[GemmConfig], prepare: Callable[[GemmConfig], object]) -> None:
     """``prepare`` every candidate in a thread pool, each on the caller's CUDA stream (so that its launches order
     with the caller's work, as the timing's will)."""
+    import contextlib
     from concurrent.futures import ThreadPoolExecutor
 
     stream = torch.cuda.current_stream() if torch.cuda.is_available() else None
 
     def run(cfg: GemmConfig) -> None:
         try:
-            if stream is None:
+            with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
                 prepare(cfg)
-            else:
-                with torch.cuda.stream(stream):
-                    prepare(cfg)
         except Exception:  # noqa: BLE001 - bench() meets the same failure and records it
             pass
 
