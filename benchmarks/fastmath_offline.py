@@ -3,7 +3,7 @@ accurate and the fast-math emission and count what the epilogue costs in SASS: i
 spills. For predictions before a device run (docs/benchmarks.md, "Fast math"), and to check that the Gluon
 ping-pong template compiles with the installed Triton (tests/test_pingpong.py).
 
-    python -m benchmarks.fastmath_offline [--workloads a,b] [--config base|q4flat|pp_h|pp_q4_p0|...] [--modes auto]
+    python -m benchmarks.fastmath_offline [--workloads a,b] [--config base|q4flat|pp_h|pp_q4_p0|...] [--modes auto] [--ragged]
                                           [--json FILE]
 
 Runs with TRITON_INTERPRET unset. Stride arguments are compiled as at a launch on contiguous tensors: the
@@ -160,9 +160,10 @@ def _signature(prog, ep, inputs) -> dict:
     return sig
 
 
-def compile_workload(name: str, mode: str, config: str, out_dtype=torch.bfloat16) -> dict:
+def compile_workload(name: str, mode: str, config: str, out_dtype=torch.bfloat16, even: bool = True) -> dict:
     """Compile workload ``name``'s kernel for ``config`` (a CONFIGS key: persistent_tma, or PINGPONG_CONFIGS: the
-    Gluon ping-pong template) in fast-math ``mode`` for sm_90; SASS statistics."""
+    Gluon ping-pong template) in fast-math ``mode`` for sm_90; SASS statistics. ``even``: M and N multiples of the
+    tile (EVEN_M / EVEN_N, as at the benchmark shapes: no bounds masks), or not (a ragged launch's kernel)."""
     from benchmarks.pingpong_check import workload
     from evtorch.api import get_epilogue
     from evtorch.codegen.fastmath import select_for
@@ -177,6 +178,7 @@ def compile_workload(name: str, mode: str, config: str, out_dtype=torch.bfloat16
     fast = [ep.graph.nodes[i].target for i in sorted(select_for(ep, out_dtype, mode))]
     sig = _signature(prog, ep, inputs)
     base = dict(GROUP_M=8, ALLOW_TF32=False, ACC_DTYPE=triton.language.float32, DOT_UPCAST=False, NUM_PROGRAMS=132,
+                EVEN_M=even, EVEN_N=even,
                 stride_ak=1, stride_bn=1, **{name: 1 for name in unit_strides(prog.epilogue.params)})
     if config in PINGPONG_CONFIGS:
         from triton.experimental.gluon._runtime import GluonASTSource
@@ -208,7 +210,7 @@ def compile_workload(name: str, mode: str, config: str, out_dtype=torch.bfloat16
                        options=options)
     st = sass_stats(c.asm["cubin"])
     st.update(workload=name, mode=mode, config=config, fast_nodes=fast, program=prog.key[0],
-              shared=c.metadata.shared)
+              shared=c.metadata.shared, even=even)
     return st
 
 
@@ -217,13 +219,15 @@ def main() -> int:
     ap.add_argument("--workloads", default="identity,bias_gelu_aux,rowreduce_tanh,dgelu_bgrad,bce_loss")
     ap.add_argument("--config", default="base", help=f"one of {sorted(CONFIGS) + sorted(PINGPONG_CONFIGS)}")
     ap.add_argument("--modes", default="never,auto,always")
+    ap.add_argument("--ragged", action="store_true",
+                    help="compile as for M, N not multiples of the tile (bounds masks kept: EVEN_M = EVEN_N = False)")
     ap.add_argument("--json")
     args = ap.parse_args()
     os.environ.setdefault("EVTORCH_CACHE_DIR", "/tmp/evtorch_fastmath_offline")
     rows = []
     for name in args.workloads.split(","):
         for mode in args.modes.split(","):
-            st = compile_workload(name, mode, args.config)
+            st = compile_workload(name, mode, args.config, even=not args.ragged)
             if rows and rows[-1]["workload"] == name and any(r["program"] == st["program"] for r in rows
                                                            if r["workload"] == name):
                 continue

@@ -318,6 +318,9 @@ def prepare_launch(
         ACC_DTYPE=_acc_dtype(p.dtype),
         # The interpreter's tl.dot multiplies bf16 bit patterns (triton-lang/triton#11584): upcast there.
         DOT_UPCAST=p.dtype == torch.bfloat16 and knobs.interpreter_active(),
+        # every tile (and sub-tile) whole along M / N: the epilogue's bounds masks fold away (codegen.epilogue)
+        EVEN_M=p.M % config.BLOCK_M == 0,
+        EVEN_N=p.N % config.BLOCK_N == 0,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
     )
@@ -332,7 +335,8 @@ def prepare_launch(
         out.fn = _kernel(module, kernel_name, "splitk")[(tiles, split, p.L)]
         out.reduce_fn = _kernel(module, kernel_name, "splitk_reduce")[(tiles, p.L)]
         out.reduce_kwargs = dict(BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, GROUP_M=config.GROUP_M,
-                                 SPLIT_K=split, ACC_DTYPE=common["ACC_DTYPE"], num_warps=config.num_warps,
+                                 SPLIT_K=split, ACC_DTYPE=common["ACC_DTYPE"], EVEN_M=common["EVEN_M"],
+                                 EVEN_N=common["EVEN_N"], num_warps=config.num_warps,
                                  num_stages=1)
         common["SPLIT_K"] = split
     elif config.template == "persistent_tma":
