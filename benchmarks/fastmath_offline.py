@@ -3,8 +3,8 @@ accurate and the fast-math emission and count what the epilogue costs in SASS: i
 spills. For predictions before a device run (docs/benchmarks.md, "Fast math"), and to check that the Gluon
 ping-pong template compiles with the installed Triton (tests/test_pingpong.py).
 
-    python -m benchmarks.fastmath_offline [--workloads a,b] [--config base|q4flat|pp_h|pp_q4_p0|...] [--modes auto] [--ragged]
-                                          [--json FILE]
+    python -m benchmarks.fastmath_offline [--workloads a,b] [--config base|q4flat|pp_h|pp_q4_p0|...] [--modes auto]
+                                          [--ragged] [--json FILE]
 
 Runs with TRITON_INTERPRET unset. Stride arguments are compiled as at a launch on contiguous tensors: the
 innermost stride of every epilogue tensor (and of row-major A and B) is the constant 1, which Triton specialises at
@@ -178,7 +178,7 @@ def compile_workload(name: str, mode: str, config: str, out_dtype=torch.bfloat16
     fast = [ep.graph.nodes[i].target for i in sorted(select_for(ep, out_dtype, mode))]
     sig = _signature(prog, ep, inputs)
     base = dict(GROUP_M=8, ALLOW_TF32=False, ACC_DTYPE=triton.language.float32, DOT_UPCAST=False, NUM_PROGRAMS=132,
-                EVEN_M=even, EVEN_N=even,
+                EVEN_M=even, EVEN_N=even, INDEX_DTYPE=triton.language.int32,
                 stride_ak=1, stride_bn=1, **{name: 1 for name in unit_strides(prog.epilogue.params)})
     if config in PINGPONG_CONFIGS:
         from triton.experimental.gluon._runtime import GluonASTSource

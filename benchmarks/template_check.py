@@ -88,7 +88,8 @@ def main() -> int:
 
     epilogue = '''
 @triton.jit
-def epi_store(acc, offs_m, offs_n, pid_m, pid_n, pid_l, M, N, L, EVEN_M, EVEN_N, out_ptr, s_ol, s_om, s_on):
+def epi_store(acc, offs_m, offs_n, pid_m, pid_n, pid_l, M, N, L, EVEN_M, EVEN_N, INDEX_DTYPE,
+              out_ptr, s_ol, s_om, s_on):
     mask = (offs_m < M)[:, None] & (offs_n < N)[None, :]
     ptrs = (out_ptr + pid_l.to(tl.int64) * s_ol + offs_m.to(tl.int64)[:, None] * s_om
             + offs_n.to(tl.int64)[None, :] * s_on)

@@ -1,11 +1,14 @@
-"""Whole tiles: when M (N) is a multiple of the tile height (width), the launcher sets EVEN_M (EVEN_N) and the
-epilogue's bounds masks become constant true, which Triton folds away (``codegen.epilogue``).
+"""The launch's specialisations of the epilogue (``codegen.epilogue.LAUNCH_FLAGS``).
 
-Checked here: the flags the launcher derives from the shape and the config; results for every combination of
-whole and ragged axes under each template the interpreter runs, with row, column and full reductions (where a
-mask that is wrongly dropped would let padding into a sum or a max) in both reduction modes and outputs poisoned;
-and, offline for sm_90, that the whole-tile kernel is the smaller one (the masks really fold) and that the
-ragged kernel still compiles.
+Whole tiles: when M (N) is a multiple of the tile height (width), the launcher sets EVEN_M (EVEN_N) and the
+epilogue's bounds masks become constant true, which Triton folds away. Checked here: the flags the launcher derives
+from the shape and the config; results for every combination of whole and ragged axes under each template the
+interpreter runs, with row, column and full reductions (where a mask that is wrongly dropped would let padding into
+a sum or a max) in both reduction modes and outputs poisoned; and, offline for sm_90, that the whole-tile kernel is
+the smaller one (the masks really fold) and that the ragged kernel still compiles.
+
+Index width: element offsets along M and N are int32 (INDEX_DTYPE) where every epilogue tensor's offsets fit, else
+int64. Checked: the rule on strides near the limit, and results with the int64 offsets forced.
 """
 from __future__ import annotations
 
@@ -18,7 +21,10 @@ from pathlib import Path
 import pytest
 import torch
 
+import triton.language as tl
+
 import evtorch as evt
+import evtorch.runtime.gemm as rg
 from evtorch.api import get_epilogue
 from evtorch.codegen.configs import GemmConfig
 from evtorch.codegen.program import KERNEL_BASE, build_program
@@ -60,6 +66,7 @@ def test_launcher_sets_even_flags_from_shape_and_tile(template, M, N):
     assert resolve_config(A, B, config).template == template
     launch = prepare_launch(prog.module, KERNEL_BASE, A, B, config, allow_tf32=False)
     assert launch.common["EVEN_M"] is (M % 16 == 0) and launch.common["EVEN_N"] is (N % 32 == 0)
+    assert launch.common["INDEX_DTYPE"] == tl.int64  # until a caller that knows the epilogue's tensors narrows it
     if template == "splitk":  # the reduce kernel runs the epilogue: it gets the same flags
         assert (launch.reduce_kwargs["EVEN_M"], launch.reduce_kwargs["EVEN_N"]) == (M % 16 == 0, N % 32 == 0)
 
@@ -71,7 +78,9 @@ def test_launcher_sets_even_flags_from_shape_and_tile(template, M, N):
 def test_whole_and_ragged_tiles_match_eager(template, M, N, deterministic, monkeypatch):
     monkeypatch.setenv("EVTORCH_POISON", "1")
     A, B, kw = _inputs(M, N, seed=M * N)
+    rg.clear_caches()
     out = evt.gemm(A, B, epilogue, backend="triton", config=CONFIGS[template], deterministic=deterministic, **kw)
+    assert {launch.gemm.common["INDEX_DTYPE"] for launch in rg._launches.values()} == {tl.int32}
     ref = epilogue(A.double() @ B.double(), **{k: v.double() for k, v in kw.items()})
     for o, r in zip(out, ref):
         assert not torch.isnan(o).any()
@@ -102,3 +111,53 @@ def test_whole_tile_kernel_drops_the_mask_instructions(tmp_path, config):
     for name in workloads.split(","):
         assert even[name]["even"] and not ragged[name]["even"]
         assert even[name]["instructions"] < ragged[name]["instructions"], (name, even[name], ragged[name])
+
+
+class _Call:
+    """What ``rg._offsets_fit_int32`` reads of a call: sizes and the resolved stride parameters."""
+
+    def __init__(self, M, N, strides):
+        self.sizes, self.strides = {"M": M, "N": N, "L": 1}, strides
+
+    def resolve(self, p):
+        return self.strides[p.name]
+
+
+def test_index_width_rule():
+    """int32 offsets only while every tensor's offsets along M and N, over the tiles' padded reach (two tiles per
+    axis), stay below 2^31; batch (L) and workspace-slot (T) strides never count (those offsets are int64)."""
+    from evtorch.codegen.params import Param
+
+    cfg = GemmConfig("portable", 64, 128, 32, 8, 1, 4, 3)
+    params = [Param("s_C_M", "in_stride", ("C", "MN", "M")), Param("s_C_N", "in_stride", ("C", "MN", "N")),
+              Param("so0_M", "out_stride", (0, "M")), Param("so0_N", "out_stride", (0, "N")),
+              Param("so0_L", "out_stride", (0, "L")), Param("rs0_T", "buf_stride", (0, "T"))]
+    M, N = 4096, 8192
+    reach_m, reach_n = M + 2 * 64, N + 2 * 128
+    base = {"s_C_M": N, "s_C_N": 1, "so0_M": N, "so0_N": 1, "so0_L": 2 ** 40, "rs0_T": 2 ** 40}
+    assert rg._offsets_fit_int32(params, _Call(M, N, base), cfg)
+    # one tensor's M stride such that its reach along M alone is the limit: int64
+    s_m = (2 ** 31 - (reach_n - 1)) // reach_m + 1
+    assert not rg._offsets_fit_int32(params, _Call(M, N, {**base, "so0_M": s_m}), cfg)
+    assert rg._offsets_fit_int32(params, _Call(M, N, {**base, "so0_M": (2 ** 31 - reach_n) // reach_m}), cfg)
+    # transposed views count their strides whichever axis they are on; broadcast (0) strides count nothing
+    assert not rg._offsets_fit_int32(params, _Call(M, N, {**base, "s_C_M": 0, "s_C_N": 2 ** 31 // reach_n + 1}), cfg)
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("template", sorted(CONFIGS))
+def test_int64_offsets_match_eager(template, monkeypatch):
+    """The int64 path (taken by tensors of 2^31 elements or more, too big for a CPU test) on small tensors: the
+    limit is lowered so that no launch narrows its offsets."""
+    monkeypatch.setenv("EVTORCH_POISON", "1")
+    monkeypatch.setattr(rg, "_INT32_LIMIT", 1)
+    rg.clear_caches()
+    try:
+        A, B, kw = _inputs(40, 52, seed=7)
+        out = evt.gemm(A, B, epilogue, backend="triton", config=CONFIGS[template], **kw)
+        assert {launch.gemm.common["INDEX_DTYPE"] for launch in rg._launches.values()} == {tl.int64}
+        ref = epilogue(A.double() @ B.double(), **{k: v.double() for k, v in kw.items()})
+        for o, r in zip(out, ref):
+            torch.testing.assert_close(o.double(), r, rtol=1e-5, atol=1e-4)
+    finally:
+        rg.clear_caches()

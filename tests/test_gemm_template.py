@@ -38,7 +38,8 @@ A100 = DeviceInfo("cuda", "NVIDIA A100-SXM4-80GB", (8, 0), 108, 166912)
 
 STORE_EPILOGUE = '''
 @triton.jit
-def epi_store(acc, offs_m, offs_n, pid_m, pid_n, pid_l, M, N, L, EVEN_M, EVEN_N, out_ptr, s_ol, s_om, s_on):
+def epi_store(acc, offs_m, offs_n, pid_m, pid_n, pid_l, M, N, L, EVEN_M, EVEN_N, INDEX_DTYPE,
+              out_ptr, s_ol, s_om, s_on):
     mask = (offs_m < M)[:, None] & (offs_n < N)[None, :]
     ptrs = (out_ptr + pid_l.to(tl.int64) * s_ol + offs_m.to(tl.int64)[:, None] * s_om
             + offs_n.to(tl.int64)[None, :] * s_on)
@@ -48,7 +49,7 @@ def epi_store(acc, offs_m, offs_n, pid_m, pid_n, pid_l, M, N, L, EVEN_M, EVEN_N,
 # Writes the tile coordinates the epilogue was given, to check the per-tile workspace contract.
 PID_EPILOGUE = '''
 @triton.jit
-def epi_pids(acc, offs_m, offs_n, pid_m, pid_n, pid_l, M, N, L, EVEN_M, EVEN_N, pm_ptr, pn_ptr):
+def epi_pids(acc, offs_m, offs_n, pid_m, pid_n, pid_l, M, N, L, EVEN_M, EVEN_N, INDEX_DTYPE, pm_ptr, pn_ptr):
     mask = (offs_m < M)[:, None] & (offs_n < N)[None, :]
     offs = (pid_l.to(tl.int64) * M + offs_m[:, None]) * N + offs_n[None, :]
     zero = tl.zeros(acc.shape, dtype=tl.int32)
@@ -59,7 +60,7 @@ def epi_pids(acc, offs_m, offs_n, pid_m, pid_n, pid_l, M, N, L, EVEN_M, EVEN_N, 
 # Writes which persistent program ran each element's tile (tl.program_id inside the inlined epilogue).
 PROG_EPILOGUE = '''
 @triton.jit
-def epi_prog(acc, offs_m, offs_n, pid_m, pid_n, pid_l, M, N, L, EVEN_M, EVEN_N, prog_ptr):
+def epi_prog(acc, offs_m, offs_n, pid_m, pid_n, pid_l, M, N, L, EVEN_M, EVEN_N, INDEX_DTYPE, prog_ptr):
     mask = (offs_m < M)[:, None] & (offs_n < N)[None, :]
     offs = (pid_l.to(tl.int64) * M + offs_m[:, None]) * N + offs_n[None, :]
     tl.store(prog_ptr + offs, tl.zeros(acc.shape, dtype=tl.int32) + tl.program_id(0), mask=mask)
@@ -300,7 +301,7 @@ def test_empty_output_launches_nothing(store_module):
 def test_render_contract():
     src = render_gemm("k", "epi", ["x_ptr", "n"], "portable")
     assert src.startswith("@triton.jit\ndef k(")
-    assert "epi(acc, offs_m, offs_n, pid_m, pid_n, pid_l, M, N, L, EVEN_M, EVEN_N, x_ptr, n)" in src
+    assert "epi(acc, offs_m, offs_n, pid_m, pid_n, pid_l, M, N, L, EVEN_M, EVEN_N, INDEX_DTYPE, x_ptr, n)" in src
     compile(HEADER + src, "<render>", "exec")
     for template in RENDERABLE:
         compile(HEADER + render_gemm("k", "epi", [], template), "<render>", "exec")

@@ -3,12 +3,16 @@
 The function has the template contract's signature (docs/ARCHITECTURE.md)::
 
     @triton.jit
-    def epilogue(acc, offs_m, offs_n, pid_m, pid_n, pid_l, M, N, L, EVEN_M, EVEN_N, <params>):
+    def epilogue(acc, offs_m, offs_n, pid_m, pid_n, pid_l, M, N, L, EVEN_M, EVEN_N, INDEX_DTYPE, <params>):
 
 ``EVEN_M`` / ``EVEN_N`` are constexprs the launcher sets when M / N is a multiple of the tile's height / width,
 so that no row / column of any tile lies outside: the bounds masks are then constant true, and Triton folds them
 away (the masked loads and stores become plain ones, ``tl.where(mask, x, identity)`` becomes ``x``). On the
 H200's cycle-bound epilogues that is 2-8% of the kernel's instructions (docs/codegen.md, "Full tiles").
+``INDEX_DTYPE`` (tl.int32 or tl.int64) is the type in which element offsets along M and N are computed: the
+launcher picks int32 where every epilogue tensor's offsets over the tiles' index range stay below 2^31 (one
+32-bit multiply-add per address instead of 64-bit arithmetic), int64 otherwise; batch and workspace-slot offsets
+are always int64.
 Inside, every tile value is a Triton tensor broadcastable to the [BLOCK_M, BLOCK_N] tile: varying along M
 and N it is [BM, BN], along M only [BM, 1], along N only [1, BN], along neither a scalar (the batch index
 is the scalar ``pid_l``). Loads are masked, each output is written once (a value that does not vary along
@@ -29,9 +33,11 @@ from .expr import TL_DTYPE, compute_expr, literal
 from .params import ParamList
 from .reductions import IDENTITY, ReductionPlan, key_params
 
-SIGNATURE = ("acc", "offs_m", "offs_n", "pid_m", "pid_n", "pid_l", "M", "N", "L", "EVEN_M", "EVEN_N")
+# the launch's specialisations of the epilogue (constexprs every template takes and forwards; see the docstring)
+LAUNCH_FLAGS = ("EVEN_M", "EVEN_N", "INDEX_DTYPE")
+SIGNATURE = ("acc", "offs_m", "offs_n", "pid_m", "pid_n", "pid_l", "M", "N", "L") + LAUNCH_FLAGS
 # the prefetch function's leading parameters (no accumulator, no tile coordinates)
-PREFETCH_SIGNATURE = ("offs_m", "offs_n", "pid_l", "M", "N", "L", "EVEN_M", "EVEN_N")
+PREFETCH_SIGNATURE = ("offs_m", "offs_n", "pid_l", "M", "N", "L") + LAUNCH_FLAGS
 
 
 def _ptr(base: str, axes, strides: dict, extra: str | None = None, flat: bool = False) -> str:
@@ -41,11 +47,11 @@ def _ptr(base: str, axes, strides: dict, extra: str | None = None, flat: bool = 
     if "L" in axes:
         terms.append(f"pid_l.to(tl.int64) * {strides['L']}")
     if "M" in axes and "N" in axes:
-        terms += [f"offs_m64[:, None] * {strides['M']}", f"offs_n64[None, :] * {strides['N']}"]
+        terms += [f"idx_m[:, None] * {strides['M']}", f"idx_n[None, :] * {strides['N']}"]
     elif "M" in axes:
-        terms.append(f"offs_m64 * {strides['M']}" if flat else f"offs_m64[:, None] * {strides['M']}")
+        terms.append(f"idx_m * {strides['M']}" if flat else f"idx_m[:, None] * {strides['M']}")
     elif "N" in axes:
-        terms.append(f"offs_n64 * {strides['N']}" if flat else f"offs_n64[None, :] * {strides['N']}")
+        terms.append(f"idx_n * {strides['N']}" if flat else f"idx_n[None, :] * {strides['N']}")
     return " + ".join(terms)
 
 
@@ -156,8 +162,9 @@ class EpilogueEmitter:
         w("mask_m = (offs_m < M) | EVEN_M")
         w("mask_n = (offs_n < N) | EVEN_N")
         w("mask = mask_m[:, None] & mask_n[None, :]")
-        w("offs_m64 = offs_m.to(tl.int64)")
-        w("offs_n64 = offs_n.to(tl.int64)")
+        # element offsets along M and N in the launch's index type (int32 where every tensor allows it)
+        w("idx_m = offs_m.to(INDEX_DTYPE)")
+        w("idx_n = offs_n.to(INDEX_DTYPE)")
 
     def _function(self, name: str, prefetched: bool, returns: bool = False) -> str:
         """One epilogue function; ``prefetched``: the M x N input tiles are the arguments ``pf0, pf1, ..``;
@@ -186,8 +193,8 @@ class EpilogueEmitter:
         return f"@triton.jit\ndef {name}({params}):\n{body}\n"
 
     def _prefetch_function(self) -> str:
-        """``<fn>_prefetch(offs_m, offs_n, pid_l, M, N, L, EVEN_M, EVEN_N, <params>)``: the M x N input tiles of a (sub-)tile,
-        masked like the epilogue's own loads (one tensor, or a tuple in ``pf<k>`` order)."""
+        """``<fn>_prefetch(offs_m, offs_n, pid_l, M, N, L, <LAUNCH_FLAGS>, <params>)``: the M x N input tiles of a
+        (sub-)tile, masked like the epilogue's own loads (one tensor, or a tuple in ``pf<k>`` order)."""
         self.lines = []
         self._prologue()
         loads = ", ".join(self._load_expr(n) for n in self.prefetched)

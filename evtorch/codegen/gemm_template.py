@@ -1,8 +1,9 @@
 """Triton source text for GEMM kernels that hand each accumulator tile to a generated epilogue.
 
 The contract (docs/ARCHITECTURE.md): a template computes ``acc = A @ B`` for one [BLOCK_M, BLOCK_N] tile and
-calls ``epilogue(acc, offs_m, offs_n, pid_m, pid_n, pid_l, M, N, L, EVEN_M, EVEN_N, *params)`` once per (sub-)tile, knowing
-nothing about what the epilogue does. The epilogue's runtime parameters are appended to the kernel
+calls ``epilogue(acc, offs_m, offs_n, pid_m, pid_n, pid_l, M, N, L, EVEN_M, EVEN_N, INDEX_DTYPE, *params)`` once
+per (sub-)tile, knowing nothing about what the epilogue does (the three launch flags are the launcher's
+constexprs, forwarded as they are: ``codegen.epilogue``). The epilogue's runtime parameters are appended to the kernel
 signature and forwarded verbatim, so a single epilogue function serves every template.
 
 Why render text instead of writing the kernels once: the epilogue is a different Python function for
@@ -35,6 +36,8 @@ deprecated), ``tl.make_tensor_descriptor`` and ``tl.range(..., flatten=, warp_sp
 from __future__ import annotations
 
 import keyword
+
+from .epilogue import LAUNCH_FLAGS
 
 RENDERABLE: tuple[str, ...] = ("portable", "splitk", "splitk_reduce", "persistent_tma")
 
@@ -121,7 +124,7 @@ _OPERAND_ARGS = """\
 _TILE_CONSTEXPRS = """\
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     ALLOW_TF32: tl.constexpr, ACC_DTYPE: tl.constexpr, DOT_UPCAST: tl.constexpr,
-    EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
+    EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, INDEX_DTYPE: tl.constexpr,
 """
 
 # ---------------------------------------------------------------------------------------------------
@@ -147,7 +150,7 @@ def __KERNEL__(
     + _POINTER_SETUP
     + "    for k0 in range(0, K, BLOCK_K):\n"
     + _POINTER_K_STEP
-    + "    __EPILOGUE__(acc, offs_m, offs_n, pid_m, pid_n, pid_l, M, N, L, EVEN_M, EVEN_N__PARAMS_CALL__)\n"
+    + "    __EPILOGUE__(acc, offs_m, offs_n, pid_m, pid_n, pid_l, M, N, L, __LAUNCH_FLAGS____PARAMS_CALL__)\n"
 )
 
 _SPLITK = (
@@ -191,7 +194,8 @@ def __KERNEL__(
     M, N, L,
 __PARAMS_SIG__\
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr,
-    SPLIT_K: tl.constexpr, ACC_DTYPE: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
+    SPLIT_K: tl.constexpr, ACC_DTYPE: tl.constexpr,
+    EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, INDEX_DTYPE: tl.constexpr,
 ):
     """Sums SPLIT_K partial tiles in index order (bitwise deterministic), then runs the epilogue once.
     Grid (cdiv(M,BM)*cdiv(N,BN), L)."""
@@ -210,7 +214,7 @@ __PARAMS_SIG__\
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC_DTYPE)
     for s in range(SPLIT_K):
         acc += tl.load(w_ptrs + s * split_stride, mask=mask, other=0.0)
-    __EPILOGUE__(acc, offs_m, offs_n, pid_m, pid_n, pid_l, M, N, L, EVEN_M, EVEN_N__PARAMS_CALL__)
+    __EPILOGUE__(acc, offs_m, offs_n, pid_m, pid_n, pid_l, M, N, L, __LAUNCH_FLAGS____PARAMS_CALL__)
 '''
 )
 
@@ -353,7 +357,7 @@ def _prefetch_top(prefetch: int) -> str:
             lines.append(f"    if PREFETCH > {i}:")
         shift = f" + {i} * (BLOCK_N // EPILOGUE_SUBTILE)" if i else ""
         lines.append(f"{pad}{_pf_names(i, prefetch)} = __EPILOGUE___prefetch(offs_m_f, offs_n_f{shift}, pid_l, M, N, "
-                     "L, EVEN_M, EVEN_N__PARAMS_CALL__)")
+                     "L, __LAUNCH_FLAGS____PARAMS_CALL__)")
     return _indent("\n".join(lines), 8)
 
 
@@ -368,14 +372,14 @@ def _epilogue_calls(prefetch: int) -> str:
             body.append(f"offs_n_s{i} = pid_n_c * BLOCK_N + {i} * {width} + tl.arange(0, {width})")
         for i in range(n):
             body += [code for at, code in _SPLITS[n] if (at or 0) == i]
-            args = f"offs_m, offs_n_s{i}, pid_m_c, {n} * pid_n_c + {i}, pid_l_c, M, N, L, EVEN_M, EVEN_N__PARAMS_CALL__"
+            args = f"offs_m, offs_n_s{i}, pid_m_c, {n} * pid_n_c + {i}, pid_l_c, M, N, L, __LAUNCH_FLAGS____PARAMS_CALL__"
             if not prefetch:
                 body.append(f"__EPILOGUE__(acc_s{i}, {args})")
                 continue
             for ahead in range(1, n - i):
                 body.append(f"if PREFETCH == {ahead}:")
                 body.append(f"    {_pf_names(i + ahead, prefetch)} = __EPILOGUE___prefetch(offs_m, offs_n_s{i + ahead}, "
-                            "pid_l_c, M, N, L, EVEN_M, EVEN_N__PARAMS_CALL__)")
+                            "pid_l_c, M, N, L, __LAUNCH_FLAGS____PARAMS_CALL__)")
             body += ["if PREFETCH > 0:",
                      f"    __EPILOGUE___pf(acc_s{i}, {args}, {_pf_names(i, prefetch)})",
                      "else:",
@@ -464,6 +468,7 @@ def render_gemm(kernel_name: str, epilogue_fn: str, epilogue_params: list[str], 
         .replace("__EPILOGUE__", epilogue_fn)
         .replace("__PARAMS_SIG__", params_sig)
         .replace("__PARAMS_CALL__", params_call)
+        .replace("__LAUNCH_FLAGS__", ", ".join(LAUNCH_FLAGS))
     )
 
 

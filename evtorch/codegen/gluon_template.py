@@ -92,6 +92,7 @@ from __future__ import annotations
 
 import functools
 
+from .epilogue import LAUNCH_FLAGS
 from .gemm_template import GROUP_ORDER, _check_identifier, _indent, _pf_names, jit_decorator
 
 HEADER = ("from triton.experimental import gluon\n"
@@ -183,7 +184,7 @@ _EPI_OFFS = """\
 _ARGS = ("a_desc, b_desc, a_bufs, b_bufs, ready, empty, turn, c_desc, c_bufs, c_ready, c_empty, acc_bufs, "
          "acc_ready, acc_empty__TMA_OUT__, M, N, K, L, start_pid__PARAMS_CALL__, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, "
          "NUM_PROGRAMS, STAGES, B_COL_MAJOR, EPILOGUE_SUBTILE, PREFETCH, EPI_TMA, EPI_WG, EPI_SMEM, EPI_LOOP, "
-         "EPI_MMA, CONSUMERS, TMA_STORE, EVEN_M, EVEN_N")
+         "EPI_MMA, CONSUMERS, TMA_STORE, EVEN_M, EVEN_N, INDEX_DTYPE")
 
 _PARTITION_SIG = """\
     a_desc, b_desc, a_bufs, b_bufs, ready, empty, turn, c_desc, c_bufs, c_ready, c_empty, acc_bufs, acc_ready,
@@ -192,7 +193,7 @@ __PARAMS_SIG__    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.cons
     NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, B_COL_MAJOR: gl.constexpr, EPILOGUE_SUBTILE: gl.constexpr,
     PREFETCH: gl.constexpr, EPI_TMA: gl.constexpr, EPI_WG: gl.constexpr, EPI_SMEM: gl.constexpr,
     EPI_LOOP: gl.constexpr, EPI_MMA: gl.constexpr, CONSUMERS: gl.constexpr, TMA_STORE: gl.constexpr,
-    EVEN_M: gl.constexpr, EVEN_N: gl.constexpr,
+    EVEN_M: gl.constexpr, EVEN_N: gl.constexpr, INDEX_DTYPE: gl.constexpr,
 """
 
 _PINGPONG = '''\
@@ -374,7 +375,7 @@ def __KERNEL__(
     stride_bl, stride_bk, stride_bn,
 __PARAMS_SIG__    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
     ALLOW_TF32: gl.constexpr, ACC_DTYPE: gl.constexpr, DOT_UPCAST: gl.constexpr,
-    EVEN_M: gl.constexpr, EVEN_N: gl.constexpr,
+    EVEN_M: gl.constexpr, EVEN_N: gl.constexpr, INDEX_DTYPE: gl.constexpr,
     NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, B_COL_MAJOR: gl.constexpr, EPILOGUE_SUBTILE: gl.constexpr,
     PREFETCH: gl.constexpr, EPI_TMA: gl.constexpr, EPI_WG: gl.constexpr, EPI_SMEM: gl.constexpr,
     EPI_LOOP: gl.constexpr, EPI_MMA: gl.constexpr, CONSUMERS: gl.constexpr, TMA_STORE: gl.constexpr,
@@ -585,7 +586,7 @@ def _per_subtiling(slice_lines, split: bool, indent: int = 8, counts: tuple[int,
 def _slice_args(s: str, n: str) -> str:
     """The epilogue call's arguments after the accumulator, for slice ``s`` of ``n`` (expressions: numbers in the
     unrolled calls, names in the EPI_SMEM loop)."""
-    return f"offs_m, offs_n + {s} * EPI_N, pid_m, {n} * pid_n + {s}, 0, M, N, L, EVEN_M, EVEN_N__PARAMS_CALL__"
+    return f"offs_m, offs_n + {s} * EPI_N, pid_m, {n} * pid_n + {s}, 0, M, N, L, __LAUNCH_FLAGS____PARAMS_CALL__"
 
 
 def _prefetch_call(s: str | None, rows: str = "M") -> str:
@@ -593,8 +594,8 @@ def _prefetch_call(s: str | None, rows: str = "M") -> str:
     bound other than M (0 past the last slice, whose columns may lie past N) must stay a mask: EVEN_M is then
     False."""
     cols = "offs_n" if s is None else f"offs_n + {s} * EPI_N"
-    even_m = "EVEN_M" if rows == "M" else "False"
-    return f"__EPILOGUE___prefetch(offs_m, {cols}, 0, {rows}, N, L, {even_m}, EVEN_N__PARAMS_CALL__)"
+    flags = ", ".join(f if f != "EVEN_M" or rows == "M" else "False" for f in LAUNCH_FLAGS)
+    return f"__EPILOGUE___prefetch(offs_m, {cols}, 0, {rows}, N, L, {flags}__PARAMS_CALL__)"
 
 
 def _from_loader(slot: str, args: str, stores: int = 0, i: int = 0) -> list[str]:
@@ -801,7 +802,8 @@ def render_pingpong(kernel_name: str, epilogue_fn: str, epilogue_params: list[st
     return (text.replace("__KERNEL__", kernel_name)
             .replace("__EPILOGUE__", epilogue_fn)
             .replace("__PARAMS_SIG__", "".join(f"    {p},\n" for p in params))
-            .replace("__PARAMS_CALL__", "".join(f", {p}" for p in params)))
+            .replace("__PARAMS_CALL__", "".join(f", {p}" for p in params))
+            .replace("__LAUNCH_FLAGS__", ", ".join(LAUNCH_FLAGS)))
 
 
 @functools.lru_cache(maxsize=None)

@@ -181,6 +181,20 @@ def _acc_dtype(dtype: torch.dtype) -> Any:
     return tl.float64 if dtype == torch.float64 else tl.float32
 
 
+def _index_dtype(bits: int) -> Any:
+    import triton.language as tl
+
+    return tl.int32 if bits == 32 else tl.int64
+
+
+def narrow_index(launch: "PreparedLaunch") -> None:
+    """Let ``launch``'s epilogue compute element offsets along M and N in int32 (INDEX_DTYPE): for a caller that
+    has checked that every offset of every epilogue tensor, over the tiles' index range, is below 2^31."""
+    for kw in (launch.common, launch.reduce_kwargs):
+        if kw and "INDEX_DTYPE" in kw:
+            kw["INDEX_DTYPE"] = _index_dtype(32)
+
+
 def _tma_allocator(size: int, alignment: int, stream: Any) -> torch.Tensor:
     """Global scratch for device-side TMA descriptors (128 bytes per descriptor per program)."""
     return torch.empty(size, device="cuda", dtype=torch.int8)
@@ -321,6 +335,9 @@ def prepare_launch(
         # every tile (and sub-tile) whole along M / N: the epilogue's bounds masks fold away (codegen.epilogue)
         EVEN_M=p.M % config.BLOCK_M == 0,
         EVEN_N=p.N % config.BLOCK_N == 0,
+        # the epilogue's element offsets along M and N: int64 unless the caller, who knows the epilogue's tensors,
+        # narrows it (runtime.gemm: int32 where every offset fits)
+        INDEX_DTYPE=_index_dtype(64),
         num_warps=config.num_warps,
         num_stages=config.num_stages,
     )
@@ -336,7 +353,8 @@ def prepare_launch(
         out.reduce_fn = _kernel(module, kernel_name, "splitk_reduce")[(tiles, p.L)]
         out.reduce_kwargs = dict(BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, GROUP_M=config.GROUP_M,
                                  SPLIT_K=split, ACC_DTYPE=common["ACC_DTYPE"], EVEN_M=common["EVEN_M"],
-                                 EVEN_N=common["EVEN_N"], num_warps=config.num_warps,
+                                 EVEN_N=common["EVEN_N"], INDEX_DTYPE=common["INDEX_DTYPE"],
+                                 num_warps=config.num_warps,
                                  num_stages=1)
         common["SPLIT_K"] = split
     elif config.template == "persistent_tma":
