@@ -372,7 +372,8 @@ def _epilogue_calls(prefetch: int) -> str:
             body.append(f"offs_n_s{i} = pid_n_c * BLOCK_N + {i} * {width} + tl.arange(0, {width})")
         for i in range(n):
             body += [code for at, code in _SPLITS[n] if (at or 0) == i]
-            args = f"offs_m, offs_n_s{i}, pid_m_c, {n} * pid_n_c + {i}, pid_l_c, M, N, L, __LAUNCH_FLAGS____PARAMS_CALL__"
+            args = (f"offs_m, offs_n_s{i}, pid_m_c, {n} * pid_n_c + {i}, pid_l_c, M, N, L, "
+                    "__LAUNCH_FLAGS____PARAMS_CALL__")
             if not prefetch:
                 body.append(f"__EPILOGUE__(acc_s{i}, {args})")
                 continue
