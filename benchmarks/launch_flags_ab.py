@@ -55,6 +55,8 @@ def general_launches(variant: str):
         for kw in (launch.common, launch.reduce_kwargs):
             if kw:
                 kw.update(EVEN_M=False, EVEN_N=False)
+                if "EVEN_K" in kw:  # the pointer templates' K loop
+                    kw["EVEN_K"] = False
         return launch
 
     rg.clear_caches()

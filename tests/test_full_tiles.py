@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # 16 x 32 tiles; every N is a multiple of 4 so that B's fp32 rows are 16-byte aligned and persistent_tma runs
 # (not its portable fallback). (M, N): whole x whole, whole x ragged, ragged x whole, ragged x ragged.
 SHAPES = [(32, 64), (32, 52), (40, 64), (40, 52)]
-K = 24
+K = 24  # ragged along K (16-deep steps); the pointer templates' EVEN_K is checked with K = 32 too
 CONFIGS = {
     "portable": GemmConfig("portable", 16, 32, 16, 2, 1, 4, 1),
     "splitk": GemmConfig("splitk", 16, 32, 16, 2, 2, 4, 1),
@@ -49,7 +49,7 @@ def epilogue(acc, C, r, c):
     return z, z.sum(dim=1), z.amax(dim=0), (z * z).sum()
 
 
-def _inputs(M, N, seed=0):
+def _inputs(M, N, seed=0, K=K):
     g = torch.Generator().manual_seed(seed)
     A, B = torch.randn(M, K, generator=g), torch.randn(K, N, generator=g)
     kw = dict(C=torch.randn(M, N, generator=g), r=torch.randn(M, generator=g), c=torch.randn(N, generator=g))
@@ -58,8 +58,9 @@ def _inputs(M, N, seed=0):
 
 @pytest.mark.parametrize("template", sorted(CONFIGS))
 @pytest.mark.parametrize("M,N", SHAPES, ids=[f"{m}x{n}" for m, n in SHAPES])
-def test_launcher_sets_even_flags_from_shape_and_tile(template, M, N):
-    A, B, kw = _inputs(M, N)
+@pytest.mark.parametrize("k", [24, 32])
+def test_launcher_sets_even_flags_from_shape_and_tile(template, M, N, k):
+    A, B, kw = _inputs(M, N, K=k)
     ep = get_epilogue(epilogue, (M, N), torch.float32, kw)
     prog = build_program(ep, out_dtype=torch.float32)
     config = CONFIGS[template]
@@ -67,6 +68,8 @@ def test_launcher_sets_even_flags_from_shape_and_tile(template, M, N):
     launch = prepare_launch(prog.module, KERNEL_BASE, A, B, config, allow_tf32=False)
     assert launch.common["EVEN_M"] is (M % 16 == 0) and launch.common["EVEN_N"] is (N % 32 == 0)
     assert launch.common["INDEX_DTYPE"] == tl.int64  # until a caller that knows the epilogue's tensors narrows it
+    # the pointer templates' own K loop (persistent_tma's TMA loads need no mask)
+    assert launch.common.get("EVEN_K") == (None if template == "persistent_tma" else k % 16 == 0)
     if template == "splitk":  # the reduce kernel runs the epilogue: it gets the same flags
         assert (launch.reduce_kwargs["EVEN_M"], launch.reduce_kwargs["EVEN_N"]) == (M % 16 == 0, N % 32 == 0)
 
@@ -75,9 +78,10 @@ def test_launcher_sets_even_flags_from_shape_and_tile(template, M, N):
 @pytest.mark.parametrize("deterministic", [False, True], ids=["atomic", "partials"])
 @pytest.mark.parametrize("template", sorted(CONFIGS))
 @pytest.mark.parametrize("M,N", SHAPES, ids=[f"{m}x{n}" for m, n in SHAPES])
-def test_whole_and_ragged_tiles_match_eager(template, M, N, deterministic, monkeypatch):
+@pytest.mark.parametrize("k", [24, 32])
+def test_whole_and_ragged_tiles_match_eager(template, M, N, k, deterministic, monkeypatch):
     monkeypatch.setenv("EVTORCH_POISON", "1")
-    A, B, kw = _inputs(M, N, seed=M * N)
+    A, B, kw = _inputs(M, N, seed=M * N, K=k)
     rg.clear_caches()
     out = evt.gemm(A, B, epilogue, backend="triton", config=CONFIGS[template], deterministic=deterministic, **kw)
     assert {launch.gemm.common["INDEX_DTYPE"] for launch in rg._launches.values()} == {tl.int32}

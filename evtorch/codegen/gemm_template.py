@@ -81,10 +81,11 @@ else:
 """
 
 
-# One K step of a pointer-based loop: masked loads (ragged M, N, K), dot with the requested precision.
+# One K step of a pointer-based loop: masked loads (ragged M, N, K), dot with the requested precision. With EVEN_K
+# (K a multiple of BLOCK_K, so every step's run of K is whole) the K mask is constant true and folds away.
 _POINTER_K_STEP = (
     """\
-        k_mask = offs_k < k_hi - k0
+        k_mask = (offs_k < k_hi - k0) | EVEN_K
         a = tl.load(a_ptrs, mask=mask_m[:, None] & k_mask[None, :], other=0.0)
         b = tl.load(b_ptrs, mask=k_mask[:, None] & mask_n[None, :], other=0.0)
 """
@@ -101,8 +102,8 @@ _POINTER_SETUP = """\
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
-    mask_m = offs_m < M
-    mask_n = offs_n < N
+    mask_m = (offs_m < M) | EVEN_M  # constant true (folded away) when every tile is whole along M
+    mask_n = (offs_n < N) | EVEN_N
     rm = offs_m.to(tl.int64)
     rn = offs_n.to(tl.int64)
     rk = offs_k.to(tl.int64) + k_lo
@@ -140,6 +141,7 @@ def __KERNEL__(
     + "__PARAMS_SIG__"
     + _TILE_CONSTEXPRS
     + '''\
+    EVEN_K: tl.constexpr,
 ):
     """Portable tiled GEMM + epilogue; grid (cdiv(M,BM)*cdiv(N,BN), L)."""
     pid = tl.program_id(0)
@@ -162,7 +164,7 @@ def __KERNEL__(
     + "    W_ptr,\n"
     + _TILE_CONSTEXPRS
     + '''\
-    SPLIT_K: tl.constexpr,
+    SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr,
 ):
     """Split-K partial GEMM; grid (cdiv(M,BM)*cdiv(N,BN), SPLIT_K, L). Writes W[pid_k, pid_l, :M, :N]."""
     pid = tl.program_id(0)

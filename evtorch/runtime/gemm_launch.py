@@ -341,6 +341,9 @@ def prepare_launch(
         num_warps=config.num_warps,
         num_stages=config.num_stages,
     )
+    if config.template in ("portable", "splitk"):
+        # the pointer templates' own K loop: every step's run of K whole, its K mask folds away
+        common["EVEN_K"] = p.K % config.BLOCK_K == 0
     if config.template == "portable":
         out.jit, out.grid = _kernel(module, kernel_name, "portable"), (tiles, p.L)
     elif config.template == "splitk":
