@@ -41,6 +41,12 @@ SIGNATURE = ("acc", "offs_m", "offs_n", "pid_m", "pid_n", "pid_l", "M", "N", "L"
 PREFETCH_SIGNATURE = ("offs_m", "offs_n", "pid_l", "M", "N", "L") + LAUNCH_FLAGS
 
 
+def launch_flags_signature(lang: str) -> str:
+    """The launch flags as a kernel's constexpr parameters, ``lang`` the language module's name in the template
+    (``tl`` or ``gl``): ``EVEN_M: tl.constexpr, ...``."""
+    return ", ".join(f"{flag}: {lang}.constexpr" for flag in LAUNCH_FLAGS)
+
+
 def _ptr(base: str, axes, strides: dict, extra: str | None = None, flat: bool = False) -> str:
     """Pointer expression over ``axes`` (canonical), shaped like the values of that shape class ([BM, 1] for M
     alone), or with ``flat`` like a reduction result that kept one tile axis ([BM] / [BN])."""

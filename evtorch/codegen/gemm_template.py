@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import keyword
 
-from .epilogue import LAUNCH_FLAGS
+from .epilogue import LAUNCH_FLAGS, launch_flags_signature
 
 RENDERABLE: tuple[str, ...] = ("portable", "splitk", "splitk_reduce", "persistent_tma")
 
@@ -125,7 +125,7 @@ _OPERAND_ARGS = """\
 _TILE_CONSTEXPRS = """\
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     ALLOW_TF32: tl.constexpr, ACC_DTYPE: tl.constexpr, DOT_UPCAST: tl.constexpr,
-    EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, INDEX_DTYPE: tl.constexpr,
+    __LAUNCH_FLAGS_SIG__,
 """
 
 # ---------------------------------------------------------------------------------------------------
@@ -197,7 +197,7 @@ def __KERNEL__(
 __PARAMS_SIG__\
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr, ACC_DTYPE: tl.constexpr,
-    EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, INDEX_DTYPE: tl.constexpr,
+    __LAUNCH_FLAGS_SIG__,
 ):
     """Sums SPLIT_K partial tiles in index order (bitwise deterministic), then runs the epilogue once.
     Grid (cdiv(M,BM)*cdiv(N,BN), L)."""
@@ -471,6 +471,7 @@ def render_gemm(kernel_name: str, epilogue_fn: str, epilogue_params: list[str], 
         .replace("__EPILOGUE__", epilogue_fn)
         .replace("__PARAMS_SIG__", params_sig)
         .replace("__PARAMS_CALL__", params_call)
+        .replace("__LAUNCH_FLAGS_SIG__", launch_flags_signature("tl"))
         .replace("__LAUNCH_FLAGS__", ", ".join(LAUNCH_FLAGS))
     )
 

@@ -92,7 +92,7 @@ from __future__ import annotations
 
 import functools
 
-from .epilogue import LAUNCH_FLAGS
+from .epilogue import LAUNCH_FLAGS, launch_flags_signature
 from .gemm_template import GROUP_ORDER, _check_identifier, _indent, _pf_names, jit_decorator
 
 HEADER = ("from triton.experimental import gluon\n"
@@ -184,7 +184,7 @@ _EPI_OFFS = """\
 _ARGS = ("a_desc, b_desc, a_bufs, b_bufs, ready, empty, turn, c_desc, c_bufs, c_ready, c_empty, acc_bufs, "
          "acc_ready, acc_empty__TMA_OUT__, M, N, K, L, start_pid__PARAMS_CALL__, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, "
          "NUM_PROGRAMS, STAGES, B_COL_MAJOR, EPILOGUE_SUBTILE, PREFETCH, EPI_TMA, EPI_WG, EPI_SMEM, EPI_LOOP, "
-         "EPI_MMA, CONSUMERS, TMA_STORE, EVEN_M, EVEN_N, INDEX_DTYPE")
+         "EPI_MMA, CONSUMERS, TMA_STORE, __LAUNCH_FLAGS__")
 
 _PARTITION_SIG = """\
     a_desc, b_desc, a_bufs, b_bufs, ready, empty, turn, c_desc, c_bufs, c_ready, c_empty, acc_bufs, acc_ready,
@@ -193,7 +193,7 @@ __PARAMS_SIG__    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.cons
     NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, B_COL_MAJOR: gl.constexpr, EPILOGUE_SUBTILE: gl.constexpr,
     PREFETCH: gl.constexpr, EPI_TMA: gl.constexpr, EPI_WG: gl.constexpr, EPI_SMEM: gl.constexpr,
     EPI_LOOP: gl.constexpr, EPI_MMA: gl.constexpr, CONSUMERS: gl.constexpr, TMA_STORE: gl.constexpr,
-    EVEN_M: gl.constexpr, EVEN_N: gl.constexpr, INDEX_DTYPE: gl.constexpr,
+    __LAUNCH_FLAGS_SIG__,
 """
 
 _PINGPONG = '''\
@@ -375,7 +375,7 @@ def __KERNEL__(
     stride_bl, stride_bk, stride_bn,
 __PARAMS_SIG__    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
     ALLOW_TF32: gl.constexpr, ACC_DTYPE: gl.constexpr, DOT_UPCAST: gl.constexpr,
-    EVEN_M: gl.constexpr, EVEN_N: gl.constexpr, INDEX_DTYPE: gl.constexpr,
+    __LAUNCH_FLAGS_SIG__,
     NUM_PROGRAMS: gl.constexpr, STAGES: gl.constexpr, B_COL_MAJOR: gl.constexpr, EPILOGUE_SUBTILE: gl.constexpr,
     PREFETCH: gl.constexpr, EPI_TMA: gl.constexpr, EPI_WG: gl.constexpr, EPI_SMEM: gl.constexpr,
     EPI_LOOP: gl.constexpr, EPI_MMA: gl.constexpr, CONSUMERS: gl.constexpr, TMA_STORE: gl.constexpr,
@@ -803,6 +803,7 @@ def render_pingpong(kernel_name: str, epilogue_fn: str, epilogue_params: list[st
             .replace("__EPILOGUE__", epilogue_fn)
             .replace("__PARAMS_SIG__", "".join(f"    {p},\n" for p in params))
             .replace("__PARAMS_CALL__", "".join(f", {p}" for p in params))
+            .replace("__LAUNCH_FLAGS_SIG__", launch_flags_signature("gl"))
             .replace("__LAUNCH_FLAGS__", ", ".join(LAUNCH_FLAGS)))
 
 
