@@ -12,7 +12,8 @@ the time per launch, the median power, the median SM clock and which reasons wer
 
 A job is ``cublas`` (torch.matmul), ``WORKLOAD`` (evt.gemm with the tuner off: the heuristic config) or
 ``WORKLOAD:CONFIG`` with CONFIG a name from ``benchmarks.pingpong_check.configs()`` (``PINGPONG_SET`` picks the
-set). ``--from-bench bench.json`` takes the jobs from a bench run instead: per shape, every row's workload with the
+set) or one of ``benchmarks.ablation``'s (regs, mma, tma, smem); WORKLOAD may also be an ablation member
+(``benchmarks.ablation.MEMBERS``: e.g. bias_two_stores, the bias epilogue storing two tiles and doing no math). ``--from-bench bench.json`` takes the jobs from a bench run instead: per shape, every row's workload with the
 config the tuner picked there, cuBLAS first, after every fourth row and last. Writes power.json and
 power_log.txt under --out. CUDA only.
 """
@@ -72,11 +73,20 @@ def bench_jobs(bench: dict) -> dict[str, list[tuple[str, dict | None]]]:
     return out
 
 
+def job_epilogue(name: str):
+    """(epilogue, make_inputs) of a job's workload: a bench workload, the identity, or an ablation member."""
+    from benchmarks.ablation import MEMBERS
+    from benchmarks.pingpong_check import workload
+
+    return MEMBERS[name] if name in MEMBERS else workload(name)
+
+
 def _job_fn(job: str, M: int, N: int, K: int, config: dict | None = None):
     import torch
 
     import evtorch as evt
-    from benchmarks.pingpong_check import configs, workload
+    from benchmarks.ablation import CONFIG_NAMES, configs_for
+    from benchmarks.pingpong_check import configs
     from evtorch.examples import operands
 
     torch.manual_seed(0)
@@ -84,12 +94,14 @@ def _job_fn(job: str, M: int, N: int, K: int, config: dict | None = None):
     if job == "cublas":
         return lambda: torch.matmul(A, B)
     name, _, cname = job.partition(":")
-    fn, mk = workload(name)
+    fn, mk = job_epilogue(name)
     inputs = mk(M, N, "cuda", torch.bfloat16)
     if config is not None:
         from evtorch.codegen.configs import GemmConfig
 
         cfg = GemmConfig.from_dict(config)
+    elif cname in CONFIG_NAMES:
+        cfg = configs_for(fn, inputs, M, N, [cname])[cname]
     else:
         cfg = configs()[cname] if cname else None
     return lambda: evt.gemm(A, B, fn, config=cfg, **inputs)

@@ -170,3 +170,72 @@ def test_bench_power_rows_follow_the_picked_configs(monkeypatch):
     broken = FakeBench([{"workload": "boom", "shape": [8, 8, 8], "config_dict": cfg}], left=100.0)
     run.power_rows(broken, 2.0)
     assert [r["job"] for r in broken.results["power"]] == ["cublas"] and "FileNotFoundError" in broken.logged[-1]
+
+
+def _eager(fn, acc, inputs):
+    out = fn(acc, **inputs)
+    return out if isinstance(out, tuple) else (out,)
+
+
+def test_ablation_members_trace_to_their_eager_functions():
+    """Every member of ``benchmarks.ablation`` is an epilogue evtorch accepts, and its traced graph computes what the
+    eager function does (fp32 accumulator, bf16 inputs, fresh random data): the ablation times what it names."""
+    import torch
+
+    from benchmarks.ablation import FAMILIES, MEMBERS
+    from evtorch.api import get_epilogue
+
+    assert len(MEMBERS) == sum(len(m) for m in FAMILIES.values())  # names are unique across families
+    torch.manual_seed(0)
+    M, N = 48, 40
+    for name, (fn, make) in MEMBERS.items():
+        inputs = make(M, N, "cpu", torch.bfloat16)
+        acc = torch.randn(M, N)
+        ep = get_epilogue(fn, (M, N), torch.float32, inputs)
+        got = ep.reference(acc, out_dtype=torch.float32, **inputs)
+        got = got if isinstance(got, tuple) else (got,)
+        want = _eager(fn, acc, inputs)
+        assert len(got) == len(want), name
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g.float(), w.float(), rtol=2e-2, atol=2e-2, msg=lambda m: f"{name}: {m}")
+
+
+def test_each_ablation_family_ends_with_its_bench_workload():
+    """The last member of a family is the bench workload itself (same outputs on the same data), so a family's
+    parts add up to a row of ``evtorch bench``."""
+    import torch
+
+    from benchmarks.ablation import FAMILIES
+    from benchmarks.workloads import WORKLOADS
+
+    torch.manual_seed(1)
+    M, N = 32, 24
+    for family, members in FAMILIES.items():
+        name, fn, make = members[-1]
+        assert name in WORKLOADS, family
+        inputs = make(M, N, "cpu", torch.float32)
+        acc = torch.randn(M, N)
+        for g, w in zip(_eager(fn, acc, inputs), _eager(WORKLOADS[name].fn, acc, inputs)):
+            torch.testing.assert_close(g, w)
+
+
+def test_ablation_configs_follow_what_the_epilogue_allows():
+    """``regs`` always; ``mma`` with TMA_STORE = the epilogue's tile outputs (none for an epilogue that stores no
+    tile); ``tma`` only with one M x N input for the loader; ``smem`` when asked. And the power probe takes members
+    as jobs."""
+    import torch
+
+    from benchmarks import ablation, power_probe
+
+    names = ["regs", "mma", "tma", "smem"]
+    two = ablation.configs_for(ablation.g_full, {"bias": torch.randn(64)}, 128, 64, names)
+    assert set(two) == {"regs", "mma", "smem"} and two["mma"].flag("TMA_STORE") == 2
+    assert two["regs"].flag("EPI_MMA") is False and two["regs"].num_stages == 5
+    one_input = ablation.configs_for(ablation.d_product, {"pre": torch.randn(128, 64, dtype=torch.bfloat16)},
+                                     128, 64, names)
+    assert one_input["tma"].flag("EPI_TMA") is True and one_input["tma"].flag("TMA_STORE") == 1
+    no_tiles = ablation.configs_for(lambda acc: acc.sum(dim=1), {}, 128, 64, names)  # stores no tile
+    assert no_tiles["mma"].flag("EPI_MMA") is True and no_tiles["mma"].flag("TMA_STORE") == 0
+    assert "tma" not in no_tiles
+    assert power_probe.job_epilogue("bias_two_stores") == ablation.MEMBERS["bias_two_stores"]
+    assert power_probe.job_epilogue("identity")[0](3) == 3
