@@ -3,6 +3,7 @@ config in one process and one device call:
 
     PYTHONUNBUFFERED=1 python -m benchmarks.ablation --out $OUT [--shapes 8192x4096x1024] [--families gelu,mixed]
                                                      [--members a,b] [--configs regs,mma,tma,smem] [--rounds 3]
+                                                     [--ab NAME=VALUE]
 
 A *family* is one workload of ``evtorch bench`` and epilogues that each keep part of it: the same loads without
 the math, the math without one output, one reduction and not the other, ... (``FAMILIES``). Every member runs on
@@ -13,10 +14,13 @@ each family's members, captured in CUDA graphs, timed in ``--rounds`` interleave
 identity epilogue (``Harness.paired``: settled first, do_bench medians with L2 flushed). Writes ablation.json and
 ablation_log.txt under --out: per member its time, time / cuBLAS, and microseconds per output tile and SM over
 the identity (``(t - t_identity) / (tiles / SMs)``: what one tile's epilogue adds beyond the plain store).
+``--ab NAME=VALUE`` also times every member under that environment setting (variant B: a codegen knob or a
+prototype's switch), its own kernels compiled and captured, in the same rounds as variant A.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -213,6 +217,26 @@ def precompile(calls, log) -> None:
     log(f"precompiled {len(calls)} kernels in {time.time() - t:.0f} s")
 
 
+@contextlib.contextmanager
+def variant_b(ab):
+    """Variant B's environment setting ``(NAME, VALUE)`` around the calls inside; evtorch's remembered programs and
+    launches are dropped on entry and exit, so each variant prepares (and compiles) its own kernels."""
+    import evtorch.runtime.gemm as rg
+
+    name, value = ab
+    old = os.environ.get(name)
+    rg.clear_caches()
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
+        rg.clear_caches()
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
@@ -220,6 +244,8 @@ def main(argv=None) -> int:
     ap.add_argument("--families", default=",".join(FAMILIES))
     ap.add_argument("--configs", default="regs,mma,tma")
     ap.add_argument("--members", default="", help="only these members (comma-separated names; default all)")
+    ap.add_argument("--ab", default="", help="NAME=VALUE: also time every member with this environment setting "
+                    "(variant B, its own kernels: codegen knobs), in the same rounds")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--rep-ms", type=float, default=100.0)
     ap.add_argument("--deadline-s", type=float, default=500.0)
@@ -238,6 +264,7 @@ def main(argv=None) -> int:
     b.log("ENV", json.dumps(results["env"]))
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     names = args.configs.split(",")
+    ab = tuple(args.ab.split("=", 1)) if args.ab else None
     for shape in args.shapes.split(","):
         M, N, K = (int(v) for v in shape.split("x"))
         torch.manual_seed(0)
@@ -254,9 +281,13 @@ def main(argv=None) -> int:
                     members.append((member, fn, inputs, cname, cfg))
             plan[family] = members
         base_cfgs = configs_for(identity, {}, M, N, ["regs", "mma", "smem"])
-        precompile([lambda cfg=cfg: evt.gemm(A, B, config=cfg) for cfg in base_cfgs.values()]
-                   + [lambda fn=fn, cfg=cfg, inputs=inputs: evt.gemm(A, B, fn, config=cfg, **inputs)
-                      for members in plan.values() for _, fn, inputs, _, cfg in members], b.log)
+        calls = ([lambda cfg=cfg: evt.gemm(A, B, config=cfg) for cfg in base_cfgs.values()]
+                 + [lambda fn=fn, cfg=cfg, inputs=inputs: evt.gemm(A, B, fn, config=cfg, **inputs)
+                    for members in plan.values() for _, fn, inputs, _, cfg in members])
+        precompile(calls, b.log)
+        if ab:
+            with variant_b(ab):
+                precompile(calls[len(base_cfgs):], b.log)
         for family in args.families.split(","):
             if b.time_left() < 60:
                 b.log(f"deadline: {family} {shape} skipped")
@@ -281,21 +312,29 @@ def main(argv=None) -> int:
                     os.environ.pop("EVTORCH_POISON", None)
                 graphs[f"{member}|{cname}"] = b.capture(call)
                 meta[f"{member}|{cname}"] = {"err": err, "config_short": cfg.short()}
+                if ab:
+                    with variant_b(ab):
+                        os.environ["EVTORCH_POISON"] = "1"
+                        err_b = max_error(call(), eager_reference(fn, A, B, **inputs))
+                        os.environ.pop("EVTORCH_POISON", None)
+                        graphs[f"{member}|{cname}|B"] = b.capture(call)
+                    meta[f"{member}|{cname}|B"] = {"err": err_b, "config_short": cfg.short(), "variant": "B"}
             graphs = {k: g for k, g in graphs.items() if g is not None}
             timed = b.paired(graphs, rounds=args.rounds)
             cub = timed["cublas"][0]
             for key, (ms, rounds) in timed.items():
                 if key == "cublas":
                     continue
-                member, cname = key.split("|")
+                member, cname = key.split("|")[:2]
                 base = timed.get(f"identity|{'mma' if cname == 'tma' else cname}", (None,))[0]
                 row = {"shape": [M, N, K], "family": family, "member": member, "config": cname, "ms": ms,
+                       "variant": "B" if key.endswith("|B") else "A",
                        "rounds": rounds, "cublas_ms": cub, "vs_cublas": ms / cub,
                        "us_per_tile_over_identity": None if base is None else (ms - base) * 1e3 / waves,
                        **meta.get(key, {})}
                 results["rows"].append(row)
                 extra = "" if base is None else f" | +{row['us_per_tile_over_identity']:6.2f} us/tile"
-                b.log(f"{shape} {family:9s} {member:16s} {cname:4s} {ms:.4f} ms | {ms / cub:.3f} x cuBLAS{extra}"
+                b.log(f"{shape} {family:9s} {member:16s} {cname:4s} {row['variant']} {ms:.4f} ms | {ms / cub:.3f} x cuBLAS{extra}"
                       f" | err {meta.get(key, {}).get('err', 0):.1e}")
             b.save()
     b.save()

@@ -239,3 +239,24 @@ def test_ablation_configs_follow_what_the_epilogue_allows():
     assert "tma" not in no_tiles
     assert power_probe.job_epilogue("bias_two_stores") == ablation.MEMBERS["bias_two_stores"]
     assert power_probe.job_epilogue("identity")[0](3) == 3
+
+
+def test_ablation_variant_b_sets_and_restores_the_environment(monkeypatch):
+    """``--ab``: inside ``variant_b`` the setting holds and evtorch's remembered launches are dropped (so variant B
+    prepares its own kernels); on exit the old value (or its absence) is back and the caches are dropped again."""
+    import os
+
+    import evtorch.runtime.gemm as rg
+    from benchmarks.ablation import variant_b
+
+    cleared = []
+    monkeypatch.setattr(rg, "clear_caches", lambda: cleared.append(os.environ.get("EVTORCH_ABLATION_KNOB")))
+    monkeypatch.delenv("EVTORCH_ABLATION_KNOB", raising=False)
+    with variant_b(("EVTORCH_ABLATION_KNOB", "3")):
+        assert os.environ["EVTORCH_ABLATION_KNOB"] == "3"
+    assert "EVTORCH_ABLATION_KNOB" not in os.environ and cleared == [None, None]
+    monkeypatch.setenv("EVTORCH_ABLATION_KNOB", "old")
+    with pytest.raises(RuntimeError):
+        with variant_b(("EVTORCH_ABLATION_KNOB", "new")):
+            raise RuntimeError("a failing call")
+    assert os.environ["EVTORCH_ABLATION_KNOB"] == "old"
