@@ -260,3 +260,28 @@ def test_ablation_variant_b_sets_and_restores_the_environment(monkeypatch):
         with variant_b(("EVTORCH_ABLATION_KNOB", "new")):
             raise RuntimeError("a failing call")
     assert os.environ["EVTORCH_ABLATION_KNOB"] == "old"
+
+
+def test_paired_settles_like_the_tuner(monkeypatch, tmp_path):
+    """On a GPU, Harness.paired first runs every function in turn through ``autotune.settle`` (calls queued back to
+    back for settle_ms), then times its rounds; settle_ms=0 skips it."""
+    import types
+
+    import evtorch.runtime.autotune as autotune
+    from benchmarks.harness import Harness
+
+    h = Harness(types.SimpleNamespace(out=str(tmp_path), deadline_s=60), "t", {}, cuda=True, warmup_ms=1,
+                rep_ms=30, t0=0.0)
+    h.timer = lambda fn, rep=None: 1.0
+    calls, settled = [], []
+
+    def fake_settle(fn, ms):
+        settled.append(ms)
+        fn()
+        return 0.1
+
+    monkeypatch.setattr(autotune, "settle", fake_settle)
+    h.paired({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, rounds=2, settle_ms=250)
+    assert settled == [250] and calls == ["a", "b"]
+    h.paired({"a": lambda: calls.append("a")}, rounds=1, settle_ms=0)
+    assert settled == [250]

@@ -710,7 +710,7 @@ def test_graph_timing_runs_about_as_long_as_plain_timing(monkeypatch):
 
 
 def test_settle_queues_calls_without_waiting_for_each(monkeypatch):
-    """``_settle`` runs one call to size a batch, then queues the rest back to back: a handful of synchronizes for
+    """``settle`` runs one call to size a batch, then queues the rest back to back: a handful of synchronizes for
     many calls (a synchronize per call let the GPU idle through every call's host work)."""
     import time
 
@@ -721,7 +721,7 @@ def test_settle_queues_calls_without_waiting_for_each(monkeypatch):
         calls.append(1)
         time.sleep(0.001)
 
-    per_call = autotune._settle(fn, 30)
+    per_call = autotune.settle(fn, 30)
     assert len(calls) >= 10 and len(syncs) <= 4
     assert 0.5 < per_call < 5  # the last batch's milliseconds per call (each sleeps 1 ms)
 
@@ -735,7 +735,7 @@ def test_auto_timing_replays_graphs_only_for_short_calls(monkeypatch):
     monkeypatch.setattr(triton.testing, "do_bench_cudagraph", lambda fn, rep, return_mode: seen.append("graph") or 1.0)
     monkeypatch.setattr(triton.testing, "do_bench", lambda fn, warmup, rep, return_mode: seen.append("plain") or 2.0)
     for per_call in (autotune.GRAPH_BELOW_MS / 2, autotune.GRAPH_BELOW_MS * 4):
-        monkeypatch.setattr(autotune, "_settle", lambda fn, ms, v=per_call: v)
+        monkeypatch.setattr(autotune, "settle", lambda fn, ms, v=per_call: v)
         autotune.time_ms(lambda: None, graph="auto")
     assert autotune.time_ms(lambda: None, graph="auto", settle_ms=0) == 1.0  # nothing measured: graph replays
     assert seen == ["graph", "plain", "graph"]

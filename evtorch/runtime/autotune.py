@@ -127,7 +127,7 @@ GRAPH_REPLAYS = 10
 GRAPH_BELOW_MS = 0.25
 
 
-def _settle(fn: Callable[[], object], ms: float) -> float:
+def settle(fn: Callable[[], object], ms: float) -> float:
     """Run ``fn`` back to back for about ``ms`` milliseconds, at least once: one call sizes a batch, the rest are
     queued without waiting for each. (With a synchronize after every call the GPU idled through each call's host
     work, below its sustained power draw; in the 07:31 UTC run, benchmarks/results/bench_h200_run0731.json, the
@@ -162,7 +162,7 @@ def time_ms(fn: Callable[[], object], warmup_ms: int = 25, rep_ms: int = 100, gr
     work the GPU hides. Falls back to plain timing when ``fn`` cannot be captured."""
     from triton.testing import do_bench, do_bench_cudagraph
 
-    per_call = _settle(fn, settle_ms) if settle_ms > 0 else None
+    per_call = settle(fn, settle_ms) if settle_ms > 0 else None
     if graph == "auto":
         graph = per_call is None or per_call < GRAPH_BELOW_MS
     if graph:
