@@ -185,9 +185,7 @@ def main(argv=None) -> int:
               f" B {ratios(row['tuned']['B'])} ({row['tuned_config'].get('B')}) | err A "
               f"{row['check']['A']['max_err_fp64']:.2e} B {row['check']['B']['max_err_fp64']:.2e} (fp64 reference)")
         b.save()
-    b.save()
-    b.log(f"done in {time.time() - T0:.0f} s")
-    return 0
+    return b.finish()
 
 
 if __name__ == "__main__":

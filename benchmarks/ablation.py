@@ -337,9 +337,7 @@ def main(argv=None) -> int:
                 b.log(f"{shape} {family:9s} {member:16s} {cname:4s} {row['variant']} {ms:.4f} ms | {ms / cub:.3f} x cuBLAS{extra}"
                       f" | err {meta.get(key, {}).get('err', 0):.1e}")
             b.save()
-    b.save()
-    b.log(f"done in {time.time() - T0:.0f} s")
-    return 0
+    return b.finish()
 
 
 if __name__ == "__main__":

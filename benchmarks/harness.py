@@ -33,6 +33,12 @@ class Harness:
         tmp.write_text(json.dumps(self.results, indent=1, default=str))
         tmp.replace(path)
 
+    def finish(self) -> int:
+        """The experiment's last save and its running time in the log; the exit status (0)."""
+        self.save()
+        self.log(f"done in {time.time() - self.t0:.0f} s")
+        return 0
+
     def time_left(self) -> float:
         return self.args.deadline_s - (time.time() - self.t0)
 

@@ -136,9 +136,7 @@ def main(argv=None) -> int:
               f"A/B {row['A_vs_B']:.3f} | "
               f"err {row['err']['A']:.1e} / {row['err']['B']:.1e}")
         b.save()
-    b.save()
-    b.log(f"done in {time.time() - T0:.0f} s")
-    return 0
+    return b.finish()
 
 
 if __name__ == "__main__":
