@@ -306,8 +306,8 @@ def test_candidates_offer_pingpong_only_where_it_runs():
     # an epilogue without the loader's one 16-bit M x N input (mixed_dag: two) loses the EPI_TMA candidate, and
     # the epilogue loop from shared memory (halves, one shared buffer, 4 stages) moves into the first five
     if gluon_template.available():
-        with_tma = for_epilogue(cands, tma_input=True)
-        without = for_epilogue(cands, tma_input=False)
+        with_tma = for_epilogue(cands, tma_input=True, tile_inputs=1)
+        without = for_epilogue(cands, tma_input=False, tile_inputs=2)
         assert with_tma == cands and any(c.flag("EPI_TMA") for c in cands[:5])
         assert not any(c.flag("EPI_TMA") for c in without) and len(without) == len(cands) - 2
         loop = dataclasses.replace(pp(2, EPI_SMEM=1), num_stages=4)
@@ -320,23 +320,27 @@ def test_candidates_offer_pingpong_only_where_it_runs():
         long_k = candidate_configs(8192, 4096, 4096, torch.bfloat16, H200, tma_ok=True)
         assert long_k[2] == pp(2, PREFETCH=0) and wide in long_k[5:]
         assert [c for c in long_k if c.template == "pingpong"][-1] == wide
-        assert pp(4, PREFETCH=0) in for_epilogue(long_k, tma_input=False)[5:]
+        assert pp(4, PREFETCH=0) in for_epilogue(long_k, tma_input=False, tile_inputs=2)[5:]
         # an epilogue that stores no M x N tile (a loss) runs its EPI_TMA configs in the wgmma layout, in place
         mma = for_epilogue(cands, tma_input=True, tile_stores=False)
         assert len(mma) == len(cands) and [c.flag("EPI_MMA") for c in mma] == [c.flag("EPI_TMA") for c in cands]
         assert [dataclasses.replace(c, extra=tuple(x for x in c.extra if x[0] != "EPI_MMA")) for c in mma] == cands
-        assert for_epilogue(cands, tma_input=False, tile_stores=False) == without
+        assert for_epilogue(cands, tma_input=False, tile_stores=False, tile_inputs=2) == without
         # an epilogue whose tile outputs TMA stores: its EPI_TMA configs also store them by TMA (in place); with no
         # M x N input at all, every ping-pong config from registers runs so (EPI_TMA dropped), with stages cut
-        # where the output buffers would not fit; an epilogue loading inputs itself keeps the blocked layout
+        # where the output buffers would not fit, and PREFETCH dropped (nothing to prefetch: a config and its
+        # PREFETCH=0 twin are one kernel, timed once); an epilogue loading inputs itself keeps the blocked layout
         ts = for_epilogue(cands, tma_input=True, tma_outputs=1, tile_inputs=1, dtype=torch.bfloat16, info=H200)
         assert [c.flag("TMA_STORE") for c in ts] == [c.flag("EPI_TMA") * 1 for c in cands]
         assert [c.flag("EPI_MMA") for c in ts] == [c.flag("EPI_TMA") for c in cands]
         none_in = for_epilogue(cands, tma_input=False, tma_outputs=2, dtype=torch.bfloat16, info=H200)
+        assert dataclasses.replace(pp(2, EPI_MMA=True, TMA_STORE=2), num_stages=4) in none_in[:5]
         for c in none_in:
             plain = c.template == "pingpong" and not (c.flag("EPI_SMEM") or c.flag("EPI_LOOP"))
             assert not c.flag("EPI_TMA") and c.flag("TMA_STORE") == (2 if plain else 0) and c.flag("EPI_MMA") == plain
-            assert fits_smem(c, torch.bfloat16, H200)
+            assert not c.flag("PREFETCH", None) and fits_smem(c, torch.bfloat16, H200)
+        assert len(none_in) == len(set(none_in)) < len(cands)  # the PREFETCH=0 twins merged
+        assert any(c.flag("PREFETCH", None) == 0 for c in cands)
         assert dataclasses.replace(pp(2, EPI_MMA=True, TMA_STORE=2), num_stages=4) in none_in[:5]
         two_in = for_epilogue(cands, tma_input=False, tma_outputs=2, tile_inputs=2, dtype=torch.bfloat16, info=H200)
         assert two_in == without

@@ -734,6 +734,9 @@ def for_epilogue(candidates: list[GemmConfig], *, tma_input: bool, tile_stores: 
       otherwise an EPI_TMA config would run as the ping-pong halves before it at one stage fewer, a near-copy that
       would spend a tuning slot, so it is dropped and the next candidate moves up (mixed_dag, with two inputs:
       ping-pong quarters without prefetch).
+    - An epilogue with no M x N input has nothing to prefetch: its configs drop PREFETCH, so a config and its
+      PREFETCH=0 twin (the same kernel: bias_gelu_aux's ping-pong halves were timed twice) take one tuning slot,
+      and the next distinct candidate moves up.
     - A config whose added buffers do not fit in shared memory loses stages (``_fit_stages``).
 
     Measured on the H200 (docs/benchmarks.md, "Tile outputs stored by TMA"; "The epilogue in the wgmma layout"):
@@ -750,8 +753,11 @@ def for_epilogue(candidates: list[GemmConfig], *, tma_input: bool, tile_stores: 
         c = dataclasses.replace(c, extra=tuple(extra.items()))
         return c if info is None else _fit_stages(c, dtype, info)
 
+    no_inputs = tile_inputs == 0 and not tma_input
     out = []
     for c in candidates:
+        if no_inputs and "PREFETCH" in dict(c.extra):  # nothing to prefetch: the rule's config
+            c = dataclasses.replace(c, extra=tuple(x for x in c.extra if x[0] != "PREFETCH"))
         from_registers = c.template == "pingpong" and _from_registers(dict(c.extra))
         if c.flag("EPI_TMA"):
             if tma_input:
