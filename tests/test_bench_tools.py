@@ -285,3 +285,20 @@ def test_paired_settles_like_the_tuner(monkeypatch, tmp_path):
     assert settled == [250] and calls == ["a", "b"]
     h.paired({"a": lambda: calls.append("a")}, rounds=1, settle_ms=0)
     assert settled == [250]
+
+
+def test_compile_probe_configs_follow_the_epilogue():
+    """compile_probe's forced configs: the persistent halves, the ablation's two ping-pong layouts for this
+    epilogue (the wgmma one storing both of bias_gelu_aux's tiles by TMA) and the portable tiles; without an
+    epilogue, no ping-pong ones."""
+    import torch
+
+    from benchmarks import compile_probe
+    from benchmarks.workloads import WORKLOADS
+
+    fn, make = WORKLOADS["bias_gelu_aux"][:2]
+    cfgs = compile_probe._configs(fn, make(128, 128, "cpu", torch.bfloat16), 128, 128)
+    assert list(cfgs)[:3] == ["pers", "pp", "pp_mma"] and cfgs["pp_mma"].flag("TMA_STORE") == 2
+    assert cfgs["pers"].template == "persistent_tma" and cfgs["pp"].flag("EPI_MMA") is False
+    assert {c.template for n, c in cfgs.items() if n.startswith("portable")} == {"portable"}
+    assert "pp" not in compile_probe._configs()
