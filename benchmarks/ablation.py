@@ -161,6 +161,14 @@ MEMBERS: dict[str, tuple[object, object]] = {name: (fn, make) for members in FAM
                                              for name, fn, make in members}
 CONFIG_NAMES = ("regs", "mma", "tma", "smem")
 
+
+def named_epilogue(name: str):
+    """(epilogue, make_inputs) of a probe's job (power_probe, ncu_probe): a bench workload, the identity, or a
+    member of a family here."""
+    from benchmarks.pingpong_check import workload
+
+    return MEMBERS[name] if name in MEMBERS else workload(name)
+
 # configs beyond --configs for one family: the tuner's pick for mixed_dag at both bench shapes
 EXTRA_CONFIGS = {"mixed": ["smem"]}
 

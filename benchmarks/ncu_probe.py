@@ -6,8 +6,8 @@
 
 Every job is compiled and run once first (outside the profiled range), then each runs once more between
 ``cudaProfilerStart`` / ``cudaProfilerStop``, so Nsight Compute sees exactly one launch of every job's kernels
-(the poison fills and reduction finalizers are filtered out by ``-k``). A job is ``workload:config`` with a
-config name from ``configs()`` (or ``cublas``: ``torch.matmul`` alone). ``python -m benchmarks.ncu_probe
+(the poison fills and reduction finalizers are filtered out by ``-k``). A job is ``workload:config`` (a bench
+workload, or a member of ``benchmarks.ablation``'s families) with a config name from ``configs()`` (or ``cublas``: ``torch.matmul`` alone). ``python -m benchmarks.ncu_probe
 --summarize REPORT.txt`` turns a saved report into a markdown table (duration, L2 / DRAM bytes and throughput, SM
 throughput and clock, spills), one row per kernel in launch order. Without ncu it prints each job's time
 (median, L2 flushed; with ``--graph`` also the tuner's measure: CUDA-graph replays, no flush) so the same command
@@ -179,14 +179,16 @@ def main(argv=None) -> int:
     import torch
 
     import evtorch as evt
-    from benchmarks.workloads import WORKLOADS, identity
+    from benchmarks.ablation import MEMBERS, named_epilogue
+    from benchmarks.workloads import WORKLOADS
 
     cfgs = configs()
+    known = ["identity", *WORKLOADS, *MEMBERS]
     for job in args.jobs:
         name, _, cname = job.partition(":")
-        if job != "cublas" and (name not in ("identity", *WORKLOADS) or cname not in cfgs):
-            ap.error(f"job {job!r}: expected cublas or WORKLOAD:CONFIG with WORKLOAD one of "
-                     f"{['identity', *WORKLOADS]} and CONFIG one of {sorted(cfgs)}")
+        if job != "cublas" and (name not in known or cname not in cfgs):
+            ap.error(f"job {job!r}: expected cublas or WORKLOAD:CONFIG with WORKLOAD one of {known} (bench "
+                     f"workloads and benchmarks.ablation's members) and CONFIG one of {sorted(cfgs)}")
     M, N, K = (int(x) for x in args.shape.split(","))
     torch.manual_seed(0)
     A = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
@@ -197,7 +199,7 @@ def main(argv=None) -> int:
             calls.append((job, lambda: torch.matmul(A, B)))
             continue
         name, _, cname = job.partition(":")
-        fn, mk = (identity, lambda *a: {}) if name == "identity" else (WORKLOADS[name].fn, WORKLOADS[name].make_inputs)
+        fn, mk = named_epilogue(name)
         inputs = mk(M, N, "cuda", A.dtype)
         calls.append((job, lambda fn=fn, inputs=inputs, cfg=cfgs[cname]: evt.gemm(A, B, fn, config=cfg, **inputs)))
     for _, call in calls:  # compile and warm up outside the profiled range

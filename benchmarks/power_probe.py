@@ -73,19 +73,11 @@ def bench_jobs(bench: dict) -> dict[str, list[tuple[str, dict | None]]]:
     return out
 
 
-def job_epilogue(name: str):
-    """(epilogue, make_inputs) of a job's workload: a bench workload, the identity, or an ablation member."""
-    from benchmarks.ablation import MEMBERS
-    from benchmarks.pingpong_check import workload
-
-    return MEMBERS[name] if name in MEMBERS else workload(name)
-
-
 def _job_fn(job: str, M: int, N: int, K: int, config: dict | None = None):
     import torch
 
     import evtorch as evt
-    from benchmarks.ablation import CONFIG_NAMES, configs_for
+    from benchmarks.ablation import CONFIG_NAMES, configs_for, named_epilogue
     from benchmarks.pingpong_check import configs
     from evtorch.examples import operands
 
@@ -94,7 +86,7 @@ def _job_fn(job: str, M: int, N: int, K: int, config: dict | None = None):
     if job == "cublas":
         return lambda: torch.matmul(A, B)
     name, _, cname = job.partition(":")
-    fn, mk = job_epilogue(name)
+    fn, mk = named_epilogue(name)
     inputs = mk(M, N, "cuda", torch.bfloat16)
     if config is not None:
         from evtorch.codegen.configs import GemmConfig

@@ -219,13 +219,13 @@ def test_each_ablation_family_ends_with_its_bench_workload():
             torch.testing.assert_close(g, w)
 
 
-def test_ablation_configs_follow_what_the_epilogue_allows():
+def test_ablation_configs_follow_what_the_epilogue_allows(capsys):
     """``regs`` always; ``mma`` with TMA_STORE = the epilogue's tile outputs (none for an epilogue that stores no
     tile); ``tma`` only with one M x N input for the loader; ``smem`` when asked. And the power probe takes members
     as jobs."""
     import torch
 
-    from benchmarks import ablation, power_probe
+    from benchmarks import ablation
 
     names = ["regs", "mma", "tma", "smem"]
     two = ablation.configs_for(ablation.g_full, {"bias": torch.randn(64)}, 128, 64, names)
@@ -237,8 +237,12 @@ def test_ablation_configs_follow_what_the_epilogue_allows():
     no_tiles = ablation.configs_for(lambda acc: acc.sum(dim=1), {}, 128, 64, names)  # stores no tile
     assert no_tiles["mma"].flag("EPI_MMA") is True and no_tiles["mma"].flag("TMA_STORE") == 0
     assert "tma" not in no_tiles
-    assert power_probe.job_epilogue("bias_two_stores") == ablation.MEMBERS["bias_two_stores"]
-    assert power_probe.job_epilogue("identity")[0](3) == 3
+    assert ablation.named_epilogue("bias_two_stores") == ablation.MEMBERS["bias_two_stores"]
+    assert ablation.named_epilogue("identity")[0](3) == 3
+    with pytest.raises(SystemExit):  # ncu_probe takes members too, and says so when the config is unknown
+        ncu_probe.main(["bias_two_stores:nope"])
+    err = capsys.readouterr().err
+    assert "job 'bias_two_stores:nope'" in err and "'bias_two_stores'" in err
 
 
 def test_ablation_variant_b_sets_and_restores_the_environment(monkeypatch):
