@@ -159,7 +159,7 @@ FAMILIES: dict[str, list[tuple[str, object, object]]] = {
 # every member by name (power_probe's jobs take them as workloads)
 MEMBERS: dict[str, tuple[object, object]] = {name: (fn, make) for members in FAMILIES.values()
                                              for name, fn, make in members}
-CONFIG_NAMES = ("regs", "mma", "tma", "smem")
+CONFIG_NAMES = ("regs", "regs6", "mma", "tma", "smem")
 
 
 def named_epilogue(name: str):
@@ -180,7 +180,7 @@ def identity(acc):
 def configs_for(fn, inputs, M, N, names) -> dict:
     """The forced configs ``names`` as this epilogue can run them (all ping-pong halves of 128x128x64 tiles):
 
-    - ``regs``: from registers in the blocked layout, 5 stages;
+    - ``regs``: from registers in the blocked layout, 5 stages (``regs6``: 6, 213 KB of shared memory);
     - ``mma``: the wgmma layout, its tile outputs stored by TMA, 4 stages;
     - ``tma``: ``mma`` with the one M x N input through the loader (EPI_TMA; epilogues that have one);
     - ``smem``: the accumulator through shared memory, the epilogue looped over its slices from there (EPI_SMEM =
@@ -197,7 +197,7 @@ def configs_for(fn, inputs, M, N, names) -> dict:
     halves = (("EPILOGUE_SUBTILE", True),)
     mma = halves + (("EPI_MMA", True),) + ((("TMA_STORE", stored),) if stored else ())
     wgmma_ok = bool(stored) or not code.tile_stores
-    choices = {"regs": (5, halves, True), "mma": (4, mma, wgmma_ok),
+    choices = {"regs": (5, halves, True), "regs6": (6, halves, True), "mma": (4, mma, wgmma_ok),
                "tma": (4, mma + (("EPI_TMA", True),), wgmma_ok and code.tma_input() is not None),
                "smem": (4, halves + (("EPI_SMEM", 1),), True)}
     return {name: GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, stages, extra)
@@ -288,7 +288,7 @@ def main(argv=None) -> int:
                 for cname, cfg in configs_for(fn, inputs, M, N, names + EXTRA_CONFIGS.get(family, [])).items():
                     members.append((member, fn, inputs, cname, cfg))
             plan[family] = members
-        base_cfgs = configs_for(identity, {}, M, N, ["regs", "mma", "smem"])
+        base_cfgs = configs_for(identity, {}, M, N, ["regs", "regs6", "mma", "smem"])
         calls = ([lambda cfg=cfg: evt.gemm(A, B, config=cfg) for cfg in base_cfgs.values()]
                  + [lambda fn=fn, cfg=cfg, inputs=inputs: evt.gemm(A, B, fn, config=cfg, **inputs)
                     for members in plan.values() for _, fn, inputs, _, cfg in members])

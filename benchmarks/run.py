@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "timing (checks the script, measures nothing)")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile baseline")
     ap.add_argument("--compile-mode", default="max-autotune-no-cudagraphs")
-    ap.add_argument("--candidates", type=int, default=None, help="autotuning candidates per epilogue (default 8; "
+    ap.add_argument("--candidates", type=int, default=None, help="autotuning candidates per epilogue (default 9; "
                     "--quick 2)")
     ap.add_argument("--diag", dest="diag", action="store_true", default=None,
                     help="per row, also time alternative configs and read kernel resources (default on, off with "
@@ -574,7 +574,7 @@ def main(argv=None) -> int:
     if args.diag is None:
         args.diag = not args.quick
     if args.candidates is None:
-        args.candidates = 2 if args.quick else 8
+        args.candidates = 2 if args.quick else 9
     os.environ["EVTORCH_AUTOTUNE"] = "1"
     os.environ.setdefault("EVTORCH_CACHE_DIR", f"/tmp/evtorch_bench_{os.getpid()}")  # fresh: tuning is measured
     import torch

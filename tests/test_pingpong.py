@@ -17,7 +17,8 @@ import torch
 
 import evtorch as evt
 from evtorch.codegen import gluon_template
-from evtorch.codegen.configs import DeviceInfo, GemmConfig, candidate_configs, fits_smem, for_epilogue
+from evtorch.codegen.configs import (DEEP_RING_STAGES, DeviceInfo, GemmConfig, candidate_configs, fits_smem,
+                                     for_epilogue)
 from evtorch.examples import EXAMPLES, eager_reference
 from evtorch.runtime.gemm_launch import grid_tiles, resolve_config
 
@@ -312,13 +313,19 @@ def test_candidates_offer_pingpong_only_where_it_runs():
         assert not any(c.flag("EPI_TMA") for c in without) and len(without) == len(cands) - 2
         loop = dataclasses.replace(pp(2, EPI_SMEM=1), num_stages=4)
         assert loop in without[:5] and loop not in with_tma[:5] and loop in with_tma
-        # a short K loop (K = 1024): consumers of two warpgroups take ping-pong halves without prefetch's place in
-        # the first five; a long one (K = 4096): they come last of the ping-pong configs
+        # a short K loop (K = 1024): the halves with a sixth ring stage right after the halves, then consumers of
+        # two warpgroups, which take ping-pong halves without prefetch's place in the first five; a long one
+        # (K = 4096): no deep ring, and the two-warpgroup consumers come last of the ping-pong configs
         wide = GemmConfig("pingpong", 128, 128, 64, 8, 1, 8, 4, (("EPILOGUE_SUBTILE", 4), ("EPI_TMA", True)))
-        assert cands[2] == wide and pp(2, PREFETCH=0) not in cands[:5]
-        assert pp(4, PREFETCH=0) in without[:5] and pp(2, PREFETCH=0) in without[5:]
+        deep = dataclasses.replace(pp(2), num_stages=DEEP_RING_STAGES)
+        assert cands[1] == pp(2) and cands[2] == deep and cands[4] == wide and pp(2, PREFETCH=0) not in cands[:5]
+        assert pp(4, PREFETCH=0) in without[:6] and pp(2, PREFETCH=0) in without[6:]
         long_k = candidate_configs(8192, 4096, 4096, torch.bfloat16, H200, tma_ok=True)
-        assert long_k[2] == pp(2, PREFETCH=0) and wide in long_k[5:]
+        assert long_k[2] == pp(2, PREFETCH=0) and wide in long_k[5:] and deep not in long_k
+        # an epilogue with no M x N input converts its ping-pong configs from registers to the wgmma layout with
+        # TMA stores, but the deep ring stays as it is (output buffers would cost the stage it is there for)
+        bias_gelu = for_epilogue(cands, tma_input=False, tma_outputs=2, dtype=torch.bfloat16, info=H200)
+        assert deep in bias_gelu[:3] and not any(c.flag("EPI_MMA") for c in bias_gelu if c.num_stages == 6)
         assert [c for c in long_k if c.template == "pingpong"][-1] == wide
         assert pp(4, PREFETCH=0) in for_epilogue(long_k, tma_input=False, tile_inputs=2)[5:]
         # an epilogue that stores no M x N tile (a loss) runs its EPI_TMA configs in the wgmma layout, in place
@@ -336,7 +343,8 @@ def test_candidates_offer_pingpong_only_where_it_runs():
         none_in = for_epilogue(cands, tma_input=False, tma_outputs=2, dtype=torch.bfloat16, info=H200)
         assert dataclasses.replace(pp(2, EPI_MMA=True, TMA_STORE=2), num_stages=4) in none_in[:5]
         for c in none_in:
-            plain = c.template == "pingpong" and not (c.flag("EPI_SMEM") or c.flag("EPI_LOOP"))
+            plain = (c.template == "pingpong" and not (c.flag("EPI_SMEM") or c.flag("EPI_LOOP"))
+                     and c.num_stages < DEEP_RING_STAGES)
             assert not c.flag("EPI_TMA") and c.flag("TMA_STORE") == (2 if plain else 0) and c.flag("EPI_MMA") == plain
             assert not c.flag("PREFETCH", None) and fits_smem(c, torch.bfloat16, H200)
         assert len(none_in) == len(set(none_in)) < len(cands)  # the PREFETCH=0 twins merged

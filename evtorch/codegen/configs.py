@@ -579,6 +579,15 @@ _PINGPONG_16 = ((128, 128, 64, 3, 4),)
 # H200 it ran level with or slower than the same config with the slices inlined at 8192x4096x1024, and within the
 # run-to-run spread at 8192x8192x4096 (docs/benchmarks.md, "Three epilogue schedules that did not pay").
 _SHORT_K = 2048  # between the two measured points, K = 1024 (a win) and K = 4096 (a loss)
+# A sixth ring stage for short K loops (ping-pong halves from registers, 6 x 32 KiB: 213 KB of shared memory with
+# the layout conversion's scratch). An epilogue's tile stores slow the other consumer's A / B copies (Nsight
+# Compute on an H100: its waits for a landed ring slot grew 74% with a second store, docs/benchmarks.md, "The
+# epilogues taken apart"); a deeper ring hides part of that. On an H100 at 8192x4096x1024 (same rounds, CUDA-graph
+# replay): bias_gelu_aux 1.237 -> 1.165 x cuBLAS, bias_two_stores 1.153 -> 1.097, dgelu_bgrad 1.510 -> 1.473,
+# one_input 1.113 -> 1.154; at 8192x8192x4096 slower (bias_gelu_aux 1.035 -> 1.112), so short K loops only.
+# ``for_epilogue`` keeps it in the blocked layout: TMA store buffers would cost the stage it is there for.
+DEEP_RING_STAGES = 6
+_PINGPONG_DEEP = (128, 128, 64, DEEP_RING_STAGES, 2, None, False, 0, 4)
 # (BM, BN, BK, stages, subtile, PREFETCH or None, EPI_TMA, EPI_SMEM, warps)
 _PINGPONG_GLUON_16 = ((128, 128, 64, 5, 2, None, False, 0, 4), (128, 128, 64, 5, 2, 0, False, 0, 4),
                       (128, 128, 64, 4, 2, None, True, 0, 4), (128, 128, 64, 4, 2, None, False, 1, 4),
@@ -691,14 +700,14 @@ def candidate_configs(
             gluon = [GemmConfig("pingpong", bm, bn, bk, 8, 1, warps, stages,
                                 (("EPILOGUE_SUBTILE", sub), ("EPI_TMA", tma), ("EPI_SMEM", smem))
                                 + ((("PREFETCH", pf),) if pf is not None else ()))
-                     for bm, bn, bk, stages, sub, pf, tma, smem, warps in _PINGPONG_GLUON_16]
+                     for bm, bn, bk, stages, sub, pf, tma, smem, warps in _PINGPONG_GLUON_16 + (_PINGPONG_DEEP,)]
             # five candidates (the bench's default): halves, ping-pong halves with / without prefetch (short K:
             # two-warpgroup consumers instead), quarters + flatten, ping-pong halves with the input through the
             # loader (the EPI_TMA configs are dropped by ``for_epilogue`` where the epilogue has no such input);
             # then ping-pong halves looped from shared memory, ping-pong quarters
-            wide = gluon[5:]
-            if K <= _SHORT_K:
-                gluon = gluon[:1] + wide + gluon[2:5] + gluon[1:2]
+            wide, deep = gluon[5:6], gluon[6:]
+            if K <= _SHORT_K:  # the deep ring right after the halves it deepens
+                gluon = gluon[:1] + deep + wide + gluon[2:5] + gluon[1:2]
             else:
                 gluon = gluon[:5] + wide
             space += persistent[:1] + gluon[:2] + persistent[2:3] + gluon[2:] + persistent[1:2] + persistent[3:]
@@ -733,7 +742,8 @@ def for_epilogue(candidates: list[GemmConfig], *, tma_input: bool, tile_stores: 
       the EPI_TMA configs as EPI_MMA + TMA_STORE instead, and so does every other ping-pong config from registers;
       otherwise an EPI_TMA config would run as the ping-pong halves before it at one stage fewer, a near-copy that
       would spend a tuning slot, so it is dropped and the next candidate moves up (mixed_dag, with two inputs:
-      ping-pong quarters without prefetch).
+      ping-pong quarters without prefetch). The deep-ring config (DEEP_RING_STAGES) stays in the blocked layout:
+      its sixth stage is what it is for, and output buffers would not fit beside it.
     - An epilogue with no M x N input has nothing to prefetch: its configs drop PREFETCH, so a config and its
       PREFETCH=0 twin (the same kernel: bias_gelu_aux's ping-pong halves were timed twice) take one tuning slot,
       and the next distinct candidate moves up.
@@ -764,7 +774,7 @@ def for_epilogue(candidates: list[GemmConfig], *, tma_input: bool, tile_stores: 
                 out.append(converted(c, keep_tma=True) if mma_ok else c)
             elif tile_inputs == 0 and stored:
                 out.append(converted(c, keep_tma=False))
-        elif from_registers and tile_inputs == 0 and stored:
+        elif from_registers and tile_inputs == 0 and stored and c.num_stages < DEEP_RING_STAGES:
             out.append(converted(c, keep_tma=False))
         else:
             out.append(c)
