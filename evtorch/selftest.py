@@ -25,7 +25,7 @@ def _cases():
 
 def run(sizes=((257, 193, 129, 3), (1024, 768, 512, 2)), dtypes=("float32", "float16", "bfloat16"),
         deterministic=(False, True), verbose=False, shard=(0, 1)) -> dict:
-    from .codegen.configs import GemmConfig
+    from .codegen.configs import DEEP_RING_STAGES, GemmConfig
     from .examples import EXAMPLES
     from .testing import Case, check
 
@@ -75,6 +75,8 @@ def run(sizes=((257, 193, 129, 3), (1024, 768, 512, 2)), dtypes=("float32", "flo
                  GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 5, (("EPILOGUE_SUBTILE", True),)),
                  GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 5, (("EPILOGUE_SUBTILE", 4), ("PREFETCH", 0))),
                  GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 4, (("EPILOGUE_SUBTILE", True), ("EPI_TMA", True))),
+                 # the halves with a sixth ring stage (a tuner candidate for short K loops, configs.DEEP_RING_STAGES)
+                 GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, DEEP_RING_STAGES, (("EPILOGUE_SUBTILE", True),)),
                  # the epilogue as a loop over slices read back from shared memory: the consumers' shared
                  # whole-tile buffer on halves (a tuner candidate), a half-tile buffer each on quarters
                  GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 4, (("EPILOGUE_SUBTILE", True), ("EPI_SMEM", 1))),
