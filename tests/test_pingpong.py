@@ -486,7 +486,8 @@ def test_offline_compile_specialises_unit_strides_as_a_launch_does():
                                               ("pp_mma_q4", "identity,mixed_dag,dgelu_bgrad"),
                                               ("pp_mma_ts_h_tma", "colbcast_leaky,rowreduce_tanh,bce_loss"),
                                               ("pp_ts_h", "bias_gelu_aux,mixed_dag,identity"),
-                                              ("pp_mma_ts_q4", "dgelu_bgrad,lincomb_relu")])
+                                              ("pp_mma_ts_q4", "dgelu_bgrad,lincomb_relu"),
+                                              ("pp_h_s6", "bias_gelu_aux,mixed_dag,rowreduce_tanh")])
 def test_compiles_for_sm90(tmp_path, config, workloads):
     """Every kind of epilogue (stores, broadcasts, prefetched input, row / column / full reductions, two inputs)
     compiles for sm_90 with the installed Triton, within the shared memory of one SM."""
