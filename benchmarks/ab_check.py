@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.experiment import tuned_config, workload_rows  # noqa: E402
+from benchmarks.experiment import environ, poisoned, tuned_config, workload_rows  # noqa: E402
 from benchmarks.pingpong_check import max_error, workload  # noqa: E402
 
 T0 = time.time()
@@ -86,16 +86,10 @@ class Variant:
         self.name, self.value = name, value
 
     def run(self, which: str, fn):
-        old = os.environ.get(self.name)
-        if which == "B":
-            os.environ[self.name] = self.value
-        try:
+        if which != "B":
             return fn()
-        finally:
-            if old is None:
-                os.environ.pop(self.name, None)
-            else:
-                os.environ[self.name] = old
+        with environ(self.name, self.value):
+            return fn()
 
 
 def check(variant, which, A, B, fn, inputs, kw) -> dict:
@@ -106,14 +100,7 @@ def check(variant, which, A, B, fn, inputs, kw) -> dict:
     import evtorch as evt
     from evtorch.examples import eager_reference
 
-    def call():
-        os.environ["EVTORCH_POISON"] = "1"
-        try:
-            return evt.gemm(A, B, fn, **kw, **inputs)
-        finally:
-            os.environ.pop("EVTORCH_POISON", None)
-
-    out = variant.run(which, call)
+    out = variant.run(which, lambda: poisoned(lambda: evt.gemm(A, B, fn, **kw, **inputs)))
     ref32 = eager_reference(fn, A, B, **inputs)
     ref64 = eager_reference(fn, A.double(), B.double(), **{
         k: v.double() if torch.is_tensor(v) and v.is_floating_point() else v for k, v in inputs.items()})

@@ -8,10 +8,10 @@ config in one process and one device call:
 A *family* is one workload of ``evtorch bench`` and epilogues that each keep part of it: the same loads without
 the math, the math without one output, one reduction and not the other, ... (``FAMILIES``). Every member runs on
 the same forced configs (``configs_for``: the ping-pong halves from registers in the blocked layout, in the wgmma
-layout with the tile outputs stored by TMA, and so on), so the difference between two members is what the part between them
-costs in that schedule. Per shape: one poisoned call of every (member, config) against the fp32 reference; then
-each family's members, captured in CUDA graphs, timed in ``--rounds`` interleaved rounds with cuBLAS and the
-identity epilogue (``Harness.paired``: settled first, do_bench medians with L2 flushed). Writes ablation.json and
+layout with the tile outputs stored by TMA, and so on), so the difference between two members is what the part
+between them costs in that schedule. Per shape: one poisoned call of every (member, config) against the fp32
+reference; then each family's members, captured in CUDA graphs, timed in ``--rounds`` interleaved rounds with
+cuBLAS and the identity epilogue (``Harness.paired``: settled first, do_bench medians with L2 flushed). Writes ablation.json and
 ablation_log.txt under --out: per member its time, time / cuBLAS, and microseconds per output tile and SM over
 the identity (``(t - t_identity) / (tiles / SMs)``: what one tile's epilogue adds beyond the plain store).
 ``--ab NAME=VALUE`` also times every member under that environment setting (variant B: a codegen knob or a
@@ -44,6 +44,10 @@ def _vec(n, device, dtype):
 
 def _mats(*names):
     return lambda M, N, device, dtype: {k: torch.randn(M, N, device=device, dtype=dtype) for k in names}
+
+
+def _bias(M, N, device, dtype):
+    return {"bias": _vec(N, device, dtype)}
 
 
 # --------------------------------------------------------------------------------------------- the members
@@ -134,10 +138,8 @@ def r_full(acc, C, alpha, beta):
 _SCALARS = dict(alpha=1.5, beta=-0.5)
 FAMILIES: dict[str, list[tuple[str, object, object]]] = {
     # bias_gelu_aux: bias (N,), gelu, two tile stores
-    "gelu": [("bias_store", g_bias, lambda M, N, d, t: {"bias": _vec(N, d, t)}),
-             ("bias_two_stores", g_two_stores, lambda M, N, d, t: {"bias": _vec(N, d, t)}),
-             ("gelu_one_store", g_gelu, lambda M, N, d, t: {"bias": _vec(N, d, t)}),
-             ("bias_gelu_aux", g_full, lambda M, N, d, t: {"bias": _vec(N, d, t)})],
+    "gelu": [(name, fn, _bias) for name, fn in (("bias_store", g_bias), ("bias_two_stores", g_two_stores),
+                                                 ("gelu_one_store", g_gelu), ("bias_gelu_aux", g_full))],
     # mixed_dag: two M x N inputs, two tile stores, a max over M and one over N
     "mixed": [("one_input", m_one_input, lambda M, N, d, t: {**_mats("C")(M, N, d, t), **_SCALARS}),
               ("two_inputs", m_two_inputs, lambda M, N, d, t: {**_mats("C", "aux")(M, N, d, t), **_SCALARS}),
@@ -168,6 +170,7 @@ def named_epilogue(name: str):
     from benchmarks.pingpong_check import workload
 
     return MEMBERS[name] if name in MEMBERS else workload(name)
+
 
 # configs beyond --configs for one family: the tuner's pick for mixed_dag at both bench shapes
 EXTRA_CONFIGS = {"mixed": ["smem"]}
@@ -230,18 +233,13 @@ def variant_b(ab):
     """Variant B's environment setting ``(NAME, VALUE)`` around the calls inside; evtorch's remembered programs and
     launches are dropped on entry and exit, so each variant prepares (and compiles) its own kernels."""
     import evtorch.runtime.gemm as rg
+    from benchmarks.experiment import environ
 
-    name, value = ab
-    old = os.environ.get(name)
     rg.clear_caches()
-    os.environ[name] = value
     try:
-        yield
+        with environ(*ab):
+            yield
     finally:
-        if old is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = old
         rg.clear_caches()
 
 
@@ -262,6 +260,7 @@ def main(argv=None) -> int:
     import triton
 
     import evtorch as evt
+    from benchmarks.experiment import poisoned
     from benchmarks.harness import Harness
     from benchmarks.pingpong_check import max_error
     from evtorch.examples import eager_reference, operands
@@ -310,21 +309,16 @@ def main(argv=None) -> int:
             for member, fn, inputs, cname, cfg in plan[family]:
                 def call(fn=fn, cfg=cfg, inputs=inputs):
                     return evt.gemm(A, B, fn, config=cfg, **inputs)
-                os.environ["EVTORCH_POISON"] = "1"
                 try:
-                    err = max_error(call(), eager_reference(fn, A, B, **inputs))
+                    err = max_error(poisoned(call), eager_reference(fn, A, B, **inputs))
                 except Exception as exc:  # noqa: BLE001 - one member failing must not end the experiment
                     b.log(f"{shape} {family} {member} {cname}: {type(exc).__name__}: {exc}")
                     continue
-                finally:
-                    os.environ.pop("EVTORCH_POISON", None)
                 graphs[f"{member}|{cname}"] = b.capture(call)
                 meta[f"{member}|{cname}"] = {"err": err, "config_short": cfg.short()}
                 if ab:
                     with variant_b(ab):
-                        os.environ["EVTORCH_POISON"] = "1"
-                        err_b = max_error(call(), eager_reference(fn, A, B, **inputs))
-                        os.environ.pop("EVTORCH_POISON", None)
+                        err_b = max_error(poisoned(call), eager_reference(fn, A, B, **inputs))
                         graphs[f"{member}|{cname}|B"] = b.capture(call)
                     meta[f"{member}|{cname}|B"] = {"err": err_b, "config_short": cfg.short(), "variant": "B"}
             graphs = {k: g for k, g in graphs.items() if g is not None}
@@ -342,8 +336,8 @@ def main(argv=None) -> int:
                        **meta.get(key, {})}
                 results["rows"].append(row)
                 extra = "" if base is None else f" | +{row['us_per_tile_over_identity']:6.2f} us/tile"
-                b.log(f"{shape} {family:9s} {member:16s} {cname:4s} {row['variant']} {ms:.4f} ms | {ms / cub:.3f} x cuBLAS{extra}"
-                      f" | err {meta.get(key, {}).get('err', 0):.1e}")
+                b.log(f"{shape} {family:9s} {member:16s} {cname:4s} {row['variant']} {ms:.4f} ms | "
+                      f"{ms / cub:.3f} x cuBLAS{extra} | err {meta.get(key, {}).get('err', 0):.1e}")
             b.save()
     return b.finish()
 

@@ -1,5 +1,6 @@
 """Scaffolding of the one-lease device experiments (``fastmath_check``, ``pingpong_check``): the common command
-line, and phase 1's pool of worker processes.
+line, phase 1's pool of worker processes, and the environment switches every experiment flips (``environ``,
+``poisoned``: a poisoned call's output).
 
 Why workers: Triton compiles on the CPU, one kernel at a time per process, and an experiment compiles dozens of
 (workload, config) kernels; N processes sharing the on-disk Triton and evtorch caches compile them N at a time,
@@ -10,6 +11,7 @@ job of the JSON list and writes its records as JSON.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -18,6 +20,27 @@ import time
 from pathlib import Path
 
 ROOT = str(Path(__file__).resolve().parents[1])
+
+
+@contextlib.contextmanager
+def environ(name: str, value: str):
+    """``os.environ[name] = value`` inside, the old value (or its absence) back on exit, exception or not."""
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
+
+
+def poisoned(call):
+    """``call()`` with evtorch's outputs poisoned before launch (``EVTORCH_POISON``): an element the kernel does not
+    write then fails the check instead of passing on stale memory."""
+    with environ("EVTORCH_POISON", "1"):
+        return call()
 
 
 def parser(name: str, deadline_s: float, phase1_s: float, workers: int) -> argparse.ArgumentParser:

@@ -36,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.pingpong_check import SHAPES, WORKLOADS, kernel_rows, max_error, workload  # noqa: E402
-from benchmarks.experiment import (ROOT, finish_workers, parser, start_workers, tuned_config,  # noqa: E402
+from benchmarks.experiment import (ROOT, finish_workers, parser, poisoned, start_workers, tuned_config,  # noqa: E402
                                   worker_env, worker_share, workload_rows)
 
 T0 = time.time()
@@ -219,9 +219,7 @@ def worker(args) -> int:
                     torch.manual_seed(1234 + M + N + K)
                     A, B = operands(M, N, K, dev, dtype16)
                     inputs = mk(M, N, dev, A.dtype)
-                    os.environ["EVTORCH_POISON"] = "1"
-                    out = evt.gemm(A, B, fn, config=cfg, **kw_backend, **inputs)
-                    os.environ.pop("EVTORCH_POISON", None)
+                    out = poisoned(lambda: evt.gemm(A, B, fn, config=cfg, **kw_backend, **inputs))
                     rec["shapes"][f"{M}x{N}x{K}"] = _errors(out, eager_reference(fn, A, B, **inputs))
                     if cname == "base" and "kernels" not in rec:
                         ep = get_epilogue(fn, (M, N), torch.float32, inputs)
@@ -241,9 +239,8 @@ def worker(args) -> int:
                 M, N, K = (512, 384, 1024) if not args.dry_run else (64, 48, 32)
                 A, B = case_operands(case, M, N, K, 1, dev, dtype)
                 kw = case.make_inputs(M, N, 1, dev, dtype)
-                os.environ["EVTORCH_POISON"] = "1"
-                out = evt.gemm(A, B, case.fn, config=cfg if dev == "cuda" else None, **kw_backend, **kw)
-                os.environ.pop("EVTORCH_POISON", None)
+                out = poisoned(lambda: evt.gemm(A, B, case.fn, config=cfg if dev == "cuda" else None, **kw_backend,
+                                                **kw))
                 ref = case.fn(A.double() @ B.double(), **{k: v.double() if torch.is_tensor(v) and
                                                           v.is_floating_point() else v for k, v in kw.items()})
                 out = out if isinstance(out, tuple) else (out,)

@@ -67,8 +67,9 @@ class Harness:
         First the functions run in turn for about ``settle_ms`` (CUDA only), untimed: a GPU that has just idled (a
         compile, the tuner's host work) runs its first tens of milliseconds at a higher clock, and with three rounds
         and no settling cuBLAS's first round at 8192x8192x4096 came out 3-5% below its other two in every row of
-        the 07:23 UTC run (benchmarks/results/bench_h200_run0723.json), a round the fused kernel never got. The settling is the tuner's (``autotune.settle``: calls queued back to back,
-not a synchronize after each pass, which let the GPU idle through the host work)."""
+        the 07:23 UTC run (benchmarks/results/bench_h200_run0723.json), a round the fused kernel never got. The
+        settling is the tuner's (``autotune.settle``: calls queued back to back, not a synchronize after each pass,
+        which let the GPU idle through the host work)."""
         if self.cuda and settle_ms > 0:
             from evtorch.runtime.autotune import settle
 

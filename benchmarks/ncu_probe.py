@@ -7,8 +7,8 @@
 Every job is compiled and run once first (outside the profiled range), then each runs once more between
 ``cudaProfilerStart`` / ``cudaProfilerStop``, so Nsight Compute sees exactly one launch of every job's kernels
 (the poison fills and reduction finalizers are filtered out by ``-k``). A job is ``workload:config`` (a bench
-workload, or a member of ``benchmarks.ablation``'s families) with a config name from ``configs()`` (or ``cublas``: ``torch.matmul`` alone). ``python -m benchmarks.ncu_probe
---summarize REPORT.txt`` turns a saved report into a markdown table (duration, L2 / DRAM bytes and throughput, SM
+workload, or a member of ``benchmarks.ablation``'s families) with a config name from ``configs()`` (or
+``cublas``: ``torch.matmul`` alone). ``python -m benchmarks.ncu_probe --summarize REPORT.txt`` turns a saved report into a markdown table (duration, L2 / DRAM bytes and throughput, SM
 throughput and clock, spills), one row per kernel in launch order. Without ncu it prints each job's time
 (median, L2 flushed; with ``--graph`` also the tuner's measure: CUDA-graph replays, no flush) so the same command
 also works as a quick timing check.

@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.experiment import (ROOT, finish_workers, parser, start_workers, worker_env,  # noqa: E402
+from benchmarks.experiment import (ROOT, finish_workers, parser, poisoned, start_workers, worker_env,  # noqa: E402
                                   worker_share, workload_rows)
 
 T0 = time.time()
@@ -339,9 +339,7 @@ def worker(args) -> int:
                     torch.manual_seed(1234 + M + N + K)
                     A, B = operands(M, N, K, dev, torch.bfloat16 if dev == "cuda" else torch.float16)
                     inputs = mk(M, N, dev, A.dtype)
-                    os.environ["EVTORCH_POISON"] = "1"
-                    out = evt.gemm(A, B, fn, config=cfg, **kw_backend, **inputs)
-                    os.environ.pop("EVTORCH_POISON", None)
+                    out = poisoned(lambda: evt.gemm(A, B, fn, config=cfg, **kw_backend, **inputs))
                     ref = eager_reference(fn, A, B, **inputs)
                     rec["shapes"][f"{M}x{N}x{K}"] = {"err": max_error(out, ref)}
                     ep = get_epilogue(fn, (M, N), torch.float32, inputs)
@@ -365,9 +363,8 @@ def worker(args) -> int:
                         if L > 1:
                             B = B[0]  # batched A, broadcast B
                         kw = ex.make_inputs(M, N, dev, dtype)
-                        os.environ["EVTORCH_POISON"] = "1"
-                        out = evt.gemm(A, B, ex.fn, config=cfg, deterministic=det, **kw_backend, **kw)
-                        os.environ.pop("EVTORCH_POISON", None)
+                        out = poisoned(lambda: evt.gemm(A, B, ex.fn, config=cfg, deterministic=det, **kw_backend,
+                                                        **kw))
                         ref = ex.fn(torch.matmul(A.double(), B.double()),
                                     **{k: v.double() if torch.is_tensor(v) and v.is_floating_point() else v
                                        for k, v in kw.items()})

@@ -12,8 +12,9 @@ the time per launch, the median power, the median SM clock and which reasons wer
 
 A job is ``cublas`` (torch.matmul), ``WORKLOAD`` (evt.gemm with the tuner off: the heuristic config) or
 ``WORKLOAD:CONFIG`` with CONFIG a name from ``benchmarks.pingpong_check.configs()`` (``PINGPONG_SET`` picks the
-set) or one of ``benchmarks.ablation``'s (regs, mma, tma, smem); WORKLOAD may also be an ablation member
-(``benchmarks.ablation.MEMBERS``: e.g. bias_two_stores, the bias epilogue storing two tiles and doing no math). ``--from-bench bench.json`` takes the jobs from a bench run instead: per shape, every row's workload with the
+set) or one of ``benchmarks.ablation``'s (``CONFIG_NAMES``); WORKLOAD may also be an ablation member
+(``benchmarks.ablation.MEMBERS``: e.g. bias_two_stores, the bias epilogue storing two tiles and doing no math).
+``--from-bench bench.json`` takes the jobs from a bench run instead: per shape, every row's workload with the
 config the tuner picked there, cuBLAS first, after every fourth row and last. Writes power.json and
 power_log.txt under --out. CUDA only.
 """

@@ -43,6 +43,7 @@ import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable as a script or as benchmarks.<name>
+from benchmarks.experiment import environ  # noqa: E402
 from benchmarks.harness import Harness  # noqa: E402
 
 T0 = time.time()
@@ -310,10 +311,8 @@ def evt_rows(b: Bench, shapes, names):
                 row["evt_first_call_s"] = round(time.time() - t, 2)
                 after = _tuning_files(b)
                 row["tuning_ms"] = [v.get("timings_ms") for f, v in after.items() if f not in before]
-                os.environ["EVTORCH_POISON"] = "1"
-                with _recording_config() as seen:
+                with environ("EVTORCH_POISON", "1"), _recording_config() as seen:
                     out = evt.gemm(A, B, fn, **kw, **inputs)
-                os.environ.pop("EVTORCH_POISON", None)
                 row["config"], row["config_dict"] = seen["config"], seen["config_dict"]
                 ref = eager_reference(fn, A, B, **inputs)
                 row["err_evt"] = max_error(out, ref)

@@ -306,3 +306,20 @@ def test_compile_probe_configs_follow_the_epilogue():
     assert cfgs["pers"].template == "persistent_tma" and cfgs["pp"].flag("EPI_MMA") is False
     assert {c.template for n, c in cfgs.items() if n.startswith("portable")} == {"portable"}
     assert "pp" not in compile_probe._configs()
+
+
+def test_environ_and_poisoned_restore_the_environment(monkeypatch):
+    """``experiment.environ`` sets a variable inside and puts back the old value, or its absence, even when the
+    body raises; ``poisoned`` runs a call with EVTORCH_POISON=1 and returns its result."""
+    import os
+
+    from benchmarks.experiment import environ, poisoned
+
+    monkeypatch.delenv("EVTORCH_POISON", raising=False)
+    assert poisoned(lambda: os.environ.get("EVTORCH_POISON")) == "1"
+    assert "EVTORCH_POISON" not in os.environ
+    monkeypatch.setenv("EVTORCH_POISON", "0")
+    with pytest.raises(ValueError):
+        with environ("EVTORCH_POISON", "1"):
+            raise ValueError("a failing call")
+    assert os.environ["EVTORCH_POISON"] == "0"
