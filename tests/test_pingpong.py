@@ -325,7 +325,8 @@ def test_candidates_offer_pingpong_only_where_it_runs():
         # an epilogue with no M x N input converts its ping-pong configs from registers to the wgmma layout with
         # TMA stores, but the deep ring stays as it is (output buffers would cost the stage it is there for)
         bias_gelu = for_epilogue(cands, tma_input=False, tma_outputs=2, dtype=torch.bfloat16, info=H200)
-        assert deep in bias_gelu[:3] and not any(c.flag("EPI_MMA") for c in bias_gelu if c.num_stages == 6)
+        assert deep in bias_gelu[:3] and not any(c.flag("EPI_MMA") for c in bias_gelu
+                                                      if c.num_stages == DEEP_RING_STAGES)
         assert [c for c in long_k if c.template == "pingpong"][-1] == wide
         assert pp(4, PREFETCH=0) in for_epilogue(long_k, tma_input=False, tile_inputs=2)[5:]
         # an epilogue that stores no M x N tile (a loss) runs its EPI_TMA configs in the wgmma layout, in place
@@ -341,7 +342,6 @@ def test_candidates_offer_pingpong_only_where_it_runs():
         assert [c.flag("TMA_STORE") for c in ts] == [c.flag("EPI_TMA") * 1 for c in cands]
         assert [c.flag("EPI_MMA") for c in ts] == [c.flag("EPI_TMA") for c in cands]
         none_in = for_epilogue(cands, tma_input=False, tma_outputs=2, dtype=torch.bfloat16, info=H200)
-        assert dataclasses.replace(pp(2, EPI_MMA=True, TMA_STORE=2), num_stages=4) in none_in[:5]
         for c in none_in:
             plain = (c.template == "pingpong" and not (c.flag("EPI_SMEM") or c.flag("EPI_LOOP"))
                      and c.num_stages < DEEP_RING_STAGES)
