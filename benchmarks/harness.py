@@ -81,25 +81,17 @@ class Harness:
         return {name: (statistics.median(ts), ts) for name, ts in times.items()}
 
     def capture(self, fn):
-        """``fn`` captured whole in one CUDA graph (after two warm-up calls on a side stream): the graph's replay
-        callable; None where capture fails or without CUDA."""
+        """``fn`` captured whole in one CUDA graph (``autotune.capture``): the graph's replay callable; None where
+        capture fails or without CUDA."""
         if not self.cuda:
             return None
-        torch = self.torch
+        from evtorch.runtime.autotune import capture
+
         try:
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                for _ in range(2):
-                    fn()
-            torch.cuda.current_stream().wait_stream(s)
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                fn()
-            return g.replay
+            return capture(fn)
         except Exception as exc:  # noqa: BLE001 - a diagnostic, not a result
             self.log(f"  graph capture failed: {type(exc).__name__}: {str(exc)[:200]}")
-            torch.cuda.synchronize()
+            self.torch.cuda.synchronize()
             return None
 
     def graph_timer(self, fn) -> float | None:

@@ -1,6 +1,6 @@
 """Does a config's public call cost more than its kernel? The public call, the same call captured in a CUDA graph
 and replayed, and cuBLAS, timed in interleaved rounds (``Harness.paired``: L2 flushed before every run), plus the
-tuner's own timing (``autotune.time_ms(graph=True)``: graph replays back to back, no flush).
+tuner's own timing for short calls (``autotune.time_ms(graph=True)``: one call's graph, replayed with L2 flushed).
 
 Why: the tuner ranks candidates by graph replays, the bench reports the public call; in three runs of
 2026-11-22 the persistent TMA kernel's public call for bias_gelu_aux at 8192x8192x4096 ran 2.3-3.8% over its

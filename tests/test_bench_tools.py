@@ -323,3 +323,20 @@ def test_environ_and_poisoned_restore_the_environment(monkeypatch):
         with environ("EVTORCH_POISON", "1"):
             raise ValueError("a failing call")
     assert os.environ["EVTORCH_POISON"] == "0"
+
+
+def test_tuner_timing_judges_each_mode_by_the_bench_measurement():
+    """A mode's pick is its lowest median over the rounds; its cost is what the bench's measurement gives that pick
+    over the bench's best, and its ranking is compared with the bench's by rank correlation."""
+    from benchmarks import tuner_timing
+
+    samples = {
+        "bench": {"a": [1.00, 1.02, 0.99], "b": [0.95, 0.96, 1.30], "c": [1.10, 1.12, 1.11]},
+        "back_to_back": {"a": [0.90, 0.91, 0.92], "b": [0.99, 0.98, 0.97], "c": [1.2, 1.2, 1.2]},
+    }
+    s = tuner_timing.summarize(samples)
+    assert s["bench"]["pick"] == "b" and s["bench"]["pick_cost"] == 1.0 and s["bench"]["spearman"] == 1.0
+    assert s["back_to_back"]["pick"] == "a"
+    assert s["back_to_back"]["pick_cost"] == pytest.approx(1.00 / 0.96)
+    assert s["back_to_back"]["spearman"] == pytest.approx(0.5)  # a and b swapped, c last in both
+    assert tuner_timing.spearman([1, 2, 3], [3, 2, 1]) == -1.0

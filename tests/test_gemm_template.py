@@ -521,6 +521,11 @@ def test_autotune_picks_fastest_and_caches(tune_env):
     assert len(calls) == 4 + 2 * autotune.REFINE_ROUNDS  # nothing timed: the choice came from disk
     stored = json.loads(next((tune_env / "autotune").iterdir()).read_text())
     assert stored["key"] == key and stored["timings_ms"][cands[1].short()] is None
+    (record,) = autotune.stored_records()  # what was tried, whole configs: benchmarks/tuner_timing.py re-times them
+    assert record["key"] == key and record["best"] == cands[2]
+    assert record["candidates"] == {c.short(): c for c in cands} and record["timings_ms"] == stored["timings_ms"]
+    (tune_env / "autotune" / "broken.json").write_text("{")
+    assert [r["key"] for r in autotune.stored_records()] == [key]  # an unreadable file is skipped
 
 
 def test_autotune_times_close_candidates_again_interleaved(tune_env):
@@ -696,17 +701,26 @@ def test_scalar_parameters_are_not_specialised():
         render_gemm("k", "epi", ["sc_a"], "portable", unspecialized=["sc_b"])
 
 
-def test_graph_timing_runs_about_as_long_as_plain_timing(monkeypatch):
-    """``do_bench_cudagraph`` replays its ``rep`` window GRAPH_REPLAYS times, ``do_bench`` runs ``rep`` in all: the
-    tuner's graph timing passes rep_ms / GRAPH_REPLAYS so a candidate is timed for about rep_ms, not ten times it."""
+def test_graph_timing_times_one_captured_call_with_l2_flushed(monkeypatch):
+    """``graph=True`` times the replay of one captured call by ``do_bench`` (L2 flushed before each replay, as the
+    bench times), for as long as plain timing; a call that cannot be captured is timed plainly."""
     import triton.testing
 
-    seen = {}
-    monkeypatch.setattr(triton.testing, "do_bench_cudagraph", lambda fn, rep, return_mode: seen.setdefault("g", rep))
-    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, warmup, rep, return_mode: seen.setdefault("p", rep))
-    autotune.time_ms(lambda: None, rep_ms=100, graph=True, settle_ms=0)
-    autotune.time_ms(lambda: None, rep_ms=100, graph=False, settle_ms=0)
-    assert seen == {"g": 100 / autotune.GRAPH_REPLAYS, "p": 100}
+    seen = []
+    replay = object()
+    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, warmup, rep, return_mode: seen.append((fn, rep)) or 1.0)
+    monkeypatch.setattr(autotune, "capture", lambda fn: replay)
+    call = lambda: None  # noqa: E731
+    autotune.time_ms(call, rep_ms=100, graph=True, settle_ms=0)
+    autotune.time_ms(call, rep_ms=100, graph=False, settle_ms=0)
+
+    def fails(fn):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(autotune, "capture", fails)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    autotune.time_ms(call, rep_ms=100, graph=True, settle_ms=0)
+    assert seen == [(replay, 100), (call, 100), (call, 100)]
 
 
 def test_settle_queues_calls_without_waiting_for_each(monkeypatch):
@@ -727,13 +741,14 @@ def test_settle_queues_calls_without_waiting_for_each(monkeypatch):
 
 
 def test_auto_timing_replays_graphs_only_for_short_calls(monkeypatch):
-    """``graph="auto"``: a call shorter than GRAPH_BELOW_MS (as the settling run measured it) is timed by graph
+    """``graph="auto"``: a call shorter than GRAPH_BELOW_MS (as the settling run measured it) is timed by its graph's
     replays, a longer one by timing the call itself (what the public call costs, host work hidden by the GPU)."""
     import triton.testing
 
     seen = []
-    monkeypatch.setattr(triton.testing, "do_bench_cudagraph", lambda fn, rep, return_mode: seen.append("graph") or 1.0)
-    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, warmup, rep, return_mode: seen.append("plain") or 2.0)
+    monkeypatch.setattr(autotune, "capture", lambda fn: "graph")
+    monkeypatch.setattr(triton.testing, "do_bench",
+                        lambda fn, warmup, rep, return_mode: seen.append(fn if fn == "graph" else "plain") or 1.0)
     for per_call in (autotune.GRAPH_BELOW_MS / 2, autotune.GRAPH_BELOW_MS * 4):
         monkeypatch.setattr(autotune, "settle", lambda fn, ms, v=per_call: v)
         autotune.time_ms(lambda: None, graph="auto")

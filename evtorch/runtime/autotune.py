@@ -113,11 +113,12 @@ REFINE_ROUNDS = 2
 PREPARE_WORKERS = 8
 
 
-# ``do_bench_cudagraph(fn, rep)`` captures about ``rep`` ms of calls in one graph and replays it 10 times, where
-# ``do_bench``'s ``rep`` is the whole run's length: ``time_ms`` passes it rep_ms / GRAPH_REPLAYS, so that both
-# modes time for about rep_ms. (Passing rep_ms itself made each tuning candidate's timing take over a second: a
-# first call at 8192x4096x1024 took 24.5 s on the H200 machine, 8.7-12 s since; benchmarks/first_call.py.)
-GRAPH_REPLAYS = 10
+# A call shorter than GRAPH_BELOW_MS is timed as one call captured in a CUDA graph (its host work left out) and
+# replayed with L2 flushed before every replay: the bench's kernel column, so the tuner ranks by the statistic the
+# bench reports. Until 2026-11-25 it used ``do_bench_cudagraph``, which replays the call back to back without a
+# flush. Re-timing every candidate of seven bench workloads at 8192x4096x1024 both ways against the bench's own
+# measurement, in interleaved rounds on an H100 (benchmarks/tuner_timing.py, docs/benchmarks.md "The tuner's timing
+# conditions"): the flushed replays' picks cost 1.000-1.009 of the bench's best, the back-to-back replays' 1.000-1.032.
 
 # The tuner times a candidate the way the public call runs it where that is possible: graph replays only for calls
 # shorter than this, where host time would otherwise rank the candidates; longer calls are timed themselves, with
@@ -151,25 +152,41 @@ def settle(fn: Callable[[], object], ms: float) -> float:
         batch = max(1, min(int(left / per_call) + 1, 4096))
 
 
+def capture(fn: Callable[[], object]) -> Callable[[], None]:
+    """``fn`` captured once in a CUDA graph: the graph's replay callable. ``fn`` first runs twice on a side stream
+    (lazy initialisation, compiles and first-call allocations must not happen inside the capture). Raises where
+    ``fn`` cannot be captured (a host synchronization, an op CUDA graphs do not support)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
 def time_ms(fn: Callable[[], object], warmup_ms: int = 25, rep_ms: int = 100, graph: bool | str = False,
             settle_ms: float = SETTLE_MS) -> float:
     """Median run time of ``fn`` in milliseconds via ``triton.testing.do_bench`` (CUDA-event timed, L2 flushed
-    before every run), after ``settle_ms`` of running it (``SETTLE_MS``). ``graph=True``: replay ``fn`` captured in
-    a CUDA graph instead (``do_bench_cudagraph``), which leaves out the host work of each call: a public call takes
+    before every run), after ``settle_ms`` of running it (``SETTLE_MS``). ``graph=True``: time one call of ``fn``
+    captured in a CUDA graph (``capture``) instead, which leaves out the host work of the call: a public call takes
     ~0.1 ms of host time, so below ~0.1 ms of kernel, plain timing ranks the candidates by noise (docs/benchmarks.md:
     a 2048^3 GEMM picked 94% or 77% of cuBLAS from run to run). ``graph="auto"``: graph replays for calls shorter
     than GRAPH_BELOW_MS (as measured while settling), plain timing of the call itself for longer ones, whose host
     work the GPU hides. Falls back to plain timing when ``fn`` cannot be captured."""
-    from triton.testing import do_bench, do_bench_cudagraph
+    from triton.testing import do_bench
 
     per_call = settle(fn, settle_ms) if settle_ms > 0 else None
     if graph == "auto":
         graph = per_call is None or per_call < GRAPH_BELOW_MS
     if graph:
         try:
-            return float(do_bench_cudagraph(fn, rep=rep_ms / GRAPH_REPLAYS, return_mode="median"))
+            fn = capture(fn)
         except Exception:  # noqa: BLE001 - not capturable (a host sync, an unsupported op): time it plainly
-            pass
+            torch.cuda.synchronize()
     return float(do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
 
 
@@ -199,16 +216,35 @@ def load_cached(key: str) -> GemmConfig | None:
     return config
 
 
-def store(key: str, best: GemmConfig, timings: dict[str, float]) -> None:
-    """Record ``best`` for ``key`` in memory and on disk (atomic write)."""
+def store(key: str, best: GemmConfig, timings: dict[str, float],
+          candidates: Sequence[GemmConfig] = ()) -> None:
+    """Record ``best`` for ``key`` in memory and on disk (atomic write), with every candidate's timing and, for
+    ``candidates``, its whole config (so the file says what was tried: ``stored_records``)."""
     payload = {
         "key": key,
         "best": best.to_dict(),
         "timings_ms": {name: (ms if math.isfinite(ms) else None) for name, ms in timings.items()},
+        "candidates": {c.short(): c.to_dict() for c in candidates},
     }
     write_text_atomic(_cache_file(key), json.dumps(payload, indent=1, sort_keys=True))
     with _lock:
         _memory[key] = best
+
+
+def stored_records() -> list[dict]:
+    """Every tuning result stored under the cache directory: ``key``, ``best`` and ``candidates`` (name ->
+    GemmConfig) and ``timings_ms`` (name -> ms, None for a candidate that failed). Files this version cannot read
+    are skipped."""
+    records = []
+    for path in sorted((knobs.cache_dir() / "autotune").glob("*.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            records.append({
+                "key": data["key"], "best": GemmConfig.from_dict(data["best"]), "timings_ms": data["timings_ms"],
+                "candidates": {name: GemmConfig.from_dict(d) for name, d in data.get("candidates", {}).items()}})
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return records
 
 
 def should_tune(device: torch.device | str | int | None = None) -> bool:
@@ -277,7 +313,7 @@ def pick_config(
                       stacklevel=2)
         return heuristic
     best = _refine(cands, bench, timings, best_ms) or best
-    store(key, best, timings)
+    store(key, best, timings, cands)
     return best
 
 
