@@ -114,7 +114,7 @@ def _tune(evt, A, B, epilogue, inputs, cache: str):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "tuner_timing_out")))
-    ap.add_argument("--shapes", default="8192x4096x1024")
+    ap.add_argument("--shapes", default="8192x4096x1024", help="shapes every workload runs at ('' for none)")
     ap.add_argument("--workloads", default="identity,lincomb_relu,bias_gelu_aux,colbcast_leaky,rowreduce_tanh,"
                                            "bce_loss,dgelu_bgrad,mixed_dag")
     ap.add_argument("--sustained", default="bias_gelu_aux@8192x8192x4096",
@@ -131,7 +131,8 @@ def main(argv=None) -> int:
     from evtorch.runtime import autotune
 
     sustained = {tuple(s.split("@")) for s in args.sustained.split(",") if s}
-    shapes = list(dict.fromkeys(args.shapes.split(",") + [shape for _, shape in sorted(sustained)]))
+    plain = [s for s in args.shapes.split(",") if s]
+    shapes = list(dict.fromkeys(plain + [shape for _, shape in sorted(sustained)]))
     results: dict = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
                      "modes": {**MODES, "sustained": SUSTAINED}, "rows": []}
     h = Harness(types.SimpleNamespace(out=str(args.out), deadline_s=args.deadline_s), "tuner_timing", results,
@@ -142,7 +143,7 @@ def main(argv=None) -> int:
         M, N, K = (int(v) for v in shape.split("x"))
         torch.manual_seed(0)
         A, B = operands(M, N, K, "cuda", torch.bfloat16)
-        names = [w for w in args.workloads.split(",") if shape in args.shapes.split(",")]
+        names = [w for w in args.workloads.split(",") if shape in plain]
         names += [w for w, s in sorted(sustained) if s == shape and w not in names]
         for name in names:
             if h.time_left() < 60:

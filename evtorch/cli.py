@@ -203,6 +203,57 @@ def cmd_show(args) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------------------------------- tuning
+def format_records(records: list[dict], top: int | None) -> str:
+    """The tuner's records as text: per key its GPU, shape bucket, dtypes, layout and epilogue, then the candidates
+    fastest first with their time over the fastest's (``top``: only the first ``top``; None: all)."""
+    from .runtime.autotune import key_fields
+
+    blocks = []
+    for rec in records:
+        f = key_fields(rec["key"])
+        head = (f"{f.get('gpu', '?')} | triton {f.get('triton', '?')} | bucket {f.get('mnk', '?')} L {f.get('L', '?')} "
+                f"| {f.get('dtypes', '?')} | {f.get('layout', '?')} | epilogue {f.get('epilogue', '?')[:16]}")
+        timed = sorted(((ms, name) for name, ms in rec["timings_ms"].items() if ms is not None))
+        failed = sorted(name for name, ms in rec["timings_ms"].items() if ms is None)
+        best_ms = timed[0][0] if timed else None
+        lines = [head, f"  picked {rec['best'].short()}"]
+        for ms, name in timed[:top]:
+            lines.append(f"  {ms:9.4f} ms  x{ms / best_ms:.3f}  {name}")
+        if top is not None and len(timed) > top:
+            lines.append(f"  ... {len(timed) - top} more (--top 0 lists all)")
+        lines += [f"  {'failed':>9s}{'':13s}{name}" for name in failed]
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+def cmd_tuning(args) -> int:
+    import json
+
+    from .runtime import autotune, knobs
+
+    records = [r for r in autotune.stored_records() if all(t in r["key"] for t in args.match)]
+    where = knobs.cache_dir() / "autotune"
+    if args.clear:
+        for rec in records:
+            rec["path"].unlink(missing_ok=True)
+        autotune.clear_memory_cache()
+        print(f"evtorch tuning: removed {len(records)} record(s) from {where}")
+        return 0
+    if args.json:
+        print(json.dumps([{"key": r["key"], "fields": autotune.key_fields(r["key"]), "best": r["best"].to_dict(),
+                           "timings_ms": r["timings_ms"],
+                           "candidates": {n: c.to_dict() for n, c in r["candidates"].items()}} for r in records],
+                         indent=1))
+        return 0
+    if not records:
+        print(f"evtorch tuning: no records under {where}" + (" matching " + " ".join(args.match) if args.match
+                                                               else ""))
+        return 0
+    print(format_records(records, args.top or None))
+    return 0
+
+
 # ---------------------------------------------------------------------------------------------------- demo
 def cmd_demo(args) -> int:
     from .demo import demo
@@ -292,6 +343,19 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--full", action="store_true", help="print the IR after every pass, even when unchanged")
     show.add_argument("--debug", action="store_true", help="run the IR verifier after every pass")
     show.set_defaults(handler=cmd_show)
+
+    tuning = sub.add_parser("tuning", help="list (or clear) the autotuner's stored results",
+                            description="List what the autotuner stored under EVTORCH_CACHE_DIR/autotune: per "
+                            "tuning key (GPU, Triton version, shape bucket, dtypes, layout class, epilogue), the "
+                            "picked config and every candidate's time. A record is reused by every call whose "
+                            "key matches, in any process, until it is cleared.")
+    tuning.add_argument("match", nargs="*", help="only keys containing every one of these strings "
+                        "(e.g. mnk=8192x4096x1024 'gpu=NVIDIA H100')")
+    tuning.add_argument("--top", type=int, default=5, help="candidates listed per key (0: all; default 5)")
+    tuning.add_argument("--json", action="store_true", help="print the records as JSON")
+    tuning.add_argument("--clear", action="store_true", help="delete the matching records (the next call with "
+                        "such a key tunes again)")
+    tuning.set_defaults(handler=cmd_tuning)
 
     for name, (module, what) in DELEGATES.items():
         sub.add_parser(name, help=f"run {what}; arguments are passed on ({module}:main)", add_help=False)

@@ -1,6 +1,7 @@
-"""The ``evtorch`` command: demo, show, bench/selftest dispatch, argument parsing; and evtorch.examples."""
+"""The ``evtorch`` command: demo, show, tuning, bench/selftest dispatch, argument parsing; and evtorch.examples."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -277,3 +278,51 @@ def test_missing_delegate_says_so(capsys, monkeypatch):
     monkeypatch.setitem(cli.DELEGATES, "bench", ("evtorch_no_such_module.run", "the benchmarks"))
     assert cli.main(["bench"]) == 2
     assert "evtorch_no_such_module.run" in capsys.readouterr().err
+
+
+def _store_record(M, N, K, timings, best):
+    """One tuning record as the tuner stores it (``autotune.store``), for configs named in ``timings``."""
+    from evtorch.codegen.configs import GemmConfig
+    from evtorch.runtime import autotune
+
+    configs = {c.short(): c for c in (GemmConfig("portable", 128, 128, 32, 8, 1, 4, 3), GemmConfig("splitk", SPLIT_K=2),
+                                      GemmConfig("persistent_tma", 128, 256, 64, 8, 1, 8, 3))}
+    by_name = {name: configs[name] for name in timings}
+    key = autotune.tune_key(device_name="NVIDIA H100 80GB HBM3", M=M, N=N, K=K, L=1, dtypes=[torch.bfloat16],
+                            layout="A:row,B:row,bat:-", epilogue_hash="e" * 20, templates=["portable"])
+    autotune.store(key, by_name[best], timings, list(by_name.values()))
+    return key
+
+
+def test_tuning_lists_clears_and_filters_the_stored_records(capsys, tmp_path, monkeypatch):
+    """``evtorch tuning`` prints each stored key's fields, its pick and the candidates fastest first with their
+    ratio to the fastest (failed ones named as such); match strings filter; --json round-trips the configs;
+    --clear removes only the matching records."""
+    from evtorch.codegen.configs import GemmConfig
+    from evtorch.runtime import autotune
+
+    monkeypatch.setenv("EVTORCH_CACHE_DIR", str(tmp_path))
+    assert cli.main(["tuning"]) == 0 and "no records" in capsys.readouterr().out
+    pers, port = "persistent_tma_128x256x64_g8_w8_s3", "portable_128x128x32_g8_w4_s3"
+    sk = "splitk_64x64x32_g8_sk2_w4_s3"
+    small = _store_record(8000, 4096, 1024, {port: 0.2, pers: 0.125, sk: float("inf")}, pers)
+    _store_record(8192, 8192, 4096, {port: 1.0, pers: 0.8}, pers)
+    assert cli.main(["tuning", "mnk=8192x4096x1024"]) == 0
+    out = capsys.readouterr().out
+    assert "NVIDIA H100 80GB HBM3" in out and "bucket 8192x4096x1024" in out and "8192x8192x4096" not in out
+    lines = out.splitlines()
+    assert lines[1] == f"  picked {pers}"
+    assert lines[2].split() == ["0.1250", "ms", "x1.000", pers] and lines[3].split() == ["0.2000", "ms", "x1.600", port]
+    assert lines[4].split() == ["failed", sk]
+    assert cli.main(["tuning", "--top", "1", "mnk=8192x4096x1024"]) == 0
+    assert "1 more (--top 0 lists all)" in capsys.readouterr().out
+    assert cli.main(["tuning", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert len(data) == 2 and {d["fields"]["mnk"] for d in data} == {"8192x4096x1024", "8192x8192x4096"}
+    (rec,) = [d for d in data if d["key"] == small]
+    assert GemmConfig.from_dict(rec["candidates"][pers]) == GemmConfig.from_dict(rec["best"])
+    assert rec["timings_ms"][sk] is None
+    assert cli.main(["tuning", "--clear", "mnk=8192x4096x1024"]) == 0
+    assert "removed 1 record" in capsys.readouterr().out
+    assert [autotune.key_fields(r["key"])["mnk"] for r in autotune.stored_records()] == ["8192x8192x4096"]
+    autotune.clear_memory_cache()

@@ -231,18 +231,24 @@ def store(key: str, best: GemmConfig, timings: dict[str, float],
         _memory[key] = best
 
 
+def key_fields(key: str) -> dict[str, str]:
+    """The fields of a ``tune_key`` string (gpu, triton, mnk, L, dtypes, layout, epilogue, templates)."""
+    return dict(part.split("=", 1) for part in key.split("|") if "=" in part)
+
+
 def stored_records() -> list[dict]:
-    """Every tuning result stored under the cache directory: ``key``, ``best`` and ``candidates`` (name ->
-    GemmConfig) and ``timings_ms`` (name -> ms, None for a candidate that failed). Files this version cannot read
-    are skipped."""
+    """Every tuning result stored under the cache directory: ``key``, ``path``, ``best`` and ``candidates`` (name ->
+    GemmConfig; empty for records written before 2026-11-25) and ``timings_ms`` (name -> ms, None for a candidate
+    that failed). Files this version cannot read are skipped. (``evtorch tuning`` prints them.)"""
     records = []
     for path in sorted((knobs.cache_dir() / "autotune").glob("*.json")):
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
             records.append({
-                "key": data["key"], "best": GemmConfig.from_dict(data["best"]), "timings_ms": data["timings_ms"],
+                "key": data["key"], "path": path, "best": GemmConfig.from_dict(data["best"]),
+                "timings_ms": data["timings_ms"],
                 "candidates": {name: GemmConfig.from_dict(d) for name, d in data.get("candidates", {}).items()}})
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue
     return records
 
