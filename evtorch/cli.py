@@ -232,6 +232,8 @@ def cmd_tuning(args) -> int:
 
     from .runtime import autotune, knobs
 
+    if args.top < 0:
+        raise UsageError(f"--top: expected a count of candidates >= 0 (0 lists all), got {args.top}")
     records = [r for r in autotune.stored_records() if all(t in r["key"] for t in args.match)]
     where = knobs.cache_dir() / "autotune"
     if args.clear:

@@ -316,6 +316,9 @@ def test_tuning_lists_clears_and_filters_the_stored_records(capsys, tmp_path, mo
     assert lines[4].split() == ["failed", sk]
     assert cli.main(["tuning", "--top", "1", "mnk=8192x4096x1024"]) == 0
     assert "1 more (--top 0 lists all)" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["tuning", "--top", "-1"])
+    assert exc.value.code == 2 and "--top: expected a count of candidates >= 0" in capsys.readouterr().err
     assert cli.main(["tuning", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert len(data) == 2 and {d["fields"]["mnk"] for d in data} == {"8192x4096x1024", "8192x8192x4096"}
