@@ -217,7 +217,8 @@ def format_records(records: list[dict], top: int | None) -> str:
         timed = sorted(((ms, name) for name, ms in rec["timings_ms"].items() if ms is not None))
         failed = sorted(name for name, ms in rec["timings_ms"].items() if ms is None)
         best_ms = timed[0][0] if timed else None
-        lines = [head, f"  picked {rec['best'].short()}"]
+        lines = [head] + ([f"  tuned for {rec['label']}"] if rec.get("label") else []) + [
+            f"  picked {rec['best'].short()}"]
         for ms, name in timed[:top]:
             lines.append(f"  {ms:9.4f} ms  x{ms / best_ms:.3f}  {name}")
         if top is not None and len(timed) > top:
@@ -243,7 +244,8 @@ def cmd_tuning(args) -> int:
         print(f"evtorch tuning: removed {len(records)} record(s) from {where}")
         return 0
     if args.json:
-        print(json.dumps([{"key": r["key"], "fields": autotune.key_fields(r["key"]), "best": r["best"].to_dict(),
+        print(json.dumps([{"key": r["key"], "label": r["label"], "fields": autotune.key_fields(r["key"]),
+                           "best": r["best"].to_dict(),
                            "timings_ms": r["timings_ms"],
                            "candidates": {n: c.to_dict() for n, c in r["candidates"].items()}} for r in records],
                          indent=1))

@@ -290,7 +290,7 @@ def _store_record(M, N, K, timings, best):
     by_name = {name: configs[name] for name in timings}
     key = autotune.tune_key(device_name="NVIDIA H100 80GB HBM3", M=M, N=N, K=K, L=1, dtypes=[torch.bfloat16],
                             layout="A:row,B:row,bat:-", epilogue_hash="e" * 20, templates=["portable"])
-    autotune.store(key, by_name[best], timings, list(by_name.values()))
+    autotune.store(key, by_name[best], timings, list(by_name.values()), label=f"lincomb_relu at {M}x{N}x{K}")
     return key
 
 
@@ -311,9 +311,9 @@ def test_tuning_lists_clears_and_filters_the_stored_records(capsys, tmp_path, mo
     out = capsys.readouterr().out
     assert "NVIDIA H100 80GB HBM3" in out and "bucket 8192x4096x1024" in out and "8192x8192x4096" not in out
     lines = out.splitlines()
-    assert lines[1] == f"  picked {pers}"
-    assert lines[2].split() == ["0.1250", "ms", "x1.000", pers] and lines[3].split() == ["0.2000", "ms", "x1.600", port]
-    assert lines[4].split() == ["failed", sk]
+    assert lines[1:3] == ["  tuned for lincomb_relu at 8000x4096x1024", f"  picked {pers}"]
+    assert lines[3].split() == ["0.1250", "ms", "x1.000", pers] and lines[4].split() == ["0.2000", "ms", "x1.600", port]
+    assert lines[5].split() == ["failed", sk]
     assert cli.main(["tuning", "--top", "1", "mnk=8192x4096x1024"]) == 0
     assert "1 more (--top 0 lists all)" in capsys.readouterr().out
     with pytest.raises(SystemExit) as exc:
@@ -323,6 +323,7 @@ def test_tuning_lists_clears_and_filters_the_stored_records(capsys, tmp_path, mo
     data = json.loads(capsys.readouterr().out)
     assert len(data) == 2 and {d["fields"]["mnk"] for d in data} == {"8192x4096x1024", "8192x8192x4096"}
     (rec,) = [d for d in data if d["key"] == small]
+    assert rec["label"] == "lincomb_relu at 8000x4096x1024"
     assert GemmConfig.from_dict(rec["candidates"][pers]) == GemmConfig.from_dict(rec["best"])
     assert rec["timings_ms"][sk] is None
     assert cli.main(["tuning", "--clear", "mnk=8192x4096x1024"]) == 0

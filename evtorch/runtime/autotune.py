@@ -217,11 +217,13 @@ def load_cached(key: str) -> GemmConfig | None:
 
 
 def store(key: str, best: GemmConfig, timings: dict[str, float],
-          candidates: Sequence[GemmConfig] = ()) -> None:
+          candidates: Sequence[GemmConfig] = (), label: str = "") -> None:
     """Record ``best`` for ``key`` in memory and on disk (atomic write), with every candidate's timing and, for
-    ``candidates``, its whole config (so the file says what was tried: ``stored_records``)."""
+    ``candidates``, its whole config (so the file says what was tried: ``stored_records``); ``label`` says in words
+    what was tuned (the key names the epilogue by a hash and the shape by its bucket)."""
     payload = {
         "key": key,
+        "label": label,
         "best": best.to_dict(),
         "timings_ms": {name: (ms if math.isfinite(ms) else None) for name, ms in timings.items()},
         "candidates": {c.short(): c.to_dict() for c in candidates},
@@ -237,15 +239,16 @@ def key_fields(key: str) -> dict[str, str]:
 
 
 def stored_records() -> list[dict]:
-    """Every tuning result stored under the cache directory: ``key``, ``path``, ``best`` and ``candidates`` (name ->
-    GemmConfig; empty for records written before 2026-11-25) and ``timings_ms`` (name -> ms, None for a candidate
-    that failed). Files this version cannot read are skipped. (``evtorch tuning`` prints them.)"""
+    """Every tuning result stored under the cache directory: ``key``, ``label``, ``path``, ``best``, ``candidates``
+    (name -> GemmConfig; empty for records written before 2026-11-25) and ``timings_ms`` (name -> ms, None for a
+    candidate that failed). Files this version cannot read are skipped. (``evtorch tuning`` prints them.)"""
     records = []
     for path in sorted((knobs.cache_dir() / "autotune").glob("*.json")):
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
             records.append({
-                "key": data["key"], "path": path, "best": GemmConfig.from_dict(data["best"]),
+                "key": data["key"], "label": data.get("label", ""), "path": path,
+                "best": GemmConfig.from_dict(data["best"]),
                 "timings_ms": data["timings_ms"],
                 "candidates": {name: GemmConfig.from_dict(d) for name, d in data.get("candidates", {}).items()}})
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -268,6 +271,7 @@ def pick_config(
     max_candidates: int = DEFAULT_MAX_CANDIDATES,
     progress: bool = True,
     prepare: Callable[[GemmConfig], object] | None = None,
+    label: str = "",
 ) -> GemmConfig:
     """The fastest of ``candidates`` by ``bench(config) -> ms``, cached under ``key``.
 
@@ -280,6 +284,7 @@ def pick_config(
     guess first) so a tuning run stays within seconds. A candidate whose ``bench`` raises (e.g. Triton's
     OutOfResources) is skipped; if all fail, the heuristic is returned and nothing is cached.
     ``bench`` may run the kernel many times: epilogues that accumulate (atomics) must be re-zeroed by it.
+    ``label`` is stored with the result (``store``) for people reading it (``evtorch tuning``).
     """
     if not isinstance(heuristic, GemmConfig):
         raise TypeError(f"heuristic must be a GemmConfig, got {type(heuristic).__name__}")
@@ -319,7 +324,7 @@ def pick_config(
                       stacklevel=2)
         return heuristic
     best = _refine(cands, bench, timings, best_ms) or best
-    store(key, best, timings, cands)
+    store(key, best, timings, cands, label)
     return best
 
 

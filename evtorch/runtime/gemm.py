@@ -476,7 +476,9 @@ def _choose_config(ep, prog, A, B, inputs, out_dtype, deterministic, allow_tf32)
         _execute(ep, prog, A, B, inputs, out_dtype, allow_tf32, cfg)
 
     limit = {} if MAX_TUNE_CANDIDATES is None else {"max_candidates": MAX_TUNE_CANDIDATES}
-    best = pick_config(candidates, bench, key=key, heuristic=heuristic, device=A.device, prepare=prepare, **limit)
+    label = f"{ep.name} at {'x'.join(map(str, (M, N, K)))}" + (f" L={L}" if A.dim() == 3 else "")
+    best = pick_config(candidates, bench, key=key, heuristic=heuristic, device=A.device, prepare=prepare,
+                       label=label, **limit)
     return _remember(_config_memo, memo_key, resolve_config(A, B, best))
 
 

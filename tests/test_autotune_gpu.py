@@ -1,0 +1,56 @@
+"""The autotuner on a GPU: a first call with tuning on times real candidates, runs the one it picked correctly and
+leaves a record that says what was tried. The CPU tests (tests/test_gemm_template.py) drive ``pick_config`` with
+made-up timings; here the timings are the kernels'. Run: ``TRITON_INTERPRET=0 pytest -m gpu tests``.
+"""
+import math
+
+import pytest
+import torch
+
+import evtorch as evt
+from evtorch.examples import EXAMPLES, eager_reference, operands
+from evtorch.runtime import autotune, gemm
+from evtorch.testing import rel_error
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+
+@pytest.fixture
+def fresh_tuning(tmp_path, monkeypatch):
+    monkeypatch.setenv("EVTORCH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("EVTORCH_AUTOTUNE", "1")
+    monkeypatch.setenv("EVTORCH_POISON", "1")
+    monkeypatch.setattr(gemm, "MAX_TUNE_CANDIDATES", 3)
+    autotune.clear_memory_cache()
+    yield tmp_path
+    autotune.clear_memory_cache()
+
+
+def test_first_call_tunes_runs_the_pick_and_records_what_it_tried(fresh_tuning):
+    fn, make_inputs = EXAMPLES["lincomb_relu"]
+    M, N, K = 1000, 768, 512
+    torch.manual_seed(0)
+    A, B = operands(M, N, K, "cuda", torch.bfloat16)
+    inputs = make_inputs(M, N, "cuda", torch.bfloat16)
+    out = evt.gemm(A, B, fn, **inputs)  # outputs poisoned with NaN before the launch
+    assert not torch.isnan(out).any(), "unwritten elements"
+    assert rel_error(out, eager_reference(fn, A, B, **inputs).to(out.dtype)) < 1e-2
+    (record,) = autotune.stored_records()
+    assert record["label"] == f"lincomb_relu at {M}x{N}x{K}"
+    assert autotune.key_fields(record["key"])["mnk"] == "1024x1024x512"  # shape buckets
+    assert 1 <= len(record["candidates"]) <= 3 and record["best"] in record["candidates"].values()
+    timed = {name: ms for name, ms in record["timings_ms"].items() if ms is not None}
+    assert timed and all(math.isfinite(ms) and ms > 0 for ms in timed.values())
+    assert record["best"].short() in timed
+
+
+def test_graph_timing_is_the_kernel_time_with_l2_flushed(fresh_tuning):
+    """``time_ms(graph=True)`` (one captured call, replayed with L2 flushed) against the call timed plainly by
+    ``do_bench`` (also flushed, host work included): the same kernel, so the graph timing is no longer than the
+    plain one beyond noise and not far below it at a size whose kernel outlasts the call's host work."""
+    A, B = operands(4096, 4096, 4096, "cuda", torch.bfloat16)
+    call = lambda: evt.gemm(A, B)  # noqa: E731
+    call()
+    graph = autotune.time_ms(call, graph=True, settle_ms=50)
+    plain = autotune.time_ms(call, graph=False, settle_ms=50)
+    assert 0.8 * plain < graph < 1.1 * plain
