@@ -119,6 +119,7 @@ PREPARE_WORKERS = 8
 # flush. Re-timing every candidate of seven bench workloads at 8192x4096x1024 both ways against the bench's own
 # measurement, in interleaved rounds on an H100 (benchmarks/tuner_timing.py, docs/benchmarks.md "The tuner's timing
 # conditions"): the flushed replays' picks cost 1.000-1.009 of the bench's best, the back-to-back replays' 1.000-1.032.
+# (Single flushed timings scatter more: 16 of 327 lay over 5% above their candidate's other two, against 8.)
 
 # The tuner times a candidate the way the public call runs it where that is possible: graph replays only for calls
 # shorter than this, where host time would otherwise rank the candidates; longer calls are timed themselves, with
