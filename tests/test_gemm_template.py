@@ -526,6 +526,10 @@ def test_autotune_picks_fastest_and_caches(tune_env):
     assert record["candidates"] == {c.short(): c for c in cands} and record["timings_ms"] == stored["timings_ms"]
     (tune_env / "autotune" / "broken.json").write_text("{")
     assert [r["key"] for r in autotune.stored_records()] == [key]  # an unreadable file is skipped
+    older = {"key": "k-old", "best": cands[0].to_dict(), "timings_ms": {cands[0].short(): 1.0}}  # before 2026-11-25
+    (tune_env / "autotune" / "older.json").write_text(json.dumps(older))
+    (old,) = [r for r in autotune.stored_records() if r["key"] == "k-old"]
+    assert old["candidates"] == {} and old["label"] == "" and old["best"] == cands[0]
 
 
 def test_autotune_times_close_candidates_again_interleaved(tune_env):
