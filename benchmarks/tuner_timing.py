@@ -50,12 +50,11 @@ def back_to_back(fn) -> float:
 
 
 def measured(fn, settle_ms: float, rep_ms: float) -> float:
-    from triton.testing import do_bench
-
+    """The call itself after ``settle_ms`` of running it, do_bench median with L2 flushed (``autotune.time_ms``
+    without a graph: what the bench's ``Harness.paired`` does per round)."""
     from evtorch.runtime import autotune
 
-    autotune.settle(fn, settle_ms)
-    return float(do_bench(fn, warmup=25, rep=rep_ms, return_mode="median"))
+    return autotune.time_ms(fn, warmup_ms=25, rep_ms=rep_ms, graph=False, settle_ms=settle_ms)
 
 
 def _ranks(values: list[float]) -> list[float]:
