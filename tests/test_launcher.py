@@ -214,3 +214,44 @@ def test_gpu_specialisation_changes_between_calls(monkeypatch):
     direct = launch.run_fast.__globals__["_kernel"]
     if isinstance(direct, DirectLaunch):  # keys: misaligned/aligned x n in {1, 16, other}, less (aligned, 16)
         assert len(direct.kernels) == 5, list(direct.kernels)
+
+
+def test_prepared_launch_flags_replace_constexprs_for_one_launch():
+    """``PreparedLaunch(A, B, args, flags)``: the flags replace prepared constexprs for that launch only; split-K
+    (two kernels) takes none."""
+    from evtorch.runtime.gemm_launch import PreparedLaunch
+
+    calls = []
+    launch = PreparedLaunch.__new__(PreparedLaunch)
+    launch.mode, launch.device_index, launch.tail = "portable", None, (7,)
+    launch.fn = lambda *args, **kw: calls.append((args, kw))
+    launch.common = {"EPI_TMA": False, "PREFETCH": 1, "num_warps": 4}
+    A, B = torch.zeros(2, 2), torch.zeros(2, 2)
+    launch(A, B, [3], {"EPI_TMA": True, "PREFETCH": 0})
+    launch(A, B, [3])
+    assert calls[0] == ((A, B, 7, 3), {"EPI_TMA": True, "PREFETCH": 0, "num_warps": 4})
+    assert calls[1] == ((A, B, 7, 3), {"EPI_TMA": False, "PREFETCH": 1, "num_warps": 4})
+    launch.mode = "splitk"
+    with pytest.raises(ValueError, match="split-K"):
+        launch(A, B, [3], {"EPI_TMA": True})
+
+
+@pytest.mark.parametrize("offset,expected", [(0, {"EPI_TMA": True, "PREFETCH": 0}), (1, None)])
+def test_first_call_launches_the_kernel_later_calls_launch(offset, expected):
+    """A signature's first call (``_Launch.run`` with its ``_Call``) picks the EPI_TMA variant exactly where the
+    generated fast path does (the input's base 16-byte aligned): a one-call check (the selftest) must run what
+    later calls run, and the tuner's threaded first calls must compile it."""
+    import evtorch.runtime.gemm as rg
+
+    seen = []
+    launch = rg._Launch.__new__(rg._Launch)
+    launch.gemm = lambda A, B, args, flags=None: seen.append(flags)
+    launch.epi_tma, launch.args, launch.slots, launch.vec_fn = "C", [], [], None
+    launch.views, launch.pack, launch.returns_tuple = [], [], True
+    call = type("Call", (), {"outputs": {}, "buffers": {}})()
+    C = torch.zeros(64, dtype=torch.bfloat16)[offset:offset + 32]
+    launch.run(torch.zeros(1), torch.zeros(1), {"C": C}, call)
+    assert seen == [expected]
+    launch.epi_tma = None
+    launch.run(torch.zeros(1), torch.zeros(1), {"C": C}, call)
+    assert seen[-1] is None

@@ -94,6 +94,24 @@ def test_epilogue_input_through_the_loader(name, sub):
 
 
 @needs_hopper
+def test_first_call_runs_the_loader_kernel(monkeypatch):
+    """A signature's first call launches the EPI_TMA kernel, as every later call does (until 2026-11-26 it ran the
+    prepared EPI_TMA=False kernel: a one-call check, the selftest's or ``_check``'s above, never ran the loader's
+    copies, and the tuner compiled them inside its first timing, in 1-2.5 s on the H100 with the GPU idle)."""
+    from evtorch.runtime import gemm as rg
+    from evtorch.runtime.gemm_launch import PreparedLaunch
+
+    seen = []
+    real = PreparedLaunch._launch
+    monkeypatch.setattr(PreparedLaunch, "_launch",
+                        lambda self, A, B, args, flags=None: seen.append(flags) or real(self, A, B, args, flags))
+    rg.clear_caches()
+    cfg = GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 4, (("EPILOGUE_SUBTILE", True), ("EPI_TMA", True)))
+    _check("lincomb_relu", 1024, 640, 512, cfg, seed=3)
+    assert seen == [{"EPI_TMA": True, "PREFETCH": 0}]
+
+
+@needs_hopper
 def test_epilogue_input_through_the_loader_falls_back_per_call():
     """An input at a misaligned address (same strides, so the same launch signature) or with a non-unit N stride
     takes the pointer loads; results stay right."""

@@ -238,6 +238,12 @@ def _offsets_fit_int32(params, call: _Call, config: GemmConfig) -> bool:
     return all(span < _INT32_LIMIT for span in spans.values())
 
 
+# The ping-pong kernel's constexprs where the epilogue's one M x N input comes through the TMA loader (EPI_TMA): the
+# loader then brings every slice, so no consumer prefetch. A call signature compiles with EPI_TMA off (``gemm_launch``)
+# and each call turns it on where that input's base is 16-byte aligned (``_Launch``).
+_EPI_TMA_FLAGS = {"EPI_TMA": True, "PREFETCH": 0}
+
+
 class _Launch:
     """What one call signature fixes, taken from a fully built ``_Call``; ``run`` makes a call's tensors and
     argument lists from it and launches.
@@ -390,8 +396,8 @@ class _Launch:
             ns["_kernel"] = make_launch(gemm.jit, gemm.grid, positional, gemm.common, index)
             kernel = "_kernel"
             if self.epi_tma is not None:  # the loader's TMA copies need a 16-byte aligned input base
-                ns["_kernel_tma"] = make_launch(gemm.jit, gemm.grid, positional,
-                                                dict(gemm.common, EPI_TMA=True, PREFETCH=0), index)
+                ns["_kernel_tma"] = make_launch(gemm.jit, gemm.grid, positional, dict(gemm.common, **_EPI_TMA_FLAGS),
+                                                index)
                 kernel = f"(_kernel_tma if inputs[{self.epi_tma!r}].data_ptr() % 16 == 0 else _kernel)"
             lines.append(f"    {kernel}({key}, A, B, {', '.join(map(repr, gemm.tail))}, {', '.join(args)})")
         else:
@@ -427,7 +433,10 @@ class _Launch:
         args = self.args.copy()  # first call of this signature: its tensors are already allocated
         for i, kind, key in self.slots:
             args[i] = new[key] if kind == _NEW else inputs[key] if kind != _BOOL else int(inputs[key])
-        self.gemm(A, B, args)
+        # the kernel ``run_fast`` would launch: a one-call check (the selftest) must run what later calls run,
+        # and the tuner's threaded first calls must compile it
+        self.gemm(A, B, args, _EPI_TMA_FLAGS if self.epi_tma is not None and
+                  inputs[self.epi_tma].data_ptr() % 16 == 0 else None)
         if self.vec_fn is not None:
             vec_args = self.vec_args.copy()
             for i, kind, key in self.vec_slots:

@@ -263,25 +263,31 @@ class PreparedLaunch:
     __slots__ = ("mode", "fn", "jit", "grid", "tail", "common", "device_index", "reduce_fn", "reduce_kwargs",
                  "work_shape", "work_dtype", "workspace_fn", "config")
 
-    def __call__(self, A: torch.Tensor, B: torch.Tensor, epilogue_args: Sequence[Any]) -> None:
+    def __call__(self, A: torch.Tensor, B: torch.Tensor, epilogue_args: Sequence[Any],
+                 flags: dict | None = None) -> None:
+        """``flags``: constexprs that replace the prepared ones for this launch (a one-kernel template's variant
+        chosen per call, e.g. the ping-pong kernel's EPI_TMA where the input allows it)."""
         if self.mode is None:
             return
         index = self.device_index
         if index is not None and torch.cuda.current_device() != index:
             # Triton launches on the current device; make it A's so multi-GPU callers need not switch.
             with torch.cuda.device(index):
-                self._launch(A, B, epilogue_args)
+                self._launch(A, B, epilogue_args, flags)
         else:
-            self._launch(A, B, epilogue_args)
+            self._launch(A, B, epilogue_args, flags)
 
-    def _launch(self, A, B, epilogue_args) -> None:
+    def _launch(self, A, B, epilogue_args, flags=None) -> None:
         mode = self.mode
+        common = self.common if not flags else {**self.common, **flags}
+        if flags and mode == "splitk":
+            raise ValueError(f"flags {sorted(flags)} apply to one-kernel templates, not split-K's two kernels")
         if mode == "portable":
-            self.fn(A, B, *self.tail, *epilogue_args, **self.common)
+            self.fn(A, B, *self.tail, *epilogue_args, **common)
         elif mode in ("persistent_tma", "pingpong"):
             if self.device_index is not None:
                 install_tma_allocator()
-            self.fn(A, B, *self.tail, *epilogue_args, **self.common)
+            self.fn(A, B, *self.tail, *epilogue_args, **common)
         else:  # splitk
             shape, acc_torch = self.work_shape, self.work_dtype
             work = (self.workspace_fn or default_workspace)(shape, acc_torch, A.device)
