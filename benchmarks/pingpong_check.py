@@ -177,7 +177,8 @@ def configs() -> dict:
             "c3_es1_h_p0": gl(3, 2, EPI_SMEM=1, CONSUMERS=3, PREFETCH=0),
             "c3_es1_s8_p0": gl(3, 8, EPI_SMEM=1, CONSUMERS=3, PREFETCH=0),
             "c3_q4_p0": gl(4, 4, CONSUMERS=3, PREFETCH=0),
-            "c3_q4_tma": gl(3, 4, CONSUMERS=3, EPI_TMA=True),
+            # (H200 run: also "c3_q4_tma", three consumers with EPI_TMA; rejected since 2026-11-26: it left output
+            # elements unwritten once a first call ran the loader's copies, and its error check here ran without them)
         }
     if CONFIG_SET == "epismem":  # the consumers' epilogue as a loop over slices read back from shared memory
         return {  # (H200 run 1 also had es1_q4 / es1_q4_p0, run 2 es2_h / es2_h_p0: slower than es1_h / es2_q4)

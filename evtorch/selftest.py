@@ -83,14 +83,11 @@ def run(sizes=((257, 193, 129, 3), (1024, 768, 512, 2)), dtypes=("float32", "flo
                  GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 4, (("EPILOGUE_SUBTILE", 4), ("EPI_SMEM", 2))),
                  # ... and on eighths (128 x 16 slices: ptxas interleaves the per-element chains)
                  GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 4, (("EPILOGUE_SUBTILE", 8), ("EPI_SMEM", 1))),
-                 # three consumers: the loop through a ring of two whole-tile buffers, slices from registers, and the
-                 # loader's input ring of three slot sets
+                 # three consumers: the loop through a ring of two whole-tile buffers, and slices from registers
                  GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 3,
                             (("EPILOGUE_SUBTILE", 4), ("EPI_SMEM", 1), ("CONSUMERS", 3), ("PREFETCH", 0))),
                  GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 4,
                             (("EPILOGUE_SUBTILE", 4), ("CONSUMERS", 3), ("PREFETCH", 0))),
-                 GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 3,
-                            (("EPILOGUE_SUBTILE", 4), ("EPI_TMA", True), ("CONSUMERS", 3))),
                  # consumers of two warpgroups (num_warps=8): halves with the prefetch rule, quarters with the
                  # loader's input ring, and the loop from the shared whole-tile buffer on quarters
                  GemmConfig("pingpong", 128, 128, 64, 8, 1, 8, 5, (("EPILOGUE_SUBTILE", True),)),

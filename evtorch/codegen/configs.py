@@ -205,6 +205,12 @@ class GemmConfig:
             if extra.get("EPI_SMEM") == 2 and _subtile_count(extra.get("EPILOGUE_SUBTILE", False)) < 2:
                 raise ValueError("GemmConfig.extra EPI_SMEM=2 (a half-tile buffer per consumer) needs EPILOGUE_SUBTILE "
                                  f"2, 4 or 8, got {extra.get('EPILOGUE_SUBTILE', False)!r}")
+            if extra.get("CONSUMERS", 2) != 2 and extra.get("EPI_TMA"):
+                # Three consumers with the loader's input ring leave output elements unwritten on an H100 (4096 x
+                # 3000 x 1000, two tiles per consumer: tests/test_pingpong_gpu.py, 2026-11-26); the tuner never
+                # offered the combination, and three consumers are slower anyway (docs/benchmarks.md).
+                raise ValueError(f"GemmConfig.extra EPI_TMA (the epilogue input through the loader) runs with two "
+                                 f"consumers only, got CONSUMERS={extra['CONSUMERS']}")
             if extra.get("CONSUMERS", 2) != 2 and extra.get("EPI_WG"):
                 raise ValueError(f"GemmConfig.extra CONSUMERS={extra['CONSUMERS']} is the ping-pong schedule's; EPI_WG="
                                  f"{extra['EPI_WG']} is the epilogue-warpgroup schedule (two MMA warpgroups)")
