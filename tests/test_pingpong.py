@@ -336,6 +336,14 @@ def test_candidates_offer_pingpong_only_where_it_runs():
         assert len(mma) == len(cands) and [c.flag("EPI_MMA") for c in mma] == [c.flag("EPI_TMA") for c in cands]
         assert [dataclasses.replace(c, extra=tuple(x for x in c.extra if x[0] != "EPI_MMA")) for c in mma] == cands
         assert for_epilogue(cands, tma_input=False, tile_stores=False, tile_inputs=2) == without
+        # an epilogue that reduces drops the persistent flattened loop on halves (several times slower with a
+        # reduction on an H100), and only that config: quarters keep the flattened loop
+        flat_halves = GemmConfig("persistent_tma", 128, 256, 64, 8, 1, 8, 3,
+                                 (("EPILOGUE_SUBTILE", True), ("FLATTEN", True)))
+        flat_quarters = dataclasses.replace(flat_halves, extra=(("EPILOGUE_SUBTILE", 4), ("FLATTEN", True)))
+        assert flat_halves in cands and flat_quarters in cands
+        reducing = for_epilogue(cands, tma_input=True, tile_inputs=1, reductions=True)
+        assert reducing == [c for c in with_tma if c != flat_halves]
         # an epilogue whose tile outputs TMA stores: its EPI_TMA configs also store them by TMA (in place); with no
         # M x N input at all, every ping-pong config from registers runs so (EPI_TMA dropped), with stages cut
         # where the output buffers would not fit, and PREFETCH dropped (nothing to prefetch: a config and its

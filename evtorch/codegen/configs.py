@@ -736,7 +736,7 @@ def candidate_configs(
 
 
 def for_epilogue(candidates: list[GemmConfig], *, tma_input: bool, tile_stores: bool = True, tma_outputs: int = 0,
-                 tile_inputs: int = 0, dtype: torch.dtype = torch.float16,
+                 tile_inputs: int = 0, reductions: bool = False, dtype: torch.dtype = torch.float16,
                  info: DeviceInfo | None = None) -> list[GemmConfig]:
     """``candidates`` as this epilogue can use them (``info``: the device whose shared memory they must fit).
 
@@ -753,6 +753,13 @@ def for_epilogue(candidates: list[GemmConfig], *, tma_input: bool, tile_stores: 
     - An epilogue with no M x N input has nothing to prefetch: its configs drop PREFETCH, so a config and its
       PREFETCH=0 twin (the same kernel: bias_gelu_aux's ping-pong halves were timed twice) take one tuning slot,
       and the next distinct candidate moves up.
+    - An epilogue that reduces (``reductions``: row, column or scalar sums / extrema) drops the persistent
+      template's flattened tile loop on halves, the one config that runs it several times slower: on an H100
+      (2026-11-26, docs/benchmarks.md "H100 runs of 2026-11-26"; the bench's own measurement of every candidate)
+      dgelu_bgrad 2.37 ms against 0.94-0.98 for the other 128x256 persistent configs at 8192x8192x4096 and 0.37
+      against 0.18-0.20 at 8192x4096x1024, rowreduce_tanh 0.47 against 0.17-0.19 there, bce_loss 1.08 against
+      0.91-0.98 and 0.19 against 0.16-0.18; never picked, it only spent a tuning slot. Quarters with the same loop, and halves without
+      it, are unaffected, and epilogues without reductions keep it (bias_gelu_aux 0.885 ms, level with the rest).
     - A config whose added buffers do not fit in shared memory loses stages (``_fit_stages``).
 
     Measured on the H200 (docs/benchmarks.md, "Tile outputs stored by TMA"; "The epilogue in the wgmma layout"):
@@ -772,6 +779,8 @@ def for_epilogue(candidates: list[GemmConfig], *, tma_input: bool, tile_stores: 
     no_inputs = tile_inputs == 0 and not tma_input
     out = []
     for c in candidates:
+        if reductions and c.template == "persistent_tma" and c.flag("FLATTEN") and c.epilogue_subtiles == 2:
+            continue
         if no_inputs and "PREFETCH" in dict(c.extra):  # nothing to prefetch: the rule's config
             c = dataclasses.replace(c, extra=tuple(x for x in c.extra if x[0] != "PREFETCH"))
         from_registers = c.template == "pingpong" and _from_registers(dict(c.extra))

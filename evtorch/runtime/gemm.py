@@ -475,7 +475,8 @@ def _choose_config(ep, prog, A, B, inputs, out_dtype, deterministic, allow_tf32)
     candidates = candidate_configs(M, N, K, A.dtype, A.device, L=L, tma_ok=tma_ok, allow_tf32=allow_tf32)
     code = prog.epilogue
     candidates = for_epilogue(candidates, tma_input=code.tma_input() is not None, tile_stores=code.tile_stores,
-                              tma_outputs=len(code.tma_outputs), tile_inputs=code.prefetch, dtype=A.dtype,
+                              tma_outputs=len(code.tma_outputs), tile_inputs=code.prefetch,
+                              reductions=bool(code.reductions), dtype=A.dtype,
                               info=device_info(A.device))
 
     def bench(cfg: GemmConfig) -> float:
