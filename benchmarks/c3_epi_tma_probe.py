@@ -13,40 +13,47 @@ from evtorch.codegen.configs import GemmConfig
 from evtorch.examples import EXAMPLES, operands
 from evtorch.runtime import gemm as rg
 
-os.environ["EVTORCH_POISON"] = "1"; os.environ["EVTORCH_AUTOTUNE"] = "0"
 def cfg(consumers, stages, sub):
     c = GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, stages, (("EPILOGUE_SUBTILE", sub), ("EPI_TMA", True)))
     object.__setattr__(c, "extra", tuple(c.extra) + ((("CONSUMERS", consumers),) if consumers != 2 else ()))
     return c
-out = []
-ex = EXAMPLES["lincomb_relu"]
-for consumers, stages, sub in ((3, 3, 4), (3, 3, 2), (2, 4, 4)):
-    for M, N, K in ((4096, 3000, 1000), (4096, 3072, 1024), (4096, 3072, 64), (1024, 768, 512), (2048, 2048, 1024), (8192, 4096, 1024)):
-        rg.clear_caches()
-        torch.manual_seed(0)
-        A, B = operands(M, N, K, "cuda", torch.bfloat16)
-        inp = ex.make_inputs(M, N, "cuda", torch.bfloat16)
-        rec = {"consumers": consumers, "stages": stages, "sub": sub, "shape": [M, N, K]}
-        try:
-            o = evt.gemm(A, B, ex.fn, config=cfg(consumers, stages, sub), **inp)
-            torch.cuda.synchronize()
-            nan = torch.isnan(o.float())
-            rec["nan"] = int(nan.sum())
-            if rec["nan"]:
-                tm, tn = (M + 127) // 128, (N + 127) // 128
-                t = torch.nn.functional.pad(nan, (0, tn * 128 - N, 0, tm * 128 - M)).view(tm, 128, tn, 128)
-                per_tile = t.sum(dim=(1, 3))
-                rec["tiles_hit"] = int((per_tile > 0).sum()); rec["tiles"] = tm * tn
-                rec["per_tile_counts"] = sorted(set(per_tile[per_tile > 0].tolist()))[:8]
-                rows = t.any(dim=3).any(dim=2)  # per tile-row-block: which of 128 rows
-                cols = nan.any(dim=0).nonzero().flatten()
-                rec["col_mod_128"] = sorted(set((cols % 128).tolist()))[:40]
-                lin = (per_tile > 0).flatten().nonzero().flatten()
-                rec["first_tiles"] = lin[:12].tolist()
-                ref = ex.fn(A.float() @ B.float(), **{k: v.float() if torch.is_tensor(v) else v for k, v in inp.items()})
-                rec["max_err_written"] = float(((o.float() - ref).abs()[~nan]).max() / ref.abs().max())
-        except Exception as e:
-            rec["error"] = f"{type(e).__name__}: {str(e)[:300]}"
-        print(json.dumps(rec), flush=True)
-        out.append(rec)
-json.dump(out, open(os.environ.get("OUT", ".") + "/probe_c3.json", "w"), indent=1)
+
+def main() -> None:
+    os.environ["EVTORCH_POISON"] = "1"
+    os.environ["EVTORCH_AUTOTUNE"] = "0"
+    out = []
+    ex = EXAMPLES["lincomb_relu"]
+    for consumers, stages, sub in ((3, 3, 4), (3, 3, 2), (2, 4, 4)):
+        for M, N, K in ((4096, 3000, 1000), (4096, 3072, 1024), (4096, 3072, 64), (1024, 768, 512), (2048, 2048, 1024), (8192, 4096, 1024)):
+            rg.clear_caches()
+            torch.manual_seed(0)
+            A, B = operands(M, N, K, "cuda", torch.bfloat16)
+            inp = ex.make_inputs(M, N, "cuda", torch.bfloat16)
+            rec = {"consumers": consumers, "stages": stages, "sub": sub, "shape": [M, N, K]}
+            try:
+                o = evt.gemm(A, B, ex.fn, config=cfg(consumers, stages, sub), **inp)
+                torch.cuda.synchronize()
+                nan = torch.isnan(o.float())
+                rec["nan"] = int(nan.sum())
+                if rec["nan"]:
+                    tm, tn = (M + 127) // 128, (N + 127) // 128
+                    t = torch.nn.functional.pad(nan, (0, tn * 128 - N, 0, tm * 128 - M)).view(tm, 128, tn, 128)
+                    per_tile = t.sum(dim=(1, 3))
+                    rec["tiles_hit"] = int((per_tile > 0).sum()); rec["tiles"] = tm * tn
+                    rec["per_tile_counts"] = sorted(set(per_tile[per_tile > 0].tolist()))[:8]
+                    rows = t.any(dim=3).any(dim=2)  # per tile-row-block: which of 128 rows
+                    cols = nan.any(dim=0).nonzero().flatten()
+                    rec["col_mod_128"] = sorted(set((cols % 128).tolist()))[:40]
+                    lin = (per_tile > 0).flatten().nonzero().flatten()
+                    rec["first_tiles"] = lin[:12].tolist()
+                    ref = ex.fn(A.float() @ B.float(), **{k: v.float() if torch.is_tensor(v) else v for k, v in inp.items()})
+                    rec["max_err_written"] = float(((o.float() - ref).abs()[~nan]).max() / ref.abs().max())
+            except Exception as e:
+                rec["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+            print(json.dumps(rec), flush=True)
+            out.append(rec)
+    json.dump(out, open(os.environ.get("OUT", ".") + "/probe_c3.json", "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()
