@@ -6,17 +6,20 @@ The config is built past the validation (``object.__setattr__``). Needs a Hopper
 
     TRITON_INTERPRET=0 python benchmarks/c3_epi_tma_probe.py     # writes $OUT/probe_c3.json (or ./probe_c3.json)
 """
-import json, os, sys
+import json
+import os
 import torch
 import evtorch as evt
 from evtorch.codegen.configs import GemmConfig
 from evtorch.examples import EXAMPLES, operands
 from evtorch.runtime import gemm as rg
 
+
 def cfg(consumers, stages, sub):
     c = GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, stages, (("EPILOGUE_SUBTILE", sub), ("EPI_TMA", True)))
     object.__setattr__(c, "extra", tuple(c.extra) + ((("CONSUMERS", consumers),) if consumers != 2 else ()))
     return c
+
 
 def main() -> None:
     os.environ["EVTORCH_POISON"] = "1"
