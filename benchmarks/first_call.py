@@ -153,7 +153,8 @@ def main(argv=None) -> int:
             for _ in range(args.repeat):
                 rec = run_one(name, shape, args.candidates, args.profile, args.retime)
                 records.append(rec)
-                print(json.dumps({k: v for k, v in rec.items() if k not in ("profile", "per_config", "retimed")}), flush=True)
+                brief = {k: v for k, v in rec.items() if k not in ("profile", "per_config", "retimed")}
+                print(json.dumps(brief), flush=True)
                 (args.out / "first_call.json").write_text(json.dumps(records, indent=1))
     return 0
 

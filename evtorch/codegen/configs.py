@@ -206,9 +206,11 @@ class GemmConfig:
                 raise ValueError("GemmConfig.extra EPI_SMEM=2 (a half-tile buffer per consumer) needs EPILOGUE_SUBTILE "
                                  f"2, 4 or 8, got {extra.get('EPILOGUE_SUBTILE', False)!r}")
             if extra.get("CONSUMERS", 2) != 2 and extra.get("EPI_TMA"):
-                # Three consumers with the loader's input ring leave output elements unwritten on an H100 (4096 x
-                # 3000 x 1000, two tiles per consumer: tests/test_pingpong_gpu.py, 2026-11-26); the tuner never
-                # offered the combination, and three consumers are slower anyway (docs/benchmarks.md).
+                # Three consumers with the loader's input ring leave output elements unwritten and others wrong on
+                # an H100 (2026-11-26: on quarters at every shape with two or more tiles per program; halves passed
+                # the six shapes of benchmarks/c3_epi_tma_probe.py, with the cause unknown, so both are refused);
+                # the tuner never offered the combination, and three consumers are slower anyway
+                # (docs/benchmarks.md).
                 raise ValueError(f"GemmConfig.extra EPI_TMA (the epilogue input through the loader) runs with two "
                                  f"consumers only, got CONSUMERS={extra['CONSUMERS']}")
             if extra.get("CONSUMERS", 2) != 2 and extra.get("EPI_WG"):
@@ -758,8 +760,9 @@ def for_epilogue(candidates: list[GemmConfig], *, tma_input: bool, tile_stores: 
       (2026-11-26, docs/benchmarks.md "H100 runs of 2026-11-26"; the bench's own measurement of every candidate)
       dgelu_bgrad 2.37 ms against 0.94-0.98 for the other 128x256 persistent configs at 8192x8192x4096 and 0.37
       against 0.18-0.20 at 8192x4096x1024, rowreduce_tanh 0.47 against 0.17-0.19 there, bce_loss 1.08 against
-      0.91-0.98 and 0.19 against 0.16-0.18; never picked, it only spent a tuning slot. Quarters with the same loop, and halves without
-      it, are unaffected, and epilogues without reductions keep it (bias_gelu_aux 0.885 ms, level with the rest).
+      0.91-0.98 and 0.19 against 0.16-0.18; never picked, it only spent a tuning slot. Quarters with the same
+      loop, and halves without it, are unaffected, and epilogues without reductions keep it (bias_gelu_aux 0.885
+      ms, level with the rest).
     - A config whose added buffers do not fit in shared memory loses stages (``_fit_stages``).
 
     Measured on the H200 (docs/benchmarks.md, "Tile outputs stored by TMA"; "The epilogue in the wgmma layout"):
