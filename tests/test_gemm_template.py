@@ -494,6 +494,7 @@ def test_load_module_concurrent_processes(tmp_path):
 @pytest.fixture
 def tune_env(tmp_path, monkeypatch):
     monkeypatch.setenv("EVTORCH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(autotune, "WARMUP_MS", 0.0)  # these tests count calls; test_autotune_warms_up covers it
     autotune.clear_memory_cache()
     yield tmp_path
     autotune.clear_memory_cache()
@@ -559,6 +560,33 @@ def test_autotune_times_close_candidates_again_interleaved(tune_env):
     assert calls[7:] == [cands[2], cands[0]] * autotune.REFINE_ROUNDS and calls.count(cands[3]) == 1
     stored = json.loads(next((tune_env / "autotune").iterdir()).read_text())
     assert stored["timings_ms"][cands[0].short()] == 0.94 and stored["timings_ms"][cands[3].short()] == 2.0
+
+
+def test_autotune_warms_up_on_the_first_candidate_that_runs(tune_env, monkeypatch):
+    """Before the first pass ``bench`` runs for WARMUP_MS on the first candidate that does not raise, its results
+    discarded (the GPU idled through the compiles); a failing first candidate is skipped, and still recorded."""
+    import time
+
+    monkeypatch.setattr(autotune, "WARMUP_MS", 30.0)
+    cands = candidate_configs(4096, 4096, 4096, torch.float16, A100)[:3]
+    calls = []
+
+    def bench(c):
+        calls.append(c)
+        if c == cands[0]:
+            raise RuntimeError("OutOfResources: shared memory")
+        time.sleep(0.004)
+        return {cands[1]: 1.0, cands[2]: 2.0}[c]
+
+    key = autotune.tune_key(device_name=A100.name, M=4096, N=4096, K=4096, L=1, dtypes=[torch.float16],
+                            layout="A:row,B:row,bat:-", epilogue_hash="warm", templates=["portable"])
+    t = time.perf_counter()
+    assert autotune.pick_config(cands, bench, key=key, heuristic=cands[0], device=A100, progress=False) == cands[1]
+    warm = calls[:calls.index(cands[0], 1)]  # everything before the first pass's first call
+    assert warm[0] == cands[0] and set(warm[1:]) == {cands[1]} and len(warm) >= 1 + 30 // 5
+    assert time.perf_counter() - t >= 0.03
+    stored = json.loads(next((tune_env / "autotune").iterdir()).read_text())
+    assert stored["timings_ms"][cands[0].short()] is None
 
 
 def test_autotune_second_look_rescues_a_slow_first_timing(tune_env):
