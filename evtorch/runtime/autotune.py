@@ -97,33 +97,25 @@ SETTLE_MS = 200
 
 # One timing per candidate ranks near-equal candidates by noise: on an H200 at 8192x8192x4096 one config's timings
 # spread over 5-10% from round to round, and the bench's picks among configs within ~4% of each other changed
-# between runs (docs/benchmarks.md, "Measuring"). Tuning therefore runs in three passes:
-#
-# 1. every candidate is timed once;
-# 2. a second look: every candidate within SCREEN_MARGIN of the fastest first timing is timed once more, in the
-#    reverse order, and is ranked by the lower of its two timings. A single timing can come out far too slow. On an
-#    H100 (2026-11-26, benchmarks/results/first_call_h100_retime.json: every candidate re-timed twice after the
-#    pick), the sixth ring stage, the fastest candidate in two of eight rows, had first timings 7% and 9% over its
-#    re-timings, 11-12% over the fastest first timing, so a 5% margin on first timings left it out of the refine
-#    pass (those two picks cost 0.4% and 3.4%); three other candidates' first timings were 14-27% over their
-#    re-timings (docs/benchmarks.md, "The tuner's second look");
-# 3. the two best by that rank, and the next ones within REFINE_MARGIN of the best (REFINE_MAX in all), are
-#    timed REFINE_ROUNDS more times, interleaved, and the lowest median over all of a candidate's timings wins. A
-#    timing can also come out far too fast (in the 07:40 UTC run the tuner timed two picked configs at 0.75-0.76
-#    ms that the bench then measured at 0.87 ms), so the two best always go to this pass, and the median, not the
-#    minimum, decides.
-SCREEN_MARGIN = 0.20
+# between runs (docs/benchmarks.md, "Measuring"). So the candidates within REFINE_MARGIN of the fastest (at most
+# REFINE_MAX), and always the two fastest, are timed REFINE_ROUNDS more times, interleaved, and the lowest median
+# wins. (The two fastest always: a first timing can also be far too fast. In the 07:40 UTC run the tuner timed two
+# picked configs at 0.75-0.76 ms that the bench then measured at 0.87 ms, and with no other candidate within 5% of
+# such an outlier nothing was timed again.) A second look at every candidate within 20% of the fastest, in the
+# reverse order, was tried on an H100 (2026-11-26): its picks cost no less than these within the noise of the
+# re-timing, and it added ~2 s to every first call (docs/benchmarks.md, "The tuner's warm-up").
 REFINE_MARGIN = 0.05
 REFINE_MAX = 3
-REFINE_ROUNDS = 1
+REFINE_ROUNDS = 2
 
 # Before the first pass the GPU runs the first candidate for WARMUP_MS, untimed. The candidates' compile leaves it
 # idle for seconds, and the first second of load after that is not the sustained state the bench (and a training
 # loop) sees: on an H100 at 8192x8192x4096 (2026-11-26, benchmarks/results/first_call_h100_second_look.json) the
-# first candidate's first timing came out 4.6-5.4% below its later timings in all four rows, and the third's
+# first candidate's first timing came out 3.6-5.4% below its later timings in all four rows, and the third's
 # 13-21% above (a clock dip after the burst; the older run in first_call_h100_retime.json shows both too), so the
-# first candidate in the list, the persistent kernel there, won ties it loses in the bench (docs/benchmarks.md,
-# "The tuner's second look"). SETTLE_MS settles one candidate's own clock; it is too short for this.
+# first candidate in the list, the persistent kernel there, won ties it loses in the bench. After this warm-up
+# the third's first timings lay within 0.94-1.01 of its later ones, the first's 0.92-0.99 (docs/benchmarks.md,
+# "The tuner's warm-up"). SETTLE_MS settles one candidate's own clock; it is too short for this.
 WARMUP_MS = 1500.0
 
 # Candidates are compiled in a pool of threads before any is timed (``pick_config``'s ``prepare``): a first call
@@ -295,8 +287,7 @@ def pick_config(
     label: str = "",
 ) -> GemmConfig:
     """The fastest of ``candidates`` by ``bench(config) -> ms``, cached under ``key``: after WARMUP_MS of running
-    the first candidate, every candidate timed once, those within SCREEN_MARGIN of the fastest once more, the best
-    few again (REFINE_*); the lowest median wins.
+    the first candidate, every candidate timed once and the best few again (REFINE_*); the lowest median wins.
 
     ``prepare(config)``, when given, is first called for every candidate in a pool of PREPARE_WORKERS threads (a
     run that compiles its kernels); what it raises is ignored here (``bench`` meets the same failure and records
@@ -337,10 +328,6 @@ def pick_config(
         warnings.warn(f"every autotune candidate failed for {key}; using the heuristic config. Errors: {errors}",
                       stacklevel=2)
         return heuristic
-    first_best = min(samples[c][0] for c in ok)
-    second = [c for c in reversed(ok) if samples[c][0] <= first_best * (1 + SCREEN_MARGIN)]
-    if len(ok) > 1:
-        _time_pass(second, bench, samples, errors)
     _time_refine(ok, bench, samples, errors)
     timings = {c.short(): statistics.median(samples.get(c, [math.inf])) for c in cands}
     best = min(ok, key=lambda c: timings[c.short()])  # earlier wins ties (min keeps the first)
@@ -384,11 +371,11 @@ def _time_pass(cands: Sequence[GemmConfig], bench: Callable[[GemmConfig], float]
 
 def _time_refine(ok: Sequence[GemmConfig], bench: Callable[[GemmConfig], float],
                  samples: dict[GemmConfig, list[float]], errors: dict[str, str]) -> None:
-    """Pass 3 of the tuning (see REFINE_MARGIN): the REFINE_MAX best by the lower of their timings so far (always
-    the two best, the rest only within REFINE_MARGIN of the best), timed REFINE_ROUNDS more times, interleaved."""
-    ranked = sorted(ok, key=lambda c: min(samples[c]))
-    best = min(samples[ranked[0]])
-    close = [c for i, c in enumerate(ranked) if i < 2 or min(samples[c]) <= best * (1 + REFINE_MARGIN)][:REFINE_MAX]
+    """The refine pass (see REFINE_MARGIN): the two fastest first timings of ``ok`` and the next ones within
+    REFINE_MARGIN of the fastest (REFINE_MAX in all), timed REFINE_ROUNDS more times, interleaved."""
+    ranked = sorted(ok, key=lambda c: samples[c][0])
+    best = samples[ranked[0]][0]
+    close = [c for i, c in enumerate(ranked) if i < 2 or samples[c][0] <= best * (1 + REFINE_MARGIN)][:REFINE_MAX]
     if len(close) < 2:
         return
     for _ in range(REFINE_ROUNDS):
