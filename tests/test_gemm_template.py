@@ -582,6 +582,11 @@ def test_autotune_warms_up_on_the_first_candidate_that_runs(tune_env, monkeypatc
     assert time.perf_counter() - t >= 0.03
     stored = json.loads(next((tune_env / "autotune").iterdir()).read_text())
     assert stored["timings_ms"][cands[0].short()] is None
+    calls.clear()  # a single candidate is not ranked, so nothing warms up for it
+    key1 = autotune.tune_key(device_name=A100.name, M=4096, N=4096, K=4096, L=1, dtypes=[torch.float16],
+                             layout="A:row,B:row,bat:-", epilogue_hash="warm1", templates=["portable"])
+    assert autotune.pick_config(cands[1:2], bench, key=key1, heuristic=cands[0], device=A100) == cands[1]
+    assert calls == [cands[1]]
 
 
 def test_autotune_times_a_far_ahead_first_timing_again(tune_env):

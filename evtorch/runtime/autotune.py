@@ -318,7 +318,8 @@ def pick_config(
 
     if prepare is not None and len(cands) > 1:
         _prepare_all(cands, prepare)
-    _warm_up(cands, bench)
+    if len(cands) > 1:  # one candidate is not ranked
+        _warm_up(cands, bench)
     samples: dict[GemmConfig, list[float]] = {}
     errors: dict[str, str] = {}
     with tqdm(cands, desc="evtorch autotune", unit="cfg", leave=False, disable=not progress) as bar:
