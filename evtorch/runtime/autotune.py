@@ -330,7 +330,7 @@ def pick_config(
                       stacklevel=2)
         return heuristic
     _time_refine(ok, bench, samples, errors)
-    timings = {c.short(): statistics.median(samples.get(c, [math.inf])) for c in cands}
+    timings = {c.short(): statistics.median(samples[c]) for c in cands}  # every candidate ran in the first pass
     best = min(ok, key=lambda c: timings[c.short()])  # earlier wins ties (min keeps the first)
     store(key, best, timings, cands, label)
     return best
