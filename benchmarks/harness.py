@@ -58,26 +58,31 @@ class Harness:
             times.append((time.perf_counter() - t) * 1e3)
         return statistics.median(times)
 
-    def paired(self, fns: dict, rounds: int = 5, settle_ms: float = 300.0) -> dict:
-        """Interleaved medians: ``rounds`` rounds, each timing every function of ``fns`` (name -> callable) in
-        turn with 1/rounds of the repeats; name -> (median over the rounds, the rounds' times). Clocks drift over
-        seconds on the H200 (cuBLAS 0.75 and 0.82 ms for one product, before and after one row), so a ratio of two
-        times taken one after the other carries the drift; interleaved, both see the same clocks.
+    def paired(self, fns: dict, rounds: int = 5, settle_ms: float | None = None) -> dict:
+        """Interleaved medians: ``rounds`` rounds, each timing every function of ``fns`` (name -> callable) with
+        1/rounds of the repeats; name -> (median over the rounds, the rounds' times in round order). Clocks drift
+        over seconds on the H200 (cuBLAS 0.75 and 0.82 ms for one product, before and after one row), so a ratio of
+        two times taken one after the other carries the drift; interleaved, both see the same clocks.
 
-        First the functions run in turn for about ``settle_ms`` (CUDA only), untimed: a GPU that has just idled (a
-        compile, the tuner's host work) runs its first tens of milliseconds at a higher clock, and with three rounds
-        and no settling cuBLAS's first round at 8192x8192x4096 came out 3-5% below its other two in every row of
-        the 07:23 UTC run (benchmarks/results/bench_h200_run0723.json), a round the fused kernel never got. The
-        settling is the tuner's (``autotune.settle``: calls queued back to back, not a synchronize after each pass,
-        which let the GPU idle through the host work)."""
+        First the functions run in turn, untimed, for ``settle_ms`` (CUDA only; default ``autotune.WARMUP_MS``,
+        the tuner's warm-up), queued back to back as the tuner settles a candidate (``autotune.settle``). A GPU that
+        has just idled (a compile, the tuner's host work) does not reach its sustained clocks for about a second:
+        with 300 ms of settling, the H100 runs of 2026-11-25/26 (132 rows, benchmarks/results/bench_h100_run*.json)
+        timed cuBLAS's first round 3.7% above its row's median on average, and whatever was timed eighth, about
+        a second into the load, 2.9% above it (evtorch's fourth round with two functions) and 8.8% (evtorch's
+        third round with three). Each round also starts one function later than the last (round r times
+        ``fns`` rotated by r), so what is left of such a disturbance does not fall on one function every time
+        (docs/benchmarks.md, "The bench's rounds")."""
+        from evtorch.runtime import autotune
+
+        settle_ms = autotune.WARMUP_MS if settle_ms is None else settle_ms
         if self.cuda and settle_ms > 0:
-            from evtorch.runtime.autotune import settle
-
-            settle(lambda: [fn() for fn in fns.values()], settle_ms)  # as the tuner settles a candidate
-        times = {name: [] for name in fns}
-        for _ in range(rounds):
-            for name, fn in fns.items():
-                times[name].append(self.timer(fn, rep=self.rep / rounds))
+            autotune.settle(lambda: [fn() for fn in fns.values()], settle_ms)
+        names = list(fns)
+        times = {name: [] for name in names}
+        for r in range(rounds):
+            for name in names[r % len(names):] + names[:r % len(names)]:
+                times[name].append(self.timer(fns[name], rep=self.rep / rounds))
         return {name: (statistics.median(ts), ts) for name, ts in times.items()}
 
     def capture(self, fn):

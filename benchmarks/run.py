@@ -88,17 +88,16 @@ def build_parser() -> argparse.ArgumentParser:
                     help="MxNxK,... (default 8192x8192x4096,8192x4096x1024)")
     ap.add_argument("--identity-sizes", default=None, help="S,... for the plain-GEMM sweep (default 8192,4096,2048,1024;"
                     " 'none' to skip)")
-    ap.add_argument("--quick", action="store_true", help="shorter timing, 2 tuning candidates, no diagnostics")
+    ap.add_argument("--quick", action="store_true", help="shorter timing, 2 tuning candidates")
     ap.add_argument("--dry-run", action="store_true", help="CPU only: Triton interpreter, tiny sizes, wall-clock "
                     "timing (checks the script, measures nothing)")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile baseline")
     ap.add_argument("--compile-mode", default="max-autotune-no-cudagraphs")
     ap.add_argument("--candidates", type=int, default=None, help="autotuning candidates per epilogue (default 9; "
                     "--quick 2)")
-    ap.add_argument("--diag", dest="diag", action="store_true", default=None,
-                    help="per row, also time alternative configs and read kernel resources (default on, off with "
-                    "--quick)")
-    ap.add_argument("--no-diag", dest="diag", action="store_false")
+    ap.add_argument("--diag", action="store_true",
+                    help="per row, also time a fixed alternative config (the persistent kernel on 128x128 tiles; "
+                    "one more compile per row, 30-50 s in all, so off by default since 2026-11-26)")
     ap.add_argument("--warmup-ms", type=float, default=None)
     ap.add_argument("--rep-ms", type=float, default=None)
     ap.add_argument("--power", type=float, default=0.0, metavar="SECONDS",
@@ -344,6 +343,7 @@ def evt_rows(b: Bench, shapes, names):
                                 lambda: evt.gemm(A, B, fn, config=cfg, **inputs))
                         except Exception as exc:  # noqa: BLE001
                             row["diag"][cfg.short()] = f"{type(exc).__name__}: {str(exc)[:200]}"
+                if b.cuda:
                     try:
                         ep = get_epilogue(fn, (M, N), torch.float32, inputs)
                         row["kernels"] = kernel_resources(build_program(ep, out_dtype=A.dtype,
@@ -572,8 +572,6 @@ def main(argv=None) -> int:
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
         argv = sys.argv[1:] if argv is None else list(argv)
         return subprocess.call([sys.executable, "-m", "benchmarks.run", *argv], env=env, cwd=root)
-    if args.diag is None:
-        args.diag = not args.quick
     if args.candidates is None:
         args.candidates = 2 if args.quick else 9
     os.environ["EVTORCH_AUTOTUNE"] = "1"

@@ -83,7 +83,9 @@ def test_stall_summary_counts_reasons_opcodes_and_bank_conflicts(tmp_path, capsy
 
 def test_paired_timer_interleaves_rounds(tmp_path):
     """Harness.paired times the functions in turn, round after round (so a ratio's two times see the same clocks),
-    each round with 1/rounds of the repeats, and reports each function's median over the rounds."""
+    each round with 1/rounds of the repeats and starting one function later than the last (so a disturbance at a
+    fixed point of the sequence does not always fall on one function), and reports each function's median over
+    the rounds, its times in round order."""
     import types
 
     from benchmarks.harness import Harness
@@ -94,12 +96,16 @@ def test_paired_timer_interleaves_rounds(tmp_path):
     fake = iter([1.0, 5.0, 3.0, 2.0, 4.0, 9.0])
     h.timer = lambda fn, rep=None: (fn(), reps.append(rep), next(fake))[2]
     out = h.paired({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, rounds=3)
-    assert calls == ["a", "b"] * 3 and reps == [10.0] * 6
-    assert out == {"a": (3.0, [1.0, 3.0, 4.0]), "b": (5.0, [5.0, 2.0, 9.0])}
+    assert calls == ["a", "b", "b", "a", "a", "b"] and reps == [10.0] * 6
+    assert out == {"a": (2.0, [1.0, 2.0, 4.0]), "b": (5.0, [5.0, 3.0, 9.0])}
     fake = iter(range(10))
     calls.clear()
     out = h.paired({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")})  # default: five rounds
-    assert calls == ["a", "b"] * 5 and out["a"] == (4, [0, 2, 4, 6, 8])
+    assert calls == ["a", "b", "b", "a"] * 2 + ["a", "b"] and out["a"] == (4, [0, 3, 4, 7, 8])
+    fake = iter(range(9))
+    calls.clear()
+    out = h.paired({k: (lambda k=k: calls.append(k)) for k in "xyz"}, rounds=3)
+    assert calls == list("xyzyzxzxy") and out["x"][1] == [0, 5, 7] and out["z"][1] == [2, 4, 6]
 
 
 def test_power_probe_parses_samples_and_reasons():
@@ -268,7 +274,8 @@ def test_ablation_variant_b_sets_and_restores_the_environment(monkeypatch):
 
 def test_paired_settles_like_the_tuner(monkeypatch, tmp_path):
     """On a GPU, Harness.paired first runs every function in turn through ``autotune.settle`` (calls queued back to
-    back for settle_ms), then times its rounds; settle_ms=0 skips it."""
+    back for settle_ms, by default the tuner's warm-up, ``autotune.WARMUP_MS``), then times its rounds; settle_ms=0
+    skips it."""
     import types
 
     import evtorch.runtime.autotune as autotune
@@ -289,6 +296,9 @@ def test_paired_settles_like_the_tuner(monkeypatch, tmp_path):
     assert settled == [250] and calls == ["a", "b"]
     h.paired({"a": lambda: calls.append("a")}, rounds=1, settle_ms=0)
     assert settled == [250]
+    monkeypatch.setattr(autotune, "WARMUP_MS", 1234.0)
+    h.paired({"a": lambda: calls.append("a")}, rounds=1)
+    assert settled == [250, 1234.0]
 
 
 def test_compile_probe_configs_follow_the_epilogue():
