@@ -35,7 +35,16 @@ MODES = {
     "back_to_back": "the tuner's timing until 2026-11-25 for calls under GRAPH_BELOW_MS: 200 ms settle, then "
                     "do_bench_cudagraph (the call replayed back to back, no L2 flush)",
     "tuner": "autotune.time_ms(call, graph='auto'), what the tuner does now",
-    "bench": "the bench's measurement: 300 ms settle, then do_bench of the public call (L2 flushed), 50 ms",
+    "bench": "300 ms settle, then do_bench of the public call (L2 flushed), 50 ms (the bench's measurement until "
+             "2026-11-26; it has no cuBLAS between the timings)",
+    "no_settle": "do_bench of the public call (L2 flushed), 50 ms, with no settling of its own: right after the "
+                 "previous candidate's timing",
+    "paired": "the bench's measurement since 2026-11-26: Harness.paired with cuBLAS (both run for the tuner's "
+              "warm-up, then 5 rounds in rotated order), evtorch's median",
+    "after_self": "the tuner's warm-up (autotune.WARMUP_MS) of running the candidate, then do_bench of the public "
+                  "call (L2 flushed), 50 ms",
+    "after_cublas": "the tuner's warm-up of running cuBLAS (torch.matmul(A, B)), then do_bench of the public call "
+                    "(L2 flushed), 50 ms, with no settling of its own: the candidate following another GEMM",
 }
 SUSTAINED = "1000 ms settle, then do_bench of the public call (L2 flushed), 100 ms"
 
@@ -119,6 +128,11 @@ def main(argv=None) -> int:
     ap.add_argument("--sustained", default="bias_gelu_aux@8192x8192x4096",
                     help="workload@shape rows (their shapes added to --shapes) that also time the sustained mode")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--modes", default="back_to_back,tuner,bench",
+                    help="which of " + ", ".join(MODES) + " to time (the reference the others are judged by: "
+                    "paired if given, else bench, else tuner)")
+    ap.add_argument("--top", type=int, default=0, help="re-time only the N candidates the tuner timed fastest "
+                    "(0: all)")
     ap.add_argument("--deadline-s", type=float, default=540)
     args = ap.parse_args(argv)
     import torch
@@ -152,28 +166,37 @@ def main(argv=None) -> int:
             inputs = make(M, N, "cuda", torch.bfloat16)
             picked, record = _tune(evt, A, B, fn, inputs, os.path.join(scratch, f"{shape}_{name}"))
             cands = record["candidates"]
-            calls = {c: (lambda cfg=cfg: evt.gemm(A, B, fn, config=cfg, **inputs)) for c, cfg in cands.items()
-                     if record["timings_ms"].get(c) is not None}
-            modes = {"back_to_back": back_to_back, "tuner": lambda f: autotune.time_ms(f, graph="auto"),
-                     "bench": lambda f: measured(f, 300, 50)}
+            timed = sorted((c for c in cands if record["timings_ms"].get(c) is not None),
+                           key=lambda c: record["timings_ms"][c])
+            calls = {c: (lambda cfg=cands[c]: evt.gemm(A, B, fn, config=cfg, **inputs))
+                     for c in timed[:args.top or None]}
+            timers = {"back_to_back": back_to_back, "tuner": lambda f: autotune.time_ms(f, graph="auto"),
+                      "bench": lambda f: measured(f, 300, 50), "no_settle": lambda f: measured(f, 0, 50),
+                      "paired": lambda f: h.paired({"cublas": lambda: torch.matmul(A, B), "evt": f})["evt"][0],
+                      "after_self": lambda f: measured(f, autotune.WARMUP_MS, 50),
+                      "after_cublas": lambda f: (autotune.settle(lambda: torch.matmul(A, B), autotune.WARMUP_MS),
+                                                 measured(f, 0, 50))[1]}
+            modes = {m: timers[m] for m in args.modes.split(",")}
             if (name, shape) in sustained:
                 modes["sustained"] = lambda f: measured(f, 1000, 100)
             samples = {mode: {c: [] for c in calls} for mode in modes}
             cublas = []
             for _ in range(args.rounds):
                 cublas.append(measured(lambda: torch.matmul(A, B), 300, 50))
-                for c, call in calls.items():
-                    for mode, timer in modes.items():
+                for mode, timer in modes.items():  # a mode times every candidate in turn (no_settle: one after another)
+                    for c, call in calls.items():
                         samples[mode][c].append(timer(call))
-            summary = summarize(samples)
+            reference = next(m for m in ("paired", "bench", "tuner") if m in modes)
+            summary = summarize(samples, reference=reference)
             cub = statistics.median(cublas)
             row = {"shape": [M, N, K], "workload": name, "tuned_pick": picked.short(), "tuner_ms": record["timings_ms"],
                    "cublas_ms": cub, "samples": samples, "summary": summary}
             results["rows"].append(row)
             h.log(f"{shape} {name}: tuner picked {picked.short()} (cuBLAS {cub:.4f} ms)")
             for mode, s in summary.items():
-                h.log(f"  {mode:13s} picks {s['pick']:70s} bench x{summary['bench']['medians'][s['pick']] / cub:.3f} "
-                      f"cuBLAS, {s['pick_cost']:.3f} of the bench's best; rank corr {s['spearman']:+.2f}")
+                ref_ms = summary[reference]["medians"][s["pick"]]
+                h.log(f"  {mode:13s} picks {s['pick']:70s} {reference} x{ref_ms / cub:.3f} cuBLAS, "
+                      f"{s['pick_cost']:.3f} of its best; rank corr {s['spearman']:+.2f}")
             h.save()
     return h.finish()
 
