@@ -11,10 +11,11 @@ flushed, 5% behind that pick (docs/benchmarks.md, "The tuner's timing conditions
 bias_gelu_aux's tuning by 1-2% and then measured 2-4% slower in the bench's sustained rounds (next step 0).
 
 Per (shape, workload): one public call tunes with a fresh cache directory (the tuner's record,
-``autotune.stored_records``, names every candidate and its timings); then R rounds, each timing every candidate
-in turn by every mode of ``MODES`` (those of ``--sustained`` rows add ``sustained``), cuBLAS alongside. A mode's
-pick is its lowest median; ``summarize`` says what the bench's measurement gives that pick against the best the
-bench's measurement found, and how the mode's ranking correlates with the bench's. Writes tuner_timing.json and
+``autotune.stored_records``, names every candidate and its timings); then R rounds, in each of which every mode of
+``--modes`` (``MODES``; those of ``--sustained`` rows add ``sustained``) times every candidate in turn, cuBLAS
+alongside. A mode's pick is its lowest median; ``summarize`` says what the reference mode (``paired``, the bench's
+own measurement, where it is timed; else ``bench``) gives that pick against the best it found, and how the mode's
+ranking correlates with the reference's. Writes tuner_timing.json and
 tuner_timing_log.txt under --out.
 """
 from __future__ import annotations
