@@ -350,3 +350,36 @@ def test_tuner_timing_judges_each_mode_by_the_bench_measurement():
     assert s["back_to_back"]["pick_cost"] == pytest.approx(1.00 / 0.96)
     assert s["back_to_back"]["spearman"] == pytest.approx(0.5)  # a and b swapped, c last in both
     assert tuner_timing.spearman([1, 2, 3], [3, 2, 1]) == -1.0
+
+
+def test_tuner_state_parses_rows_and_picks_each_templates_fastest():
+    """tuner_state's row list (WORKLOAD@MxNxK, a malformed entry named in the error) and its choice of the tuner's
+    fastest candidate per template (failed candidates, None, skipped; other templates ignored)."""
+    import pytest
+
+    from benchmarks import tuner_state
+
+    assert tuner_state.parse_rows("bias_gelu_aux@8192x8192x4096, lincomb_relu@64x32x16,") == [
+        ("bias_gelu_aux", (8192, 8192, 4096)), ("lincomb_relu", (64, 32, 16))]
+    for bad in ("bias_gelu_aux", "x@1x2", "@1x2x3", "w@1x0x3", "w@axbxc"):
+        with pytest.raises(ValueError, match="WORKLOAD@MxNxK"):
+            tuner_state.parse_rows(bad)
+    timings = {"persistent_tma_128x256x64_a": 0.90, "persistent_tma_128x256x64_b": 0.88, "pingpong_x": 0.89,
+               "pingpong_y": None, "portable_z": 0.50}
+    assert tuner_state.template_picks(timings) == {"persistent_tma": "persistent_tma_128x256x64_b",
+                                                   "pingpong": "pingpong_x"}
+    assert tuner_state.template_picks({"pingpong_y": None}) == {}
+
+
+def test_tuner_state_summarises_the_samples_of_a_window():
+    """The sampler's stamped nvidia-smi lines: medians of power, SM clock and temperature over the lines inside
+    the window; unparseable lines and lines outside it are left out."""
+    from benchmarks import tuner_state
+
+    samples = [(0.5, "650.0, 1700, 2619, 0x4, 50"), (1.0, "690.0, 1600, 2619, 0x4, 60"),
+               (1.5, "[N/A], 1500, 2619, 0x4, 61"), (2.0, "700.0, 1500, 2619, 0x0, 62"),
+               (3.5, "100.0, 300, 2619, 0x1, 40")]
+    assert tuner_state.window_stats(samples, 1.0, 2.0) == {"samples": 2, "power_w": 695.0, "sm_mhz": 1550.0,
+                                                           "temp_c": 61.0}
+    assert tuner_state.window_stats(samples, 5.0, 6.0) == {"samples": 0, "power_w": None, "sm_mhz": None,
+                                                           "temp_c": None}
