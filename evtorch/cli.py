@@ -246,7 +246,7 @@ def cmd_tuning(args) -> int:
     if args.json:
         print(json.dumps([{"key": r["key"], "label": r["label"], "fields": autotune.key_fields(r["key"]),
                            "best": r["best"].to_dict(),
-                           "timings_ms": r["timings_ms"],
+                           "timings_ms": r["timings_ms"], "samples_ms": r["samples_ms"], "order": r["order"],
                            "candidates": {n: c.to_dict() for n, c in r["candidates"].items()}} for r in records],
                          indent=1))
         return 0

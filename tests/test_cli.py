@@ -290,7 +290,8 @@ def _store_record(M, N, K, timings, best):
     by_name = {name: configs[name] for name in timings}
     key = autotune.tune_key(device_name="NVIDIA H100 80GB HBM3", M=M, N=N, K=K, L=1, dtypes=[torch.bfloat16],
                             layout="A:row,B:row,bat:-", epilogue_hash="e" * 20, templates=["portable"])
-    autotune.store(key, by_name[best], timings, list(by_name.values()), label=f"lincomb_relu at {M}x{N}x{K}")
+    autotune.store(key, by_name[best], timings, list(by_name.values()), label=f"lincomb_relu at {M}x{N}x{K}",
+                   samples={name: [ms, ms] for name, ms in timings.items()})
     return key
 
 
@@ -326,6 +327,8 @@ def test_tuning_lists_clears_and_filters_the_stored_records(capsys, tmp_path, mo
     assert rec["label"] == "lincomb_relu at 8000x4096x1024"
     assert GemmConfig.from_dict(rec["candidates"][pers]) == GemmConfig.from_dict(rec["best"])
     assert rec["timings_ms"][sk] is None
+    assert rec["samples_ms"][pers] == [0.125, 0.125] and rec["samples_ms"][sk] == [None, None]
+    assert rec["order"] == [port, pers, sk]  # the timing order (the candidates' map is sorted by name)
     assert cli.main(["tuning", "--clear", "mnk=8192x4096x1024"]) == 0
     assert "removed 1 record" in capsys.readouterr().out
     assert [autotune.key_fields(r["key"])["mnk"] for r in autotune.stored_records()] == ["8192x8192x4096"]

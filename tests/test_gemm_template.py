@@ -533,6 +533,8 @@ def test_autotune_picks_fastest_and_caches(tune_env):
     (tune_env / "autotune" / "older.json").write_text(json.dumps(older))
     (old,) = [r for r in autotune.stored_records() if r["key"] == "k-old"]
     assert old["candidates"] == {} and old["label"] == "" and old["best"] == cands[0]
+    assert old["samples_ms"] == {} and old["order"] == []
+    assert record["samples_ms"][cands[1].short()] == [None]  # the failed candidate: timed once, no time
 
 
 def test_autotune_times_close_candidates_again_interleaved(tune_env):
@@ -555,6 +557,10 @@ def test_autotune_times_close_candidates_again_interleaved(tune_env):
     assert calls[4:] == [cands[1], cands[2], cands[0]] * autotune.REFINE_ROUNDS and calls.count(cands[3]) == 1
     stored = json.loads(next((tune_env / "autotune").iterdir()).read_text())
     assert stored["timings_ms"][cands[0].short()] == 0.94 and stored["timings_ms"][cands[3].short()] == 2.0
+    # every timing behind the pick, in the order taken, and the order the first pass took the candidates in
+    (record,) = autotune.stored_records()
+    assert record["samples_ms"] == {c.short(): runs[c] for c in cands}
+    assert record["order"] == [c.short() for c in cands]
 
 
 def test_autotune_warms_up_on_the_first_candidate_that_runs(tune_env, monkeypatch):

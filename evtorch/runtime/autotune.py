@@ -230,16 +230,24 @@ def load_cached(key: str) -> GemmConfig | None:
 
 
 def store(key: str, best: GemmConfig, timings: dict[str, float],
-          candidates: Sequence[GemmConfig] = (), label: str = "") -> None:
+          candidates: Sequence[GemmConfig] = (), label: str = "",
+          samples: dict[str, list[float]] | None = None) -> None:
     """Record ``best`` for ``key`` in memory and on disk (atomic write), with every candidate's timing and, for
-    ``candidates``, its whole config (so the file says what was tried: ``stored_records``); ``label`` says in words
-    what was tuned (the key names the epilogue by a hash and the shape by its bucket)."""
+    ``candidates``, its whole config and their timing order (so the file says what was tried: ``stored_records``);
+    ``label`` says in words what was tuned (the key names the epilogue by a hash and the shape by its bucket).
+    ``samples``: every timing of each candidate in the order taken (first pass, then the refine rounds), so that
+    a pick can be traced to the timings behind it (docs/benchmarks.md, next step 0)."""
+    def finite(ms: float) -> float | None:
+        return ms if math.isfinite(ms) else None
+
     payload = {
         "key": key,
         "label": label,
         "best": best.to_dict(),
-        "timings_ms": {name: (ms if math.isfinite(ms) else None) for name, ms in timings.items()},
+        "timings_ms": {name: finite(ms) for name, ms in timings.items()},
         "candidates": {c.short(): c.to_dict() for c in candidates},
+        "order": [c.short() for c in candidates],
+        "samples_ms": {name: [finite(ms) for ms in runs] for name, runs in (samples or {}).items()},
     }
     write_text_atomic(_cache_file(key), json.dumps(payload, indent=1, sort_keys=True))
     with _lock:
@@ -253,8 +261,9 @@ def key_fields(key: str) -> dict[str, str]:
 
 def stored_records() -> list[dict]:
     """Every tuning result stored under the cache directory: ``key``, ``label``, ``path``, ``best``, ``candidates``
-    (name -> GemmConfig; empty for records written before 2026-11-25) and ``timings_ms`` (name -> ms, None for a
-    candidate that failed). Files this version cannot read are skipped. (``evtorch tuning`` prints them.)"""
+    (name -> GemmConfig; empty for records written before 2026-11-25), ``timings_ms`` (name -> ms, None for a
+    candidate that failed), ``order`` (the names in timing order) and ``samples_ms`` (name -> every timing in the
+    order taken; both empty for records written before 2026-11-26). Files this version cannot read are skipped. (``evtorch tuning`` prints them.)"""
     records = []
     for path in sorted((knobs.cache_dir() / "autotune").glob("*.json")):
         try:
@@ -263,7 +272,8 @@ def stored_records() -> list[dict]:
                 "key": data["key"], "label": data.get("label", ""), "path": path,
                 "best": GemmConfig.from_dict(data["best"]),
                 "timings_ms": data["timings_ms"],
-                "candidates": {name: GemmConfig.from_dict(d) for name, d in data.get("candidates", {}).items()}})
+                "candidates": {name: GemmConfig.from_dict(d) for name, d in data.get("candidates", {}).items()},
+                "order": data.get("order", []), "samples_ms": data.get("samples_ms", {})})
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue
     return records
@@ -332,7 +342,7 @@ def pick_config(
     _time_refine(ok, bench, samples, errors)
     timings = {c.short(): statistics.median(samples[c]) for c in cands}  # every candidate ran in the first pass
     best = min(ok, key=lambda c: timings[c.short()])  # earlier wins ties (min keeps the first)
-    store(key, best, timings, cands, label)
+    store(key, best, timings, cands, label, {c.short(): samples[c] for c in cands})
     return best
 
 
