@@ -263,7 +263,8 @@ def stored_records() -> list[dict]:
     """Every tuning result stored under the cache directory: ``key``, ``label``, ``path``, ``best``, ``candidates``
     (name -> GemmConfig; empty for records written before 2026-11-25), ``timings_ms`` (name -> ms, None for a
     candidate that failed), ``order`` (the names in timing order) and ``samples_ms`` (name -> every timing in the
-    order taken; both empty for records written before 2026-11-26). Files this version cannot read are skipped. (``evtorch tuning`` prints them.)"""
+    order taken; both empty for records written before 2026-11-26). Files this version cannot read are skipped.
+    (``evtorch tuning`` prints them.)"""
     records = []
     for path in sorted((knobs.cache_dir() / "autotune").glob("*.json")):
         try:
