@@ -274,8 +274,9 @@ def test_ablation_variant_b_sets_and_restores_the_environment(monkeypatch):
 
 def test_paired_settles_like_the_tuner(monkeypatch, tmp_path):
     """On a GPU, Harness.paired first runs every function in turn through ``autotune.settle`` (calls queued back to
-    back for settle_ms, by default the tuner's warm-up, ``autotune.WARMUP_MS``), then times its rounds; settle_ms=0
-    skips it."""
+    back for settle_ms, by default the tuner's warm-up, ``autotune.WARMUP_MS``), then times one round it discards,
+    then its rounds; settle_ms=0 skips the settling."""
+    import itertools
     import types
 
     import evtorch.runtime.autotune as autotune
@@ -283,7 +284,6 @@ def test_paired_settles_like_the_tuner(monkeypatch, tmp_path):
 
     h = Harness(types.SimpleNamespace(out=str(tmp_path), deadline_s=60), "t", {}, cuda=True, warmup_ms=1,
                 rep_ms=30, t0=0.0)
-    h.timer = lambda fn, rep=None: 1.0
     calls, settled = [], []
 
     def fake_settle(fn, ms):
@@ -292,8 +292,13 @@ def test_paired_settles_like_the_tuner(monkeypatch, tmp_path):
         return 0.1
 
     monkeypatch.setattr(autotune, "settle", fake_settle)
-    h.paired({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, rounds=2, settle_ms=250)
+    timed, fake = [], itertools.chain([9.0, 9.0, 1.0, 2.0, 3.0, 4.0], itertools.repeat(5.0))
+    h.timer = lambda fn, rep=None: (timed.append(fn), next(fake))[1]
+    fa, fb = (lambda: calls.append("a")), (lambda: calls.append("b"))
+    out = h.paired({"a": fa, "b": fb}, rounds=2, settle_ms=250)
     assert settled == [250] and calls == ["a", "b"]
+    # on CUDA one round is timed first and discarded (the first timing after the settling runs high)
+    assert timed == [fa, fb, fa, fb, fb, fa] and out == {"a": (2.5, [1.0, 4.0]), "b": (2.5, [2.0, 3.0])}
     h.paired({"a": lambda: calls.append("a")}, rounds=1, settle_ms=0)
     assert settled == [250]
     monkeypatch.setattr(autotune, "WARMUP_MS", 1234.0)
