@@ -388,3 +388,22 @@ def test_tuner_state_summarises_the_samples_of_a_window():
                                                            "temp_c": 61.0}
     assert tuner_state.window_stats(samples, 5.0, 6.0) == {"samples": 0, "power_w": None, "sm_mhz": None,
                                                            "temp_c": None}
+
+
+def test_rounds_profile_averages_each_round_over_its_rows_median(tmp_path, capsys):
+    """benchmarks.rounds: per round, the mean of round time / row median and how often it was the row's slowest;
+    rows without the series (or of another length) are left out; the command line reads bench JSONs."""
+    import json
+
+    from benchmarks import rounds
+
+    rows = [{"evt_ms_rounds": [1.0, 1.0, 2.0]}, {"evt_ms_rounds": [2.0, 4.0, 2.0]}, {"evt_ms_rounds": [1.0]},
+            {"cublas_ms_rounds": [1.0, 1.0, 1.0]}]
+    p = rounds.profile(rows, "evt_ms_rounds")
+    assert p["rows"] == 2 and p["mean"] == [1.0, 1.5, 1.5] and p["slowest"] == [0, 1, 1]
+    assert rounds.profile(rows, "compile_ms_rounds") is None
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps({"rows": rows[:2]}))
+    assert rounds.main([str(path), "--json", str(tmp_path / "p.json")]) == 0
+    assert "evtorch, beside cuBLAS (2 rows): mean per round 1.000 1.500 1.500; slowest in 0 1 1" in capsys.readouterr().out
+    assert json.loads((tmp_path / "p.json").read_text())["evt_ms_rounds"]["rows"] == 2
