@@ -127,7 +127,7 @@ def main(argv=None) -> int:
 
     import evtorch as evt
     from benchmarks.harness import Harness
-    from benchmarks.tuner_timing import _tune
+    from benchmarks.tuner_timing import tune_fresh
     from evtorch.examples import operands
     from evtorch.runtime import autotune
 
@@ -150,7 +150,7 @@ def main(argv=None) -> int:
             if args.preload_s > 0:
                 autotune.settle(lambda: torch.matmul(A, B), args.preload_s * 1e3)
             t_tune = time.perf_counter()
-            picked, record = _tune(evt, A, B, fn, inputs, os.path.join(scratch, f"{M}x{N}x{K}_{name}"))
+            picked, record = tune_fresh(evt, A, B, fn, inputs, os.path.join(scratch, f"{M}x{N}x{K}_{name}"))
             tuned = time.perf_counter()
             picks = template_picks(record["timings_ms"])
             row = {"workload": name, "shape": [M, N, K], "tuned_pick": picked.short(), "picks": picks,

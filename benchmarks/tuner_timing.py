@@ -101,7 +101,7 @@ def summarize(samples: dict[str, dict[str, list[float]]], reference: str = "benc
     return out
 
 
-def _tune(evt, A, B, epilogue, inputs, cache: str):
+def tune_fresh(evt, A, B, epilogue, inputs, cache: str):
     """One public call with tuning into the fresh cache directory ``cache``: (picked config, the tuner's record)."""
     from benchmarks.experiment import environ
     from evtorch.runtime import autotune, gemm
@@ -165,7 +165,7 @@ def main(argv=None) -> int:
                 return h.finish()
             fn, make = (None, lambda M, N, d, t: {}) if name == "identity" else WORKLOADS[name][:2]
             inputs = make(M, N, "cuda", torch.bfloat16)
-            picked, record = _tune(evt, A, B, fn, inputs, os.path.join(scratch, f"{shape}_{name}"))
+            picked, record = tune_fresh(evt, A, B, fn, inputs, os.path.join(scratch, f"{shape}_{name}"))
             cands = record["candidates"]
             timed = sorted((c for c in cands if record["timings_ms"].get(c) is not None),
                            key=lambda c: record["timings_ms"][c])
