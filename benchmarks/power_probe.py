@@ -40,9 +40,10 @@ def _reasons(mask: int) -> list[str]:
     return [name for bit, name in REASONS.items() if mask & bit]
 
 
-def _sampler():
-    return subprocess.Popen(["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits", "-lms", "50"],
-                            stdout=subprocess.PIPE, text=True)
+def _sampler(period_ms: int = 50):
+    """``nvidia-smi`` printing a QUERY line every ``period_ms`` to its stdout pipe until terminated."""
+    return subprocess.Popen(["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits", "-lms",
+                             str(period_ms)], stdout=subprocess.PIPE, text=True)
 
 
 def _parse(lines: list[str]) -> list[dict]:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -70,11 +69,10 @@ class Sampler:
     stamped with ``time.perf_counter()`` as it arrives; ``window(t0, t1)`` summarises the samples in between."""
 
     def __init__(self, period_ms: int = 100):
-        from benchmarks.power_probe import QUERY
+        from benchmarks.power_probe import _sampler
 
         self.samples: list[tuple[float, str]] = []
-        self.proc = subprocess.Popen(["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits",
-                                      "-lms", str(period_ms)], stdout=subprocess.PIPE, text=True)
+        self.proc = _sampler(period_ms)
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
 
