@@ -60,34 +60,15 @@ class Harness:
 
     def paired(self, fns: dict, rounds: int = 5, settle_ms: float | None = None) -> dict:
         """Interleaved medians: ``rounds`` rounds, each timing every function of ``fns`` (name -> callable) with
-        1/rounds of the repeats; name -> (median over the rounds, the rounds' times in round order). Clocks drift
-        over seconds on the H200 (cuBLAS 0.75 and 0.82 ms for one product, before and after one row), so a ratio of
-        two times taken one after the other carries the drift; interleaved, both see the same clocks.
-
-        First the functions run in turn, untimed, for ``settle_ms`` (CUDA only; default ``autotune.WARMUP_MS``,
-        the tuner's warm-up), queued back to back as the tuner settles a candidate (``autotune.settle``). A GPU that
-        has just idled (a compile, the tuner's host work) does not reach its sustained clocks for about a second:
-        with 300 ms of settling, the H100 runs of 2026-11-25/26 (132 rows, benchmarks/results/bench_h100_run*.json)
-        timed cuBLAS's first round 3.7% above its row's median on average, and whatever was timed eighth, about
-        a second into the load, 2.9% above it (evtorch's fourth round with two functions) and 8.8% (evtorch's
-        third round with three). Each round also starts one function later than the last (round r times
-        ``fns`` rotated by r), so what is left of such a disturbance does not fall on one function every time
-        (docs/benchmarks.md, "The bench's rounds"). With 1.5 s of settling the first timing after it still came out
-        3.8% above its median on average (cuBLAS's first round, 16 rows on an H200), so on CUDA one round is timed
-        first and discarded."""
+        1/rounds of the repeats; name -> (median over the rounds, the rounds' times in round order). The tuner's
+        final compares its finalists the same way: ``autotune.interleaved_ms`` runs the rounds (why interleaved,
+        rotated, settled and with a discarded first round: its docstring; the evidence: docs/benchmarks.md, "The
+        bench's rounds"). On CUDA the functions first settle together for ``settle_ms`` (default
+        ``autotune.WARMUP_MS``) and one round is discarded; on CPU neither (wall-clock timing)."""
         from evtorch.runtime import autotune
 
-        settle_ms = autotune.WARMUP_MS if settle_ms is None else settle_ms
-        if self.cuda and settle_ms > 0:
-            autotune.settle(lambda: [fn() for fn in fns.values()], settle_ms)
-        names = list(fns)
-        if self.cuda:
-            for name in names:  # the discarded round
-                self.timer(fns[name], rep=self.rep / rounds)
-        times = {name: [] for name in names}
-        for r in range(rounds):
-            for name in names[r % len(names):] + names[:r % len(names)]:
-                times[name].append(self.timer(fns[name], rep=self.rep / rounds))
+        times = autotune.interleaved_ms(fns, rounds=rounds, settle_ms=settle_ms if self.cuda else 0,
+                                        timer=lambda fn: self.timer(fn, rep=self.rep / rounds), discard=self.cuda)
         return {name: (statistics.median(ts), ts) for name, ts in times.items()}
 
     def capture(self, fn):

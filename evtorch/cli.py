@@ -16,6 +16,7 @@ import importlib.util
 import inspect
 import os
 import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -219,6 +220,10 @@ def format_records(records: list[dict], top: int | None) -> str:
         best_ms = timed[0][0] if timed else None
         lines = [head] + ([f"  tuned for {rec['label']}"] if rec.get("label") else []) + [
             f"  picked {rec['best'].short()}"]
+        if rec.get("final_ms"):  # the finalists' interleaved rounds decided (autotune.FINAL_MARGIN)
+            finals = sorted((statistics.median(ts), name) for name, ts in rec["final_ms"].items())
+            lines.append("  by the final's interleaved rounds (median): "
+                         + ", ".join(f"{ms:.4f} ms {name}" for ms, name in finals))
         for ms, name in timed[:top]:
             lines.append(f"  {ms:9.4f} ms  x{ms / best_ms:.3f}  {name}")
         if top is not None and len(timed) > top:
@@ -247,6 +252,7 @@ def cmd_tuning(args) -> int:
         print(json.dumps([{"key": r["key"], "label": r["label"], "fields": autotune.key_fields(r["key"]),
                            "best": r["best"].to_dict(),
                            "timings_ms": r["timings_ms"], "samples_ms": r["samples_ms"], "order": r["order"],
+                           "final_ms": r["final_ms"],
                            "candidates": {n: c.to_dict() for n, c in r["candidates"].items()}} for r in records],
                          indent=1))
         return 0

@@ -563,6 +563,116 @@ def test_autotune_times_close_candidates_again_interleaved(tune_env):
     assert record["order"] == [c.short() for c in cands]
 
 
+def _final_key(tag):
+    return autotune.tune_key(device_name=A100.name, M=4096, N=4096, K=4096, L=1, dtypes=[torch.float16],
+                             layout="A:row,B:row,bat:-", epilogue_hash=tag, templates=["portable"])
+
+
+def test_autotune_final_decides_between_candidates_the_passes_cannot_tell_apart(tune_env):
+    """After the passes, the candidates within FINAL_MARGIN of the fastest median (fastest first, FINAL_MAX at most)
+    go to ``final``, and the lowest median of its rounds wins even where the passes ranked it second; the rounds
+    are stored with the record. A candidate outside the margin is not a finalist; with fewer than two finalists
+    ``final`` is not called."""
+    cands = candidate_configs(4096, 4096, 4096, torch.float16, A100)[:5]
+    medians = {cands[0]: 0.875, cands[1]: 0.874, cands[2]: 0.880, cands[3]: 0.878, cands[4]: 0.900}
+    seen = []
+
+    def final(finalists):
+        seen.append(list(finalists))
+        return {cands[1]: [0.92, 0.91, 0.90], cands[0]: [0.88, 0.89, 0.87], cands[3]: [0.95, 0.94, 0.96]}
+
+    best = autotune.pick_config(cands, lambda c: medians[c], key=_final_key("final"), heuristic=cands[4],
+                                device=A100, progress=False, final=final)
+    # 0.874 fastest; 0.875, 0.878 and 0.880 within 2%, FINAL_MAX=3 keeps the first three; 0.900 is 3% behind
+    assert seen == [[cands[1], cands[0], cands[3]]] and best == cands[0]
+    (record,) = autotune.stored_records()
+    assert record["best"] == cands[0] and record["timings_ms"][cands[1].short()] == 0.874
+    assert record["final_ms"] == {cands[1].short(): [0.92, 0.91, 0.90], cands[0].short(): [0.88, 0.89, 0.87],
+                                  cands[3].short(): [0.95, 0.94, 0.96]}
+    assert autotune.pick_config(cands, lambda c: medians[c], key=_final_key("final"), heuristic=cands[4],
+                                device=A100, final=final) == cands[0] and len(seen) == 1  # cached
+    apart = {cands[0]: 0.80, cands[1]: 0.90}
+    assert autotune.pick_config(cands[:2], lambda c: apart[c], key=_final_key("apart"), heuristic=cands[1],
+                                device=A100, progress=False, final=final) == cands[0]
+    assert len(seen) == 1 and [r["final_ms"] for r in autotune.stored_records() if "apart" in r["key"]] == [{}]
+
+
+def test_autotune_final_that_fails_leaves_the_passes_pick(tune_env):
+    """A ``final`` that raises, or returns no finite time for a finalist, warns and the fastest median stands, with
+    no final rounds recorded; a failed candidate never enters the final."""
+    cands = candidate_configs(4096, 4096, 4096, torch.float16, A100)[:3]
+
+    def bench(c):
+        if c == cands[2]:
+            raise RuntimeError("OutOfResources: shared memory")
+        return {cands[0]: 0.50, cands[1]: 0.501}[c]
+
+    finals = []
+
+    def raising(finalists):
+        finals.append(list(finalists))
+        raise RuntimeError("capture failed")
+
+    with pytest.warns(UserWarning, match="final failed .*capture failed"):
+        best = autotune.pick_config(cands, bench, key=_final_key("raise"), heuristic=cands[2], device=A100,
+                                    progress=False, final=raising)
+    assert best == cands[0] and finals == [[cands[0], cands[1]]]
+    with pytest.warns(UserWarning, match="no finite timings"):
+        best = autotune.pick_config(cands, bench, key=_final_key("inf"), heuristic=cands[2], device=A100,
+                                    progress=False, final=lambda f: {cands[0]: [1.0], cands[1]: [float("inf")]})
+    assert best == cands[0] and all(r["final_ms"] == {} for r in autotune.stored_records())
+
+
+def test_interleaved_ms_settles_discards_and_rotates(monkeypatch):
+    """``autotune.interleaved_ms``: the functions run in turn through ``settle`` for settle_ms, one round is timed
+    and discarded, then each round starts one function later; with graph="auto" all of them are captured when the
+    settling's time per call is under GRAPH_BELOW_MS, none when over (and none when one cannot be captured)."""
+    import itertools
+
+    settled, timed, captured = [], [], []
+    per_call = [0.1]
+
+    def fake_settle(fn, ms):
+        settled.append(ms)
+        fn()
+        return per_call[0] * 2  # two functions per settle call
+
+    monkeypatch.setattr(autotune, "settle", fake_settle)
+    fake = itertools.count(1.0)
+    fa, fb = (lambda: "a"), (lambda: "b")
+    out = autotune.interleaved_ms({"a": fa, "b": fb}, rounds=3, settle_ms=40,
+                                  timer=lambda fn: (timed.append(fn()), next(fake))[1])
+    assert settled == [40] and timed == ["a", "b", "a", "b", "b", "a", "a", "b"]
+    assert out == {"a": [3.0, 6.0, 7.0], "b": [4.0, 5.0, 8.0]}
+
+    def fake_capture(fn):
+        captured.append(fn())
+        return lambda: "graph " + fn()
+
+    monkeypatch.setattr(autotune, "capture", fake_capture)
+    timed.clear()
+    autotune.interleaved_ms({"a": fa, "b": fb}, rounds=1, settle_ms=40, discard=False, graph="auto",
+                            timer=lambda fn: (timed.append(fn()), 1.0)[1])
+    assert captured == ["a", "b"] and timed == ["graph a", "graph b"]
+    per_call[0] = autotune.GRAPH_BELOW_MS * 2
+    timed.clear()
+    autotune.interleaved_ms({"a": fa, "b": fb}, rounds=1, settle_ms=40, discard=False, graph="auto",
+                            timer=lambda fn: (timed.append(fn()), 1.0)[1])
+    assert captured == ["a", "b"] and timed == ["a", "b"]
+
+    def capture_a_only(fn):
+        if fn() != "a":
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return lambda: "graph " + fn()
+
+    monkeypatch.setattr(autotune, "capture", capture_a_only)
+    per_call[0] = 0.01
+    timed.clear()
+    autotune.interleaved_ms({"a": fa, "b": fb}, rounds=1, settle_ms=40, discard=False, graph="auto",
+                            timer=lambda fn: (timed.append(fn()), 1.0)[1])
+    assert timed == ["a", "b"]
+
+
 def test_autotune_warms_up_on_the_first_candidate_that_runs(tune_env, monkeypatch):
     """Before the first pass ``bench`` runs for WARMUP_MS on the first candidate that does not raise, its results
     discarded (the GPU idled through the compiles); a failing first candidate is skipped, and still recorded."""

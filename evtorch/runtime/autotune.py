@@ -21,7 +21,7 @@ import os
 import statistics
 import threading
 import warnings
-from typing import Callable, Sequence
+from typing import Callable, Hashable, Mapping, Sequence
 
 import torch
 
@@ -108,6 +108,24 @@ REFINE_MARGIN = 0.05
 REFINE_MAX = 3
 REFINE_ROUNDS = 2
 
+# The final: the candidates whose medians lie within FINAL_MARGIN of the fastest (FINAL_MAX at most) are timed
+# once more the way the bench compares functions (``interleaved_ms``): run in turn for WARMUP_MS, one round timed
+# and discarded, then FINAL_ROUNDS rounds of FINAL_REP_MS each, every round starting one candidate later; the lowest
+# median over the rounds wins. Why: the passes above time each candidate alone, after SETTLE_MS of running itself,
+# and that ranks the two Hopper templates differently from how they run beside other work. On an H100 at
+# 8192x8192x4096 (2026-11-27, benchmarks/tuner_state.py, docs/benchmarks.md "The tuner's final") a first call
+# timed the persistent kernel for bias_gelu_aux 0.06% ahead of the best ping-pong config, and interleaved rounds
+# taken right after the tuning, and again 10, 30 and 60 s later, put it 2.0-3.8% behind (the bench's measurement,
+# under which it had been level with torch.compile in two full benches). The final runs only between candidates
+# the passes cannot tell apart, and settles for FINAL_SETTLE_MS rather than WARMUP_MS (the passes have just kept
+# the GPU busy; WARMUP_MS is for a GPU coming out of the compiles' idle), so it costs about
+# FINAL_SETTLE_MS + 6 x FINAL_MAX x (25 + FINAL_REP_MS) ms at most, ~2 s.
+FINAL_MARGIN = 0.02
+FINAL_MAX = 3
+FINAL_ROUNDS = 5
+FINAL_REP_MS = 50.0
+FINAL_SETTLE_MS = 500.0
+
 # Before the first pass the GPU runs the first candidate for WARMUP_MS, untimed. The candidates' compile leaves it
 # idle for seconds, and the first second of load after that is not the sustained state the bench (and a training
 # loop) sees: on an H100 at 8192x8192x4096 (2026-11-26, benchmarks/results/first_call_h100_second_look.json) the
@@ -139,6 +157,53 @@ PREPARE_WORKERS = 8
 # bias_gelu_aux measured 1.4-3.8% over its graph replays in four runs, level in a fifth: benchmarks/launch_paths.py,
 # docs/benchmarks.md "First calls and the tuner's timing".)
 GRAPH_BELOW_MS = 0.25
+
+
+def interleaved_ms(fns: Mapping[Hashable, Callable[[], object]], *, rounds: int = FINAL_ROUNDS,
+                   settle_ms: float | None = None, timer: Callable[[Callable[[], object]], float] | None = None,
+                   discard: bool = True, graph: bool | str = False) -> dict[Hashable, list[float]]:
+    """Interleaved timings of several functions: name -> the times of its ``rounds`` rounds, in round order.
+
+    Clocks drift over seconds under a power cap (cuBLAS 0.75 and 0.82 ms for one product on an H200, before and
+    after one bench row), so two times taken one after the other carry the drift; timed in turn, round after
+    round, every function sees the same clocks. First the functions run in turn, untimed, for ``settle_ms``
+    (default WARMUP_MS; 0 skips it): a GPU that has just idled does not reach its sustained clocks for about a
+    second. Then (``discard``) one round is timed and thrown away: the first timing after the settling still ran
+    3.8% above its median on average (cuBLAS's first round over 16 rows on an H200). Round r starts with the
+    functions rotated by r, so what is left of a disturbance at a fixed point of the sequence does not fall on one
+    function every time (docs/benchmarks.md, "The bench's rounds").
+
+    ``timer(fn) -> ms`` times one function once; default ``do_bench`` (L2 flushed before every run, median over
+    FINAL_REP_MS of repeats). ``graph="auto"``: when the functions average under GRAPH_BELOW_MS per call while
+    settling, every one is captured in a CUDA graph (``capture``) and its replays are timed, leaving out host
+    work, as ``time_ms`` does for one function; all or none, so that the times compare."""
+    if timer is None:
+        from triton.testing import do_bench
+
+        def timer(fn):
+            return float(do_bench(fn, warmup=25, rep=FINAL_REP_MS, return_mode="median"))
+
+    names = list(fns)
+    calls = dict(fns)
+    settle_ms = WARMUP_MS if settle_ms is None else settle_ms
+    per_call = settle(lambda: [calls[n]() for n in names], settle_ms) / len(names) if settle_ms > 0 else None
+    if graph == "auto":
+        graph = per_call is None or per_call < GRAPH_BELOW_MS
+    if graph:
+        try:
+            calls = {n: capture(calls[n]) for n in names}
+        except Exception:  # noqa: BLE001 - one is not capturable: time all of them plainly
+            if torch.cuda.is_initialized():
+                torch.cuda.synchronize()
+            calls = dict(fns)
+    if discard:
+        for n in names:
+            timer(calls[n])
+    times: dict[Hashable, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        for n in names[r % len(names):] + names[:r % len(names)]:
+            times[n].append(timer(calls[n]))
+    return times
 
 
 def settle(fn: Callable[[], object], ms: float) -> float:
@@ -231,12 +296,13 @@ def load_cached(key: str) -> GemmConfig | None:
 
 def store(key: str, best: GemmConfig, timings: dict[str, float],
           candidates: Sequence[GemmConfig] = (), label: str = "",
-          samples: dict[str, list[float]] | None = None) -> None:
+          samples: dict[str, list[float]] | None = None, final: dict[str, list[float]] | None = None) -> None:
     """Record ``best`` for ``key`` in memory and on disk (atomic write), with every candidate's timing and, for
     ``candidates``, its whole config and their timing order (so the file says what was tried: ``stored_records``);
     ``label`` says in words what was tuned (the key names the epilogue by a hash and the shape by its bucket).
     ``samples``: every timing of each candidate in the order taken (first pass, then the refine rounds), so that
-    a pick can be traced to the timings behind it (docs/benchmarks.md, next step 0)."""
+    a pick can be traced to the timings behind it (docs/benchmarks.md, next step 0). ``final``: the finalists'
+    round times when the final (FINAL_MARGIN) picked ``best``."""
     def finite(ms: float) -> float | None:
         return ms if math.isfinite(ms) else None
 
@@ -248,6 +314,7 @@ def store(key: str, best: GemmConfig, timings: dict[str, float],
         "candidates": {c.short(): c.to_dict() for c in candidates},
         "order": [c.short() for c in candidates],
         "samples_ms": {name: [finite(ms) for ms in runs] for name, runs in (samples or {}).items()},
+        "final_ms": final or {},
     }
     write_text_atomic(_cache_file(key), json.dumps(payload, indent=1, sort_keys=True))
     with _lock:
@@ -263,7 +330,9 @@ def stored_records() -> list[dict]:
     """Every tuning result stored under the cache directory: ``key``, ``label``, ``path``, ``best``, ``candidates``
     (name -> GemmConfig; empty for records written before 2026-11-25), ``timings_ms`` (name -> ms, None for a
     candidate that failed), ``order`` (the names in timing order) and ``samples_ms`` (name -> every timing in the
-    order taken; both empty for records written before 2026-11-26). Files this version cannot read are skipped.
+    order taken; both empty for records written before 2026-11-26) and ``final_ms`` (finalist -> its round
+    times, when the final picked ``best``; empty otherwise and before 2026-11-27). Files this version cannot read
+    are skipped.
     (``evtorch tuning`` prints them.)"""
     records = []
     for path in sorted((knobs.cache_dir() / "autotune").glob("*.json")):
@@ -274,7 +343,8 @@ def stored_records() -> list[dict]:
                 "best": GemmConfig.from_dict(data["best"]),
                 "timings_ms": data["timings_ms"],
                 "candidates": {name: GemmConfig.from_dict(d) for name, d in data.get("candidates", {}).items()},
-                "order": data.get("order", []), "samples_ms": data.get("samples_ms", {})})
+                "order": data.get("order", []), "samples_ms": data.get("samples_ms", {}),
+                "final_ms": data.get("final_ms", {})})
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue
     return records
@@ -296,9 +366,13 @@ def pick_config(
     progress: bool = True,
     prepare: Callable[[GemmConfig], object] | None = None,
     label: str = "",
+    final: Callable[[Sequence[GemmConfig]], dict[GemmConfig, list[float]]] | None = None,
 ) -> GemmConfig:
     """The fastest of ``candidates`` by ``bench(config) -> ms``, cached under ``key``: after WARMUP_MS of running
-    the first candidate, every candidate timed once and the best few again (REFINE_*); the lowest median wins.
+    the first candidate, every candidate timed once and the best few again (REFINE_*); the lowest median wins,
+    unless ``final`` is given and other candidates lie within FINAL_MARGIN of it: then ``final(finalists)``
+    (usually ``interleaved_ms`` over their calls) times them in interleaved rounds (config -> round times) and
+    the lowest median of those wins (see FINAL_MARGIN for why). A ``final`` that raises leaves the passes' pick.
 
     ``prepare(config)``, when given, is first called for every candidate in a pool of PREPARE_WORKERS threads (a
     run that compiles its kernels); what it raises is ignored here (``bench`` meets the same failure and records
@@ -343,7 +417,11 @@ def pick_config(
     _time_refine(ok, bench, samples, errors)
     timings = {c.short(): statistics.median(samples[c]) for c in cands}  # every candidate ran in the first pass
     best = min(ok, key=lambda c: timings[c.short()])  # earlier wins ties (min keeps the first)
-    store(key, best, timings, cands, label, {c.short(): samples[c] for c in cands})
+    rounds = _time_final(ok, timings, final) if final is not None else {}
+    if rounds:
+        best = min(rounds, key=lambda c: statistics.median(rounds[c]))
+    store(key, best, timings, cands, label, {c.short(): samples[c] for c in cands},
+          {c.short(): ts for c, ts in rounds.items()})
     return best
 
 
@@ -392,6 +470,31 @@ def _time_refine(ok: Sequence[GemmConfig], bench: Callable[[GemmConfig], float],
         return
     for _ in range(REFINE_ROUNDS):
         _time_pass(close, bench, samples, errors)
+
+
+def _time_final(ok: Sequence[GemmConfig], timings: dict[str, float],
+                final: Callable[[Sequence[GemmConfig]], dict[GemmConfig, list[float]]]
+                ) -> dict[GemmConfig, list[float]]:
+    """The final (see FINAL_MARGIN): the candidates of ``ok`` whose median lies within FINAL_MARGIN of the fastest,
+    fastest first, FINAL_MAX at most, timed by ``final``; their round times ({} when fewer than two qualify, or
+    when ``final`` raises or returns nothing usable, with a warning in that case)."""
+    ranked = sorted(ok, key=lambda c: timings[c.short()])  # stable: earlier candidates first among equals
+    fastest = timings[ranked[0].short()]
+    finalists = [c for c in ranked if timings[c.short()] <= fastest * (1 + FINAL_MARGIN)][:FINAL_MAX]
+    if len(finalists) < 2:
+        return {}
+    try:
+        rounds = final(finalists)
+        rounds = {c: [float(ms) for ms in rounds[c]] for c in finalists}
+    except Exception as exc:  # noqa: BLE001 - the passes' pick stands
+        warnings.warn(f"autotune final failed ({type(exc).__name__}: {exc}); keeping the fastest median",
+                      stacklevel=3)
+        return {}
+    if not all(ts and all(math.isfinite(ms) for ms in ts) for ts in rounds.values()):
+        warnings.warn("autotune final returned no finite timings for some finalist; keeping the fastest median",
+                      stacklevel=3)
+        return {}
+    return rounds
 
 
 def _prepare_all(cands: Sequence[GemmConfig], prepare: Callable[[GemmConfig], object]) -> None:

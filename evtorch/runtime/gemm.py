@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -20,8 +21,8 @@ from ..codegen.program import KERNEL_BASE, build_program
 from ..codegen.reductions import buffer_shape
 from ..codegen.vector_stage import VBLOCK
 from ..ir.layouts import input_axis_strides, make_output
-from . import knobs
-from .autotune import make_tune_key, pick_config, time_ms
+from . import autotune, knobs
+from .autotune import interleaved_ms, make_tune_key, pick_config, time_ms
 from .gemm_launch import install_tma_allocator, narrow_index, prepare_launch, resolve_config, tma_eligible
 from .launcher import arg_key, make_launch
 
@@ -485,10 +486,14 @@ def _choose_config(ep, prog, A, B, inputs, out_dtype, deterministic, allow_tf32)
     def prepare(cfg: GemmConfig) -> None:  # compiles the candidate's kernels (pick_config runs these in threads)
         _execute(ep, prog, A, B, inputs, out_dtype, allow_tf32, cfg)
 
+    def final(cfgs):  # the finalists in interleaved rounds, as the bench compares functions (autotune.FINAL_*)
+        return interleaved_ms({cfg: functools.partial(prepare, cfg) for cfg in cfgs}, graph="auto",
+                              settle_ms=autotune.FINAL_SETTLE_MS)
+
     limit = {} if MAX_TUNE_CANDIDATES is None else {"max_candidates": MAX_TUNE_CANDIDATES}
     label = f"{ep.name} at {'x'.join(map(str, (M, N, K)))}" + (f" L={L}" if A.dim() == 3 else "")
     best = pick_config(candidates, bench, key=key, heuristic=heuristic, device=A.device, prepare=prepare,
-                       label=label, **limit)
+                       label=label, final=final, **limit)
     return _remember(_config_memo, memo_key, resolve_config(A, B, best))
 
 
