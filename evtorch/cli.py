@@ -220,7 +220,7 @@ def format_records(records: list[dict], top: int | None) -> str:
         best_ms = timed[0][0] if timed else None
         lines = [head] + ([f"  tuned for {rec['label']}"] if rec.get("label") else []) + [
             f"  picked {rec['best'].short()}"]
-        if rec.get("final_ms"):  # the finalists' interleaved rounds decided (autotune.FINAL_MARGIN)
+        if rec.get("final_ms"):  # the finalists' interleaved rounds decided (autotune.FINAL_ROUNDS)
             finals = sorted((statistics.median(ts), name) for name, ts in rec["final_ms"].items())
             lines.append("  by the final's interleaved rounds (median): "
                          + ", ".join(f"{ms:.4f} ms {name}" for ms, name in finals))

@@ -57,14 +57,13 @@ def test_graph_timing_is_the_kernel_time_with_l2_flushed(fresh_tuning):
 
 
 def test_final_times_the_finalists_interleaved_and_picks_by_its_rounds(fresh_tuning, monkeypatch):
-    """With every candidate a finalist (FINAL_MARGIN widened), a first call runs the final on the real kernels: the
+    """With every candidate a finalist (REFINE_MARGIN widened), a first call runs the final on the real kernels: the
     record holds each finalist's FINAL_ROUNDS round times, all finite and positive, the pick is the one with the
     lowest median among them, and its result is right. At 8192x4096x1024 the calls last ~0.1 ms, so the rounds
     time graph replays; at 4096x4096x4096 (~0.25 ms and over) the calls themselves."""
     import statistics
 
-    monkeypatch.setattr(autotune, "FINAL_MARGIN", 10.0)
-    monkeypatch.setattr(autotune, "WARMUP_MS", 200.0)
+    monkeypatch.setattr(autotune, "REFINE_MARGIN", 10.0)
     fn, make_inputs = EXAMPLES["column_broadcast"]  # two tile outputs and an aux input
     for M, N, K in ((8192, 4096, 1024), (4096, 4096, 4096)):
         torch.manual_seed(0)
@@ -77,7 +76,8 @@ def test_final_times_the_finalists_interleaved_and_picks_by_its_rounds(fresh_tun
         (record,) = [r for r in autotune.stored_records() if r["label"].endswith(f" at {M}x{N}x{K}")]
         timed = [name for name, ms in record["timings_ms"].items() if ms is not None]
         final = record["final_ms"]
-        assert len(final) == min(len(timed), autotune.FINAL_MAX) >= 2, (timed, final)
+        assert len(final) == min(len(timed), autotune.REFINE_MAX) >= 2, (timed, final)
         assert all(len(ts) == autotune.FINAL_ROUNDS and all(math.isfinite(t) and t > 0 for t in ts)
                    for ts in final.values())
+        assert all(len(record["samples_ms"][name]) == 1 for name in final)  # the final took the refine's place
         assert record["best"].short() == min(final, key=lambda name: statistics.median(final[name]))

@@ -568,44 +568,56 @@ def _final_key(tag):
                              layout="A:row,B:row,bat:-", epilogue_hash=tag, templates=["portable"])
 
 
-def test_autotune_final_decides_between_candidates_the_passes_cannot_tell_apart(tune_env):
-    """After the passes, the candidates within FINAL_MARGIN of the fastest median (fastest first, FINAL_MAX at most)
-    go to ``final``, and the lowest median of its rounds wins even where the passes ranked it second; the rounds
-    are stored with the record. A candidate outside the margin is not a finalist; with fewer than two finalists
-    ``final`` is not called."""
+def test_autotune_final_decides_between_the_close_candidates(tune_env):
+    """With ``final``, the candidates the refine would re-time (the two fastest first timings and the next within
+    REFINE_MARGIN, REFINE_MAX in all, fastest first) go to ``final`` instead, and the lowest median of its rounds
+    wins even where the first pass ranked it second; the rounds are stored with the record, and ``bench`` times
+    every candidate once only. With one candidate within reach the final still compares the two fastest; with a
+    single candidate nothing is compared."""
     cands = candidate_configs(4096, 4096, 4096, torch.float16, A100)[:5]
-    medians = {cands[0]: 0.875, cands[1]: 0.874, cands[2]: 0.880, cands[3]: 0.878, cands[4]: 0.900}
-    seen = []
+    first = {cands[0]: 0.875, cands[1]: 0.874, cands[2]: 0.880, cands[3]: 0.878, cands[4]: 0.950}
+    seen, calls = [], []
+
+    def bench(c):
+        calls.append(c)
+        return first[c]
 
     def final(finalists):
         seen.append(list(finalists))
         return {cands[1]: [0.92, 0.91, 0.90], cands[0]: [0.88, 0.89, 0.87], cands[3]: [0.95, 0.94, 0.96]}
 
-    best = autotune.pick_config(cands, lambda c: medians[c], key=_final_key("final"), heuristic=cands[4],
-                                device=A100, progress=False, final=final)
-    # 0.874 fastest; 0.875, 0.878 and 0.880 within 2%, FINAL_MAX=3 keeps the first three; 0.900 is 3% behind
-    assert seen == [[cands[1], cands[0], cands[3]]] and best == cands[0]
+    best = autotune.pick_config(cands, bench, key=_final_key("final"), heuristic=cands[4], device=A100,
+                                progress=False, final=final)
+    # 0.874 fastest; 0.875, 0.878 and 0.880 within 5%, REFINE_MAX=3 keeps the first three; 0.950 is 8.7% behind
+    assert seen == [[cands[1], cands[0], cands[3]]] and best == cands[0] and calls == cands
     (record,) = autotune.stored_records()
     assert record["best"] == cands[0] and record["timings_ms"][cands[1].short()] == 0.874
     assert record["final_ms"] == {cands[1].short(): [0.92, 0.91, 0.90], cands[0].short(): [0.88, 0.89, 0.87],
                                   cands[3].short(): [0.95, 0.94, 0.96]}
-    assert autotune.pick_config(cands, lambda c: medians[c], key=_final_key("final"), heuristic=cands[4],
-                                device=A100, final=final) == cands[0] and len(seen) == 1  # cached
+    assert autotune.pick_config(cands, bench, key=_final_key("final"), heuristic=cands[4], device=A100,
+                                final=final) == cands[0] and len(seen) == 1  # cached
     apart = {cands[0]: 0.80, cands[1]: 0.90}
-    assert autotune.pick_config(cands[:2], lambda c: apart[c], key=_final_key("apart"), heuristic=cands[1],
-                                device=A100, progress=False, final=final) == cands[0]
-    assert len(seen) == 1 and [r["final_ms"] for r in autotune.stored_records() if "apart" in r["key"]] == [{}]
+    best = autotune.pick_config(cands[:2], lambda c: apart[c], key=_final_key("apart"), heuristic=cands[1],
+                                device=A100, progress=False,
+                                final=lambda f: (seen.append(list(f)), {cands[0]: [0.9], cands[1]: [0.8]})[1])
+    assert seen[-1] == [cands[0], cands[1]] and best == cands[1]  # a far-ahead first timing is compared too
+    assert autotune.pick_config(cands[:1], lambda c: 0.8, key=_final_key("one"), heuristic=cands[1], device=A100,
+                                progress=False, final=final) == cands[0] and len(seen) == 2
 
 
-def test_autotune_final_that_fails_leaves_the_passes_pick(tune_env):
-    """A ``final`` that raises, or returns no finite time for a finalist, warns and the fastest median stands, with
-    no final rounds recorded; a failed candidate never enters the final."""
+def test_autotune_final_that_fails_gives_way_to_the_re_timing(tune_env):
+    """A ``final`` that raises, or returns no finite time for a finalist, is warned about and the finalists are
+    re-timed by ``bench`` instead (REFINE_ROUNDS), with no final rounds recorded; a failed candidate never enters
+    the final."""
     cands = candidate_configs(4096, 4096, 4096, torch.float16, A100)[:3]
+    runs = {cands[0]: [0.500, 0.52, 0.53], cands[1]: [0.501, 0.49, 0.50]}
+    calls = []
 
     def bench(c):
+        calls.append(c)
         if c == cands[2]:
             raise RuntimeError("OutOfResources: shared memory")
-        return {cands[0]: 0.50, cands[1]: 0.501}[c]
+        return runs[c][sum(1 for x in calls if x == c) - 1]
 
     finals = []
 
@@ -616,11 +628,13 @@ def test_autotune_final_that_fails_leaves_the_passes_pick(tune_env):
     with pytest.warns(UserWarning, match="final failed .*capture failed"):
         best = autotune.pick_config(cands, bench, key=_final_key("raise"), heuristic=cands[2], device=A100,
                                     progress=False, final=raising)
-    assert best == cands[0] and finals == [[cands[0], cands[1]]]
+    assert finals == [[cands[0], cands[1]]] and best == cands[1]  # medians 0.52 and 0.50 of the re-timings
+    assert calls[3:] == [cands[0], cands[1]] * autotune.REFINE_ROUNDS
+    calls.clear()
     with pytest.warns(UserWarning, match="no finite timings"):
         best = autotune.pick_config(cands, bench, key=_final_key("inf"), heuristic=cands[2], device=A100,
                                     progress=False, final=lambda f: {cands[0]: [1.0], cands[1]: [float("inf")]})
-    assert best == cands[0] and all(r["final_ms"] == {} for r in autotune.stored_records())
+    assert best == cands[1] and all(r["final_ms"] == {} for r in autotune.stored_records())
 
 
 def test_interleaved_ms_settles_discards_and_rotates(monkeypatch):

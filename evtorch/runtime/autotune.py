@@ -108,20 +108,19 @@ REFINE_MARGIN = 0.05
 REFINE_MAX = 3
 REFINE_ROUNDS = 2
 
-# The final: the candidates whose medians lie within FINAL_MARGIN of the fastest (FINAL_MAX at most) are timed
-# once more the way the bench compares functions (``interleaved_ms``): run in turn for WARMUP_MS, one round timed
+# The final: where the caller can run a candidate's call (``pick_config``'s ``final``), the refine's candidates
+# (the two fastest first timings and the next within REFINE_MARGIN, REFINE_MAX in all) are not timed again one by
+# one but in the bench's interleaved rounds (``interleaved_ms``): run in turn for FINAL_SETTLE_MS, one round timed
 # and discarded, then FINAL_ROUNDS rounds of FINAL_REP_MS each, every round starting one candidate later; the lowest
-# median over the rounds wins. Why: the passes above time each candidate alone, after SETTLE_MS of running itself,
-# and that ranks the two Hopper templates differently from how they run beside other work. On an H100 at
-# 8192x8192x4096 (2026-11-27, benchmarks/tuner_state.py, docs/benchmarks.md "The tuner's final") a first call
-# timed the persistent kernel for bias_gelu_aux 0.06% ahead of the best ping-pong config, and interleaved rounds
-# taken right after the tuning, and again 10, 30 and 60 s later, put it 2.0-3.8% behind (the bench's measurement,
-# under which it had been level with torch.compile in two full benches). The final runs only between candidates
-# the passes cannot tell apart, and settles for FINAL_SETTLE_MS rather than WARMUP_MS (the passes have just kept
-# the GPU busy; WARMUP_MS is for a GPU coming out of the compiles' idle), so it costs about
-# FINAL_SETTLE_MS + 6 x FINAL_MAX x (25 + FINAL_REP_MS) ms at most, ~2 s.
-FINAL_MARGIN = 0.02
-FINAL_MAX = 3
+# median over the rounds wins. Why: a timing of one candidate alone, after SETTLE_MS of running itself, ranks the
+# two Hopper templates differently from how they run beside other work. On an H100 at 8192x8192x4096 (2026-11-27,
+# benchmarks/tuner_state.py, docs/benchmarks.md "The tuner's final") a first call timed the persistent kernel for
+# bias_gelu_aux 0.06% ahead of the best ping-pong config, and interleaved rounds taken right after the tuning, and
+# again 10, 30 and 60 s later, put it 2.0-3.8% behind; it had been level with torch.compile in two full benches
+# where the tuner picked it. With the final the next full bench picked ping-pong there (0.966 of torch.compile's
+# time). The final settles for FINAL_SETTLE_MS, not WARMUP_MS: the first pass has just kept the GPU busy, and
+# WARMUP_MS is for a GPU coming out of the compiles' idle. It costs FINAL_SETTLE_MS + 6 x REFINE_MAX x
+# (25 + FINAL_REP_MS) ms or so, about what the REFINE_ROUNDS re-timings cost (SETTLE_MS + 125 ms each).
 FINAL_ROUNDS = 5
 FINAL_REP_MS = 50.0
 FINAL_SETTLE_MS = 500.0
@@ -302,7 +301,7 @@ def store(key: str, best: GemmConfig, timings: dict[str, float],
     ``label`` says in words what was tuned (the key names the epilogue by a hash and the shape by its bucket).
     ``samples``: every timing of each candidate in the order taken (first pass, then the refine rounds), so that
     a pick can be traced to the timings behind it (docs/benchmarks.md, next step 0). ``final``: the finalists'
-    round times when the final (FINAL_MARGIN) picked ``best``."""
+    round times when the final (FINAL_ROUNDS) picked ``best``."""
     def finite(ms: float) -> float | None:
         return ms if math.isfinite(ms) else None
 
@@ -369,10 +368,11 @@ def pick_config(
     final: Callable[[Sequence[GemmConfig]], dict[GemmConfig, list[float]]] | None = None,
 ) -> GemmConfig:
     """The fastest of ``candidates`` by ``bench(config) -> ms``, cached under ``key``: after WARMUP_MS of running
-    the first candidate, every candidate timed once and the best few again (REFINE_*); the lowest median wins,
-    unless ``final`` is given and other candidates lie within FINAL_MARGIN of it: then ``final(finalists)``
-    (usually ``interleaved_ms`` over their calls) times them in interleaved rounds (config -> round times) and
-    the lowest median of those wins (see FINAL_MARGIN for why). A ``final`` that raises leaves the passes' pick.
+    the first candidate, every candidate timed once and the best few (REFINE_MARGIN) again, the lowest median wins.
+    With ``final`` (usually ``interleaved_ms`` over the candidates' calls), those few are not re-timed by
+    ``bench`` but by ``final(finalists) -> {config: round times}`` in interleaved rounds, and the lowest median of
+    the rounds wins (see FINAL_ROUNDS for why). A ``final`` that raises or returns a non-finite time is warned
+    about, and the re-timing by ``bench`` takes its place.
 
     ``prepare(config)``, when given, is first called for every candidate in a pool of PREPARE_WORKERS threads (a
     run that compiles its kernels); what it raises is ignored here (``bench`` meets the same failure and records
@@ -414,12 +414,16 @@ def pick_config(
         warnings.warn(f"every autotune candidate failed for {key}; using the heuristic config. Errors: {errors}",
                       stacklevel=2)
         return heuristic
-    _time_refine(ok, bench, samples, errors)
+    close = _close(ok, samples)
+    rounds = _time_final(close, final) if final is not None and len(close) > 1 else {}
+    if not rounds and len(close) > 1:
+        for _ in range(REFINE_ROUNDS):
+            _time_pass(close, bench, samples, errors)
     timings = {c.short(): statistics.median(samples[c]) for c in cands}  # every candidate ran in the first pass
-    best = min(ok, key=lambda c: timings[c.short()])  # earlier wins ties (min keeps the first)
-    rounds = _time_final(ok, timings, final) if final is not None else {}
-    if rounds:
+    if rounds:  # earlier wins ties (min keeps the first; the finalists are in first-timing order)
         best = min(rounds, key=lambda c: statistics.median(rounds[c]))
+    else:
+        best = min(ok, key=lambda c: timings[c.short()])
     store(key, best, timings, cands, label, {c.short(): samples[c] for c in cands},
           {c.short(): ts for c, ts in rounds.items()})
     return best
@@ -459,40 +463,31 @@ def _time_pass(cands: Sequence[GemmConfig], bench: Callable[[GemmConfig], float]
             bar.set_postfix_str(f"best {best:.3f} ms {cfg.short()}")
 
 
-def _time_refine(ok: Sequence[GemmConfig], bench: Callable[[GemmConfig], float],
-                 samples: dict[GemmConfig, list[float]], errors: dict[str, str]) -> None:
-    """The refine pass (see REFINE_MARGIN): the two fastest first timings of ``ok`` and the next ones within
-    REFINE_MARGIN of the fastest (REFINE_MAX in all), timed REFINE_ROUNDS more times, interleaved."""
+def _close(ok: Sequence[GemmConfig], samples: dict[GemmConfig, list[float]]) -> list[GemmConfig]:
+    """The candidates timed again (see REFINE_MARGIN): the two fastest first timings of ``ok`` and the next ones
+    within REFINE_MARGIN of the fastest, REFINE_MAX in all, fastest first (stable: earlier candidates first among
+    equal timings)."""
     ranked = sorted(ok, key=lambda c: samples[c][0])
     best = samples[ranked[0]][0]
-    close = [c for i, c in enumerate(ranked) if i < 2 or samples[c][0] <= best * (1 + REFINE_MARGIN)][:REFINE_MAX]
-    if len(close) < 2:
-        return
-    for _ in range(REFINE_ROUNDS):
-        _time_pass(close, bench, samples, errors)
+    return [c for i, c in enumerate(ranked) if i < 2 or samples[c][0] <= best * (1 + REFINE_MARGIN)][:REFINE_MAX]
 
 
-def _time_final(ok: Sequence[GemmConfig], timings: dict[str, float],
+def _time_final(finalists: Sequence[GemmConfig],
                 final: Callable[[Sequence[GemmConfig]], dict[GemmConfig, list[float]]]
                 ) -> dict[GemmConfig, list[float]]:
-    """The final (see FINAL_MARGIN): the candidates of ``ok`` whose median lies within FINAL_MARGIN of the fastest,
-    fastest first, FINAL_MAX at most, timed by ``final``; their round times ({} when fewer than two qualify, or
-    when ``final`` raises or returns nothing usable, with a warning in that case)."""
-    ranked = sorted(ok, key=lambda c: timings[c.short()])  # stable: earlier candidates first among equals
-    fastest = timings[ranked[0].short()]
-    finalists = [c for c in ranked if timings[c.short()] <= fastest * (1 + FINAL_MARGIN)][:FINAL_MAX]
-    if len(finalists) < 2:
-        return {}
+    """``final(finalists)`` (see FINAL_ROUNDS): each finalist's round times, in the finalists' order; {} with a
+    warning when ``final`` raises or leaves a finalist without a finite time (the caller re-times them by
+    ``bench`` then)."""
     try:
         rounds = final(finalists)
         rounds = {c: [float(ms) for ms in rounds[c]] for c in finalists}
-    except Exception as exc:  # noqa: BLE001 - the passes' pick stands
-        warnings.warn(f"autotune final failed ({type(exc).__name__}: {exc}); keeping the fastest median",
+    except Exception as exc:  # noqa: BLE001 - the re-timing by bench takes its place
+        warnings.warn(f"autotune final failed ({type(exc).__name__}: {exc}); re-timing the finalists one by one",
                       stacklevel=3)
         return {}
     if not all(ts and all(math.isfinite(ms) for ms in ts) for ts in rounds.values()):
-        warnings.warn("autotune final returned no finite timings for some finalist; keeping the fastest median",
-                      stacklevel=3)
+        warnings.warn("autotune final returned no finite timings for some finalist; re-timing the finalists one "
+                      "by one", stacklevel=3)
         return {}
     return rounds
 
