@@ -20,8 +20,8 @@ from pathlib import Path
 #: the bench JSON's per-round series: key -> what it times
 SERIES = {
     "cublas_ms_rounds": "cuBLAS, beside evtorch",
-    "evt_ms_rounds": "evtorch, beside cuBLAS",
-    "evt_ms_at_compile_rounds": "evtorch, beside cuBLAS and torch.compile",
+    "evt_ms_rounds": "evtorch, beside cuBLAS (and torch.compile, from 2026-11-27)",
+    "evt_ms_at_compile_rounds": "evtorch, beside cuBLAS and torch.compile (until 2026-11-26)",
     "compile_ms_rounds": "torch.compile",
 }
 

@@ -10,15 +10,16 @@ Per workload (benchmarks/workloads.py) and shape (M, N, K), bf16 A and B, fp32 a
 - ``evt``: ``evt.gemm(A, B, fn, **inputs)``, the public call (host work included), autotuned
   (EVTORCH_AUTOTUNE=1, at most ``--candidates`` configs, fresh tuning cache: the first call's time is reported);
 - ``evt_kernel``: the same call captured in a CUDA graph and replayed (device time only);
-- ``cublas``: ``torch.matmul(A, B)`` alone (bf16 out), timed in five rounds interleaved with ``evt`` (and again with
-  ``compile``; clocks drift), the target: evt / cublas <= 1.05 (large), 1.15 (small K);
+- ``cublas``: ``torch.matmul(A, B)`` alone (bf16 out), the target: evt / cublas <= 1.05 (large), 1.15 (small K);
 - ``eager``: ``fn(A @ B, **inputs)``; ``compile``: the same under ``torch.compile(mode=--compile-mode)``, each
-  graph compiled once (compile seconds reported), with the Inductor settings in ``INDUCTOR_SETTINGS``; timed in
-  five rounds interleaved with cuBLAS and ``evt`` again, so that evt / compile compares times taken under the same
-  clocks.
+  graph compiled once (compile seconds reported), with the Inductor settings in ``INDUCTOR_SETTINGS``.
 
-Times are ``triton.testing.do_bench`` medians (L2 flushed before every run); interleaved pairs report the median
-of their five rounds' medians, after 300 ms of running the pair untimed (``Harness.paired``). Also: TFLOP/s (2MNK / time),
+``evt``, ``cublas`` and ``compile`` of a row are timed in one set of five interleaved rounds (clocks drift; every
+ratio then divides times taken under the same clocks); a row torch.compile does not reach (deadline,
+``--no-compile``, a failed compile) times ``evt`` and ``cublas`` in rounds of their own. Times are
+``triton.testing.do_bench`` medians (L2 flushed before every run); interleaved functions report the median of their
+five rounds' medians, after 1.5 s of running them in turn untimed and one discarded round (``Harness.paired``,
+``evtorch.runtime.autotune.interleaved_ms``). Also: TFLOP/s (2MNK / time),
 achieved bandwidth (fewest bytes: A, B, every tensor input read once, every output written once, over time),
 the max error of each contender against the fp32 reference ``fn(A.float() @ B.float(), **inputs)``
 (max |out - ref| / max |ref| over outputs), the two floors per row (2MNK / measured matmul rate, bytes / measured
@@ -323,10 +324,8 @@ def evt_rows(b: Bench, shapes, names):
                 row["floor_memory_ms"] = row["bytes"] / (ceil["copy_GBps"] * 1e9) * 1e3
                 row["floor_ms"] = max(row["floor_memory_ms"], shape_rec["floor_compute_ms"])
                 del out
-                # cuBLAS interleaved with evtorch: clocks drift over a run (H200: 0.80 -> 0.76 ms at 8192^2x4096
-                # within a minute), so every ratio divides by cuBLAS timed in the same rounds
-                t = b.paired({"cublas": lambda: torch.matmul(A, B), "evt": lambda: evt.gemm(A, B, fn, **kw, **inputs)})
-                (row["cublas_ms"], row["cublas_ms_rounds"]), (row["evt_ms"], row["evt_ms_rounds"]) = t["cublas"], t["evt"]
+                # evt and cuBLAS are timed later, in one set of rounds with torch.compile (compile_rows; rows it
+                # does not reach: pair_rows)
                 row["evt_kernel_ms"] = b.graph_timer(lambda: evt.gemm(A, B, fn, **kw, **inputs))
                 row["evt_host_us"] = b.host_us(lambda: evt.gemm(A, B, fn, **kw, **inputs))
 
@@ -353,9 +352,9 @@ def evt_rows(b: Bench, shapes, names):
                     except Exception as exc:  # noqa: BLE001
                         row["kernels"] = [{"error": f"{type(exc).__name__}: {exc}"[:200]}]
                 derive(row, shape_rec)
-                b.log(f"  {name:15s} evt {row['evt_ms']:.4f} ms (kernel {_f(row['evt_kernel_ms'])}, host "
-                      f"{row['evt_host_us']:.0f} us) x{row['evt_vs_cublas']:.3f} cuBLAS | eager {row['eager_ms']:.4f}"
-                      f" | err {row['err_evt']:.2e} | {row['config']} | first call {row['evt_first_call_s']} s")
+                b.log(f"  {name:15s} evt kernel {_f(row['evt_kernel_ms'])} ms (host {row['evt_host_us']:.0f} us) "
+                      f"| eager {row['eager_ms']:.4f} | err {row['err_evt']:.2e} | {row['config']} | first call "
+                      f"{row['evt_first_call_s']} s")
             except Exception as exc:  # noqa: BLE001
                 row["error"] = f"{type(exc).__name__}: {exc}"[:2000]
                 b.log("  FAIL", name, traceback.format_exc()[-3000:])
@@ -367,14 +366,42 @@ def evt_rows(b: Bench, shapes, names):
         del A, B
 
 
+def _by_shape(b: Bench, want):
+    """The rows of phase 1 that ``want(row)`` selects, by shape: (row, A, B) for each, with fresh operands per
+    shape (seed 0) and each row's workload function; ``None`` for A and B where the shape has no such rows."""
+    import torch
+
+    from evtorch.examples import operands
+
+    by_shape = {}
+    for row in b.results["rows"]:
+        if "error" not in row and "err_evt" in row and want(row):
+            by_shape.setdefault(tuple(row["shape"]), []).append(row)
+    for shape, rows in by_shape.items():
+        M, N, K = shape
+        torch.manual_seed(0)
+        A, B = operands(M, N, K, b.dev, torch.bfloat16)
+        shape_rec = next(s for s in b.results["shapes"] if tuple(s["shape"]) == shape)
+        yield shape, shape_rec, A, B, rows
+        del A, B
+
+
+def _workload(name: str):
+    from benchmarks.workloads import WORKLOADS, identity
+
+    return (identity, lambda M, N, d, t: {}) if name == "identity" else WORKLOADS[name][:2]
+
+
 def compile_rows(b: Bench):
     """Phase 2: torch.compile each (workload, shape) once, then time it in interleaved rounds with cuBLAS and
-    evtorch (whose config phase 1 tuned); fresh inputs of the phase-1 rows' shapes."""
+    evtorch (whose config phase 1 tuned): every ratio of the row comes from these rounds (cuBLAS's clocks drift
+    over a run, H200: 0.80 -> 0.76 ms at 8192^2x4096 within a minute). Fresh inputs of the phase-1 rows' shapes.
+    Until 2026-11-27 phase 1 timed evtorch and cuBLAS in rounds of their own as well; timing each row once saves
+    ~2.5 s a row, what the bench needed to fit its device call again after its rounds were settled for 1.5 s."""
     import torch
 
     import evtorch as evt
-    from evtorch.examples import eager_reference, operands
-    from benchmarks.workloads import WORKLOADS, identity
+    from evtorch.examples import eager_reference
 
     applied = {}
     import torch._inductor.config as icfg
@@ -389,15 +416,8 @@ def compile_rows(b: Bench):
     b.results["settings"]["inductor"] = applied
     b.results["settings"]["compile_mode"] = b.args.compile_mode
     b.log("COMPILE settings", json.dumps(applied), "mode", b.args.compile_mode)
-    rows_by_shape = {}
-    for row in b.results["rows"]:
-        if "error" not in row and "evt_ms" in row:
-            rows_by_shape.setdefault(tuple(row["shape"]), []).append(row)
-    for shape, rows in rows_by_shape.items():
+    for shape, shape_rec, A, B, rows in _by_shape(b, lambda row: True):
         M, N, K = shape
-        torch.manual_seed(0)
-        A, B = operands(M, N, K, b.dev, torch.bfloat16)
-        shape_rec = next(s for s in b.results["shapes"] if tuple(s["shape"]) == shape)
         # the fused workloads first: the identity's torch.compile row (cuBLAS either way) matters least when the
         # deadline cuts the phase short
         for row in sorted(rows, key=lambda r: r["workload"] == "identity"):
@@ -406,7 +426,7 @@ def compile_rows(b: Bench):
                 b.log("SKIP compile", row["workload"], shape, "deadline")
                 continue
             name = row["workload"]
-            fn, mk = (identity, lambda M, N, d, t: {}) if name == "identity" else WORKLOADS[name][:2]
+            fn, mk = _workload(name)
             try:
                 inputs = mk(M, N, b.dev, torch.bfloat16)
                 ns = {"fn": fn}
@@ -420,22 +440,48 @@ def compile_rows(b: Bench):
                 ref = eager_reference(fn, A, B, **inputs)
                 row["err_compile"] = max_error(out_c, ref)
                 del out_c, ref
-                # evtorch again in the same rounds: evt / compile divides two times taken under the same clocks
-                # (phase 1's evt time and this phase's compile time lie minutes apart; at 8192x8192x4096 cuBLAS
-                # measured 0.851 and 0.816 ms in the two phases of the 2026-11-24 23:13 UTC run)
                 kw = dict(backend="triton") if not b.cuda else {}
                 t = b.paired({"cublas": lambda: torch.matmul(A, B), "evt": lambda: evt.gemm(A, B, fn, **kw, **inputs),
                               "compile": lambda: cfn(A, B, **inputs)})
-                (row["cublas_ms_at_compile"], _), (row["compile_ms"], row["compile_ms_rounds"]) = t["cublas"], t["compile"]
-                row["evt_ms_at_compile"], row["evt_ms_at_compile_rounds"] = t["evt"]
+                (row["cublas_ms"], row["cublas_ms_rounds"]), (row["evt_ms"], row["evt_ms_rounds"]) = t["cublas"], t["evt"]
+                row["compile_ms"], row["compile_ms_rounds"] = t["compile"]
                 derive(row, shape_rec)
-                b.log(f"  compile {name:15s} {row['compile_ms']:.4f} ms x{row['compile_vs_cublas']:.3f} cuBLAS "
-                      f"(compiled in {row['compile_s']} s) err {row['err_compile']:.2e}")
+                b.log(f"  {name:15s} evt {row['evt_ms']:.4f} ms x{row['evt_vs_cublas']:.3f} cuBLAS | compile "
+                      f"{row['compile_ms']:.4f} ms x{row['compile_vs_cublas']:.3f} (compiled in {row['compile_s']} s, "
+                      f"err {row['err_compile']:.2e}) | evt / compile {row['evt_vs_compile']:.3f}")
             except Exception as exc:  # noqa: BLE001
                 row["compile_error"] = f"{type(exc).__name__}: {exc}"[:2000]
                 b.log("  COMPILE FAIL", name, traceback.format_exc()[-2000:])
             b.save()
-        del A, B
+
+
+def pair_rows(b: Bench):
+    """Phase 3: evtorch and cuBLAS in interleaved rounds for the rows phase 2 did not time (torch.compile skipped
+    by --no-compile or the deadline, or failed): a row's evtorch time is worth more than the deadline's margin,
+    so this runs while 5 s are left (phase 2 stops with 40 s left)."""
+    import torch
+
+    import evtorch as evt
+
+    for shape, shape_rec, A, B, rows in _by_shape(b, lambda row: "evt_ms" not in row):
+        M, N, K = shape
+        for row in rows:
+            if b.time_left() < 5:
+                b.log("SKIP evt timing", row["workload"], shape, "deadline")
+                continue
+            name = row["workload"]
+            fn, mk = _workload(name)
+            try:
+                inputs = mk(M, N, b.dev, torch.bfloat16)
+                kw = dict(backend="triton") if not b.cuda else {}
+                t = b.paired({"cublas": lambda: torch.matmul(A, B), "evt": lambda: evt.gemm(A, B, fn, **kw, **inputs)})
+                (row["cublas_ms"], row["cublas_ms_rounds"]), (row["evt_ms"], row["evt_ms_rounds"]) = t["cublas"], t["evt"]
+                derive(row, shape_rec)
+                b.log(f"  {name:15s} {M}x{N}x{K} evt {row['evt_ms']:.4f} ms x{row['evt_vs_cublas']:.3f} cuBLAS")
+            except Exception as exc:  # noqa: BLE001
+                row["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+                b.log("  FAIL", name, traceback.format_exc()[-3000:])
+            b.save()
 
 
 def identity_sweep(b: Bench, sizes):
@@ -474,14 +520,13 @@ def derive(row: dict, shape_rec: dict):
         ms = row.get(f"{who}_ms")
         if not ms:
             continue
-        cub = row.get("cublas_ms_at_compile" if who == "compile" else "cublas_ms") or shape_rec["cublas_ms"][0]
+        cub = row.get("cublas_ms") or shape_rec["cublas_ms"][0]
         row[f"{who}_vs_cublas"] = ms / cub
         row[f"{who}_tflops"] = flops / ms / 1e9
         if row.get("bytes"):
             row[f"{who}_GBps"] = row["bytes"] / ms / 1e6
-    if row.get("compile_ms") and (row.get("evt_ms_at_compile") or row.get("evt_ms")):
-        # both timed in the same rounds where phase 2 did so (rows of older JSONs: phase 1's evt time)
-        row["evt_vs_compile"] = (row.get("evt_ms_at_compile") or row["evt_ms"]) / row["compile_ms"]
+    if row.get("compile_ms") and row.get("evt_ms"):
+        row["evt_vs_compile"] = row["evt_ms"] / row["compile_ms"]
     if row.get("evt_ms") and row.get("floor_ms"):
         row["evt_vs_floor"] = row["evt_ms"] / row["floor_ms"]
 
@@ -610,9 +655,9 @@ def main(argv=None) -> int:
     b.save()
     evt_rows(b, shapes, names)
     identity_sweep(b, sizes)
-    chart(b)
     if not args.no_compile:
         compile_rows(b)
+    pair_rows(b)
     if args.power > 0 and not args.dry_run:
         power_rows(b, args.power)
     b.results["total_s"] = round(time.time() - T0, 1)
