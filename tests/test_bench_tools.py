@@ -405,5 +405,5 @@ def test_rounds_profile_averages_each_round_over_its_rows_median(tmp_path, capsy
     path = tmp_path / "bench.json"
     path.write_text(json.dumps({"rows": rows[:2]}))
     assert rounds.main([str(path), "--json", str(tmp_path / "p.json")]) == 0
-    assert "evtorch, beside cuBLAS (2 rows): mean per round 1.000 1.500 1.500; slowest in 0 1 1" in capsys.readouterr().out
+    assert "evtorch, beside cuBLAS (and torch.compile, from 2026-11-27) (2 rows): mean per round 1.000 1.500 1.500; slowest in 0 1 1" in capsys.readouterr().out
     assert json.loads((tmp_path / "p.json").read_text())["evt_ms_rounds"]["rows"] == 2
