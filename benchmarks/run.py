@@ -314,7 +314,8 @@ def evt_rows(b: Bench, shapes, names):
                 after = _tuning_files(b)
                 tuned = [v for f, v in after.items() if f not in before]
                 row["tuning_ms"] = [v.get("timings_ms") for v in tuned]
-                row["tuning_samples_ms"] = [{"order": v.get("order"), "samples": v.get("samples_ms")} for v in tuned]
+                row["tuning_samples_ms"] = [{"order": v.get("order"), "samples": v.get("samples_ms"),
+                                             "final": v.get("final_ms")} for v in tuned]
                 with environ("EVTORCH_POISON", "1"), _recording_config() as seen:
                     out = evt.gemm(A, B, fn, **kw, **inputs)
                 row["config"], row["config_dict"] = seen["config"], seen["config_dict"]
