@@ -117,10 +117,12 @@ REFINE_ROUNDS = 2
 # benchmarks/tuner_state.py, docs/benchmarks.md "The tuner's final") a first call timed the persistent kernel for
 # bias_gelu_aux 0.06% ahead of the best ping-pong config, and interleaved rounds taken right after the tuning, and
 # again 10, 30 and 60 s later, put it 2.0-3.8% behind; it had been level with torch.compile in two full benches
-# where the tuner picked it. With the final the next full bench picked ping-pong there (0.966 of torch.compile's
-# time). The final settles for FINAL_SETTLE_MS, not WARMUP_MS: the first pass has just kept the GPU busy, and
+# where the tuner picked it. With the final, three full benches picked ping-pong there (0.966-0.979 of
+# torch.compile's time), and for every other fused row at that shape. The final settles for FINAL_SETTLE_MS,
+# not WARMUP_MS: the first pass has just kept the GPU busy, and
 # WARMUP_MS is for a GPU coming out of the compiles' idle. It costs FINAL_SETTLE_MS + 6 x REFINE_MAX x
-# (25 + FINAL_REP_MS) ms or so, about what the REFINE_ROUNDS re-timings cost (SETTLE_MS + 125 ms each).
+# (25 + FINAL_REP_MS) ms or so, about what the REFINE_ROUNDS re-timings cost (SETTLE_MS + 125 ms each): a bench's
+# 16 first calls took 160.6 s and 186.5 s with it on two H100 machines, 167.4 s before it.
 FINAL_ROUNDS = 5
 FINAL_REP_MS = 50.0
 FINAL_SETTLE_MS = 500.0
@@ -299,7 +301,7 @@ def store(key: str, best: GemmConfig, timings: dict[str, float],
     """Record ``best`` for ``key`` in memory and on disk (atomic write), with every candidate's timing and, for
     ``candidates``, its whole config and their timing order (so the file says what was tried: ``stored_records``);
     ``label`` says in words what was tuned (the key names the epilogue by a hash and the shape by its bucket).
-    ``samples``: every timing of each candidate in the order taken (first pass, then the refine rounds), so that
+    ``samples``: every timing of each candidate in the order taken (first pass, then any one-by-one re-timings), so that
     a pick can be traced to the timings behind it (docs/benchmarks.md, next step 0). ``final``: the finalists'
     round times when the final (FINAL_ROUNDS) picked ``best``."""
     def finite(ms: float) -> float | None:
