@@ -35,13 +35,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 MODES = {
     "back_to_back": "the tuner's timing until 2026-11-25 for calls under GRAPH_BELOW_MS: 200 ms settle, then "
                     "do_bench_cudagraph (the call replayed back to back, no L2 flush)",
-    "tuner": "autotune.time_ms(call, graph='auto'), what the tuner does now",
+    "tuner": "autotune.time_ms(call, graph='auto'), the tuner's first pass (its close candidates then meet in "
+             "the final, autotune.interleaved_ms, since 2026-11-27: the paired mode's measurement)",
     "bench": "300 ms settle, then do_bench of the public call (L2 flushed), 50 ms (the bench's measurement until "
              "2026-11-26; it has no cuBLAS between the timings)",
     "no_settle": "do_bench of the public call (L2 flushed), 50 ms, with no settling of its own: right after the "
                  "previous candidate's timing",
     "paired": "the bench's measurement since 2026-11-26: Harness.paired with cuBLAS (both run for the tuner's "
-              "warm-up, then 5 rounds in rotated order), evtorch's median",
+              "warm-up, one round discarded since 2026-11-27, then 5 rounds in rotated order), evtorch's median",
     "after_self": "the tuner's warm-up (autotune.WARMUP_MS) of running the candidate, then do_bench of the public "
                   "call (L2 flushed), 50 ms",
     "after_cublas": "the tuner's warm-up of running cuBLAS (torch.matmul(A, B)), then do_bench of the public call "
