@@ -37,7 +37,7 @@ def main(argv=None) -> int:
     import torch
 
     import evtorch as evt
-    from benchmarks.workloads import WORKLOADS, identity
+    from benchmarks.workloads import bench_workload
     from evtorch.codegen.configs import GemmConfig
     from evtorch.examples import operands
     from evtorch.runtime import autotune
@@ -57,7 +57,7 @@ def main(argv=None) -> int:
     A, B = operands(M, N, K, "cuda", torch.bfloat16)
     for name in args.rows.split(","):
         row = rows[name]
-        fn, mk = (identity, lambda M, N, d, t: {}) if name == "identity" else WORKLOADS[name][:2]
+        fn, mk = bench_workload(name)
         inputs = mk(M, N, "cuda", torch.bfloat16)
         configs = [GemmConfig.from_dict(row["config_dict"])]
         configs += [GemmConfig.from_dict(json.loads(spec)) for spec in extra.get(name, [])]

@@ -278,7 +278,7 @@ def evt_rows(b: Bench, shapes, names):
     from evtorch.codegen.program import build_program
     from evtorch.runtime.gemm import fast_math_mode
     from evtorch.examples import eager_reference, operands
-    from benchmarks.workloads import WORKLOADS, identity, tensor_bytes
+    from benchmarks.workloads import bench_workload, tensor_bytes
 
     torch = b.torch
     ceil = b.results["ceilings"]
@@ -300,7 +300,7 @@ def evt_rows(b: Bench, shapes, names):
             if b.time_left() < 45:
                 b.log("SKIP", name, (M, N, K), "deadline")
                 continue
-            fn, mk = (identity, lambda M, N, d, t: {}) if name == "identity" else WORKLOADS[name][:2]
+            fn, mk = bench_workload(name)
             row = {"workload": name, "shape": [M, N, K]}
             b.results["rows"].append(row)
             try:
@@ -368,8 +368,8 @@ def evt_rows(b: Bench, shapes, names):
 
 
 def _by_shape(b: Bench, want):
-    """The rows of phase 1 that ``want(row)`` selects, by shape: (row, A, B) for each, with fresh operands per
-    shape (seed 0) and each row's workload function; ``None`` for A and B where the shape has no such rows."""
+    """The rows of phase 1 that passed it and that ``want(row)`` selects, by shape: (shape, its shape record,
+    fresh operands A and B of the shape (seed 0), the rows), for each shape that has such rows."""
     import torch
 
     from evtorch.examples import operands
@@ -387,10 +387,20 @@ def _by_shape(b: Bench, want):
         del A, B
 
 
-def _workload(name: str):
-    from benchmarks.workloads import WORKLOADS, identity
+def _time_row(b: Bench, row: dict, shape_rec: dict, A, B, fn, inputs: dict, **others) -> None:
+    """evtorch's public call and cuBLAS, and ``others`` (name -> callable, e.g. ``compile``), in one set of
+    interleaved rounds (``Harness.paired``): each one's median and rounds into ``row`` (``<name>_ms``,
+    ``<name>_ms_rounds``), then the row's ratios (``derive``)."""
+    import torch
 
-    return (identity, lambda M, N, d, t: {}) if name == "identity" else WORKLOADS[name][:2]
+    import evtorch as evt
+
+    kw = dict(backend="triton") if not b.cuda else {}
+    t = b.paired({"cublas": lambda: torch.matmul(A, B), "evt": lambda: evt.gemm(A, B, fn, **kw, **inputs),
+                  **others})
+    for name, (ms, rounds) in t.items():
+        row[f"{name}_ms"], row[f"{name}_ms_rounds"] = ms, rounds
+    derive(row, shape_rec)
 
 
 def compile_rows(b: Bench):
@@ -401,8 +411,8 @@ def compile_rows(b: Bench):
     ~2.5 s a row, what the bench needed to fit its device call again after its rounds were settled for 1.5 s."""
     import torch
 
-    import evtorch as evt
     from evtorch.examples import eager_reference
+    from benchmarks.workloads import bench_workload
 
     applied = {}
     import torch._inductor.config as icfg
@@ -427,7 +437,7 @@ def compile_rows(b: Bench):
                 b.log("SKIP compile", row["workload"], shape, "deadline")
                 continue
             name = row["workload"]
-            fn, mk = _workload(name)
+            fn, mk = bench_workload(name)
             try:
                 inputs = mk(M, N, b.dev, torch.bfloat16)
                 ns = {"fn": fn}
@@ -441,12 +451,7 @@ def compile_rows(b: Bench):
                 ref = eager_reference(fn, A, B, **inputs)
                 row["err_compile"] = max_error(out_c, ref)
                 del out_c, ref
-                kw = dict(backend="triton") if not b.cuda else {}
-                t = b.paired({"cublas": lambda: torch.matmul(A, B), "evt": lambda: evt.gemm(A, B, fn, **kw, **inputs),
-                              "compile": lambda: cfn(A, B, **inputs)})
-                (row["cublas_ms"], row["cublas_ms_rounds"]), (row["evt_ms"], row["evt_ms_rounds"]) = t["cublas"], t["evt"]
-                row["compile_ms"], row["compile_ms_rounds"] = t["compile"]
-                derive(row, shape_rec)
+                _time_row(b, row, shape_rec, A, B, fn, inputs, compile=lambda: cfn(A, B, **inputs))
                 b.log(f"  {name:15s} evt {row['evt_ms']:.4f} ms x{row['evt_vs_cublas']:.3f} cuBLAS | compile "
                       f"{row['compile_ms']:.4f} ms x{row['compile_vs_cublas']:.3f} (compiled in {row['compile_s']} s, "
                       f"err {row['err_compile']:.2e}) | evt / compile {row['evt_vs_compile']:.3f}")
@@ -462,7 +467,7 @@ def pair_rows(b: Bench):
     so this runs while 5 s are left (phase 2 stops with 40 s left)."""
     import torch
 
-    import evtorch as evt
+    from benchmarks.workloads import bench_workload
 
     for shape, shape_rec, A, B, rows in _by_shape(b, lambda row: "evt_ms" not in row):
         M, N, K = shape
@@ -471,13 +476,10 @@ def pair_rows(b: Bench):
                 b.log("SKIP evt timing", row["workload"], shape, "deadline")
                 continue
             name = row["workload"]
-            fn, mk = _workload(name)
+            fn, mk = bench_workload(name)
             try:
                 inputs = mk(M, N, b.dev, torch.bfloat16)
-                kw = dict(backend="triton") if not b.cuda else {}
-                t = b.paired({"cublas": lambda: torch.matmul(A, B), "evt": lambda: evt.gemm(A, B, fn, **kw, **inputs)})
-                (row["cublas_ms"], row["cublas_ms_rounds"]), (row["evt_ms"], row["evt_ms_rounds"]) = t["cublas"], t["evt"]
-                derive(row, shape_rec)
+                _time_row(b, row, shape_rec, A, B, fn, inputs)
                 b.log(f"  {name:15s} {M}x{N}x{K} evt {row['evt_ms']:.4f} ms x{row['evt_vs_cublas']:.3f} cuBLAS")
             except Exception as exc:  # noqa: BLE001
                 row["error"] = f"{type(exc).__name__}: {exc}"[:2000]

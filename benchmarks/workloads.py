@@ -86,6 +86,15 @@ WORKLOADS: dict[str, Workload] = {
         "CUTLASS EVT DAG: aux load, row/col broadcasts, amax over M and N, 4 outputs"),
 }
 
+
+def bench_workload(name: str) -> tuple[Callable, Callable]:
+    """(epilogue function, make_inputs) of a bench row's workload: one of WORKLOADS, or ``identity`` (the plain
+    GEMM, no inputs)."""
+    if name == "identity":
+        return identity, lambda M, N, device, dtype: {}
+    return WORKLOADS[name].fn, WORKLOADS[name].make_inputs
+
+
 SHAPES: tuple[tuple[int, int, int], ...] = ((8192, 8192, 4096), (8192, 4096, 1024))
 IDENTITY_SIZES: tuple[int, ...] = (8192, 4096, 2048, 1024)
 
