@@ -36,7 +36,6 @@ import datetime
 import json
 import math
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -274,6 +273,7 @@ def evt_rows(b: Bench, shapes, names):
     """Phase 1: evtorch, cuBLAS and eager for every (shape, workload)."""
     import evtorch as evt
     from evtorch.api import get_epilogue
+    from evtorch.cli import format_phases
     from evtorch.codegen.configs import GemmConfig
     from evtorch.codegen.program import build_program
     from evtorch.runtime.gemm import fast_math_mode
@@ -316,6 +316,7 @@ def evt_rows(b: Bench, shapes, names):
                 row["tuning_ms"] = [v.get("timings_ms") for v in tuned]
                 row["tuning_samples_ms"] = [{"order": v.get("order"), "samples": v.get("samples_ms"),
                                              "final": v.get("final_ms")} for v in tuned]
+                row["tuning_phases_s"] = [v.get("phases_s") for v in tuned]
                 with environ("EVTORCH_POISON", "1"), _recording_config() as seen:
                     out = evt.gemm(A, B, fn, **kw, **inputs)
                 row["config"], row["config_dict"] = seen["config"], seen["config_dict"]
@@ -355,7 +356,8 @@ def evt_rows(b: Bench, shapes, names):
                 derive(row, shape_rec)
                 b.log(f"  {name:15s} evt kernel {_f(row['evt_kernel_ms'])} ms (host {row['evt_host_us']:.0f} us) "
                       f"| eager {row['eager_ms']:.4f} | err {row['err_evt']:.2e} | {row['config']} | first call "
-                      f"{row['evt_first_call_s']} s")
+                      f"{row['evt_first_call_s']} s" + "".join(f" ({format_phases(p)})"
+                                                                for p in row["tuning_phases_s"] if p))
             except Exception as exc:  # noqa: BLE001
                 row["error"] = f"{type(exc).__name__}: {exc}"[:2000]
                 b.log("  FAIL", name, traceback.format_exc()[-3000:])

@@ -205,6 +205,15 @@ def cmd_show(args) -> int:
 
 
 # ---------------------------------------------------------------------------------------------------- tuning
+def format_phases(phases: dict[str, float]) -> str:
+    """A tuning's phases in words: ``took 7.10 s: compile 3.20 (GPU loaded 3.15), warm-up 0.30, ...``."""
+    words = {"compile": "compile", "warm_up": "warm-up", "first_pass": "first pass", "final": "final"}
+    parts = [f"{words[name]} {phases[name]:.2f}" + (f" (GPU loaded {phases['loaded']:.2f})"
+                                                     if name == "compile" and phases.get("loaded") else "")
+             for name in words if name in phases]
+    return f"took {sum(phases.get(name, 0.0) for name in words):.2f} s: " + ", ".join(parts)
+
+
 def format_records(records: list[dict], top: int | None) -> str:
     """The tuner's records as text: per key its GPU, shape bucket, dtypes, layout and epilogue, then the candidates
     fastest first with their time over the fastest's (``top``: only the first ``top``; None: all)."""
@@ -220,6 +229,8 @@ def format_records(records: list[dict], top: int | None) -> str:
         best_ms = timed[0][0] if timed else None
         lines = [head] + ([f"  tuned for {rec['label']}"] if rec.get("label") else []) + [
             f"  picked {rec['best'].short()}"]
+        if rec.get("phases_s"):  # where the first call's tuning time went (pick_config)
+            lines.append("  " + format_phases(rec["phases_s"]))
         if rec.get("final_ms"):  # the finalists' interleaved rounds decided (autotune.FINAL_ROUNDS)
             finals = sorted((statistics.median(ts), name) for name, ts in rec["final_ms"].items())
             lines.append("  by the final's interleaved rounds (median): "
@@ -252,7 +263,7 @@ def cmd_tuning(args) -> int:
         print(json.dumps([{"key": r["key"], "label": r["label"], "fields": autotune.key_fields(r["key"]),
                            "best": r["best"].to_dict(),
                            "timings_ms": r["timings_ms"], "samples_ms": r["samples_ms"], "order": r["order"],
-                           "final_ms": r["final_ms"],
+                           "final_ms": r["final_ms"], "phases_s": r["phases_s"],
                            "candidates": {n: c.to_dict() for n, c in r["candidates"].items()}} for r in records],
                          indent=1))
         return 0

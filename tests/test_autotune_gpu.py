@@ -81,3 +81,25 @@ def test_final_times_the_finalists_interleaved_and_picks_by_its_rounds(fresh_tun
                    for ts in final.values())
         assert all(len(record["samples_ms"][name]) == 1 for name in final)  # the final took the refine's place
         assert record["best"].short() == min(final, key=lambda name: statistics.median(final[name]))
+
+
+def test_first_call_keeps_the_gpu_busy_while_its_candidates_compile(fresh_tuning):
+    """A first call's compiles run beside cuBLAS's product of its operands in CUDA graphs (``load_graph``,
+    ``busy_until``): the record says the GPU was loaded for most of the compile, the warm-up after it was
+    shortened by as much, and the pick's result is right."""
+    fn, make_inputs = EXAMPLES["lincomb_relu"]
+    M, N, K = 4096, 4096, 2048
+    torch.manual_seed(0)
+    A, B = operands(M, N, K, "cuda", torch.bfloat16)
+    inputs = make_inputs(M, N, "cuda", torch.bfloat16)
+    out = evt.gemm(A, B, fn, **inputs)
+    assert not torch.isnan(out).any() and rel_error(out, eager_reference(fn, A, B, **inputs).to(out.dtype)) < 1e-2
+    (record,) = autotune.stored_records()
+    phases = record["phases_s"]
+    assert phases["loaded"] > 0.5 * phases["compile"] > 0, phases
+    expected = max(autotune.WARMUP_MIN_MS, autotune.WARMUP_MS - phases["loaded"] * 1e3) / 1e3
+    assert phases["warm_up"] < expected + 0.5, phases
+    replay = autotune.load_graph(lambda: torch.matmul(A, B))
+    assert replay is not None
+    busy = autotune.busy_until(replay, iter([False] * 3 + [True]).__next__)
+    assert busy >= 2 * autotune.LOAD_GRAPH_MS * 0.5

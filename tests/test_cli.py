@@ -280,9 +280,9 @@ def test_missing_delegate_says_so(capsys, monkeypatch):
     assert "evtorch_no_such_module.run" in capsys.readouterr().err
 
 
-def _store_record(M, N, K, timings, best, final=None):
+def _store_record(M, N, K, timings, best, final=None, phases=None):
     """One tuning record as the tuner stores it (``autotune.store``), for configs named in ``timings``; ``final``:
-    the finalists' round times when the tuner's final picked ``best``."""
+    the finalists' round times when the tuner's final picked ``best``; ``phases``: the tuning's phases (s)."""
     from evtorch.codegen.configs import GemmConfig
     from evtorch.runtime import autotune
 
@@ -292,7 +292,7 @@ def _store_record(M, N, K, timings, best, final=None):
     key = autotune.tune_key(device_name="NVIDIA H100 80GB HBM3", M=M, N=N, K=K, L=1, dtypes=[torch.bfloat16],
                             layout="A:row,B:row,bat:-", epilogue_hash="e" * 20, templates=["portable"])
     autotune.store(key, by_name[best], timings, list(by_name.values()), label=f"lincomb_relu at {M}x{N}x{K}",
-                   samples={name: [ms, ms] for name, ms in timings.items()}, final=final)
+                   samples={name: [ms, ms] for name, ms in timings.items()}, final=final, phases=phases)
     return key
 
 
@@ -308,8 +308,9 @@ def test_tuning_lists_clears_and_filters_the_stored_records(capsys, tmp_path, mo
     pers, port = "persistent_tma_128x256x64_g8_w8_s3", "portable_128x128x32_g8_w4_s3"
     sk = "splitk_64x64x32_g8_sk2_w4_s3"
     small = _store_record(8000, 4096, 1024, {port: 0.2, pers: 0.125, sk: float("inf")}, pers)
+    phases = {"compile": 3.2, "loaded": 3.15, "warm_up": 0.3, "first_pass": 2.5, "final": 1.25}
     _store_record(8192, 8192, 4096, {port: 0.79, pers: 0.8}, pers, final={pers: [0.82, 0.81, 0.83],
-                                                                         port: [0.84, 0.85, 0.83]})
+                                                                         port: [0.84, 0.85, 0.83]}, phases=phases)
     assert cli.main(["tuning", "mnk=8192x4096x1024"]) == 0
     out = capsys.readouterr().out
     assert "NVIDIA H100 80GB HBM3" in out and "bucket 8192x4096x1024" in out and "8192x8192x4096" not in out
@@ -319,9 +320,10 @@ def test_tuning_lists_clears_and_filters_the_stored_records(capsys, tmp_path, mo
     assert lines[5].split() == ["failed", sk]
     assert cli.main(["tuning", "mnk=8192x8192x4096"]) == 0  # picked by the final, which the listing says
     lines = capsys.readouterr().out.splitlines()
-    assert lines[2:4] == [f"  picked {pers}", f"  by the final's interleaved rounds (median): 0.8200 ms {pers}, "
-                                              f"0.8400 ms {port}"]
-    assert lines[4].split() == ["0.7900", "ms", "x1.000", port]
+    assert lines[2:5] == [f"  picked {pers}",  # the phases: the loaded time is part of the compile's, not added
+                          "  took 7.25 s: compile 3.20 (GPU loaded 3.15), warm-up 0.30, first pass 2.50, final 1.25",
+                          f"  by the final's interleaved rounds (median): 0.8200 ms {pers}, 0.8400 ms {port}"]
+    assert lines[5].split() == ["0.7900", "ms", "x1.000", port]
     assert cli.main(["tuning", "--top", "1", "mnk=8192x4096x1024"]) == 0
     assert "1 more (--top 0 lists all)" in capsys.readouterr().out
     with pytest.raises(SystemExit) as exc:
@@ -336,9 +338,9 @@ def test_tuning_lists_clears_and_filters_the_stored_records(capsys, tmp_path, mo
     assert rec["timings_ms"][sk] is None
     assert rec["samples_ms"][pers] == [0.125, 0.125] and rec["samples_ms"][sk] == [None, None]
     assert rec["order"] == [port, pers, sk]  # the timing order (the candidates' map is sorted by name)
-    assert rec["final_ms"] == {}
+    assert rec["final_ms"] == {} and rec["phases_s"] == {}
     (big,) = [d for d in data if d["key"] != small]
-    assert big["final_ms"] == {pers: [0.82, 0.81, 0.83], port: [0.84, 0.85, 0.83]}
+    assert big["final_ms"] == {pers: [0.82, 0.81, 0.83], port: [0.84, 0.85, 0.83]} and big["phases_s"] == phases
     assert cli.main(["tuning", "--clear", "mnk=8192x4096x1024"]) == 0
     assert "removed 1 record" in capsys.readouterr().out
     assert [autotune.key_fields(r["key"])["mnk"] for r in autotune.stored_records()] == ["8192x8192x4096"]

@@ -773,6 +773,65 @@ def test_autotune_prepares_every_candidate_in_threads_first(tune_env):
     assert events == []
 
 
+def test_autotune_keeps_the_gpu_busy_while_compiling_and_warms_up_for_the_rest(tune_env, monkeypatch):
+    """With ``load``, its graph (``load_graph``) replays in the calling thread while the workers compile, and the
+    warm-up after the compiles is WARMUP_MS less the time it ran (at least WARMUP_MIN_MS); the record keeps the
+    phases. Where no graph can be made (``load_graph`` returns None, as on a machine without CUDA), the whole
+    warm-up runs after the compiles."""
+    import threading
+    import time
+
+    monkeypatch.setattr(autotune, "WARMUP_MS", 120.0)
+    monkeypatch.setattr(autotune, "WARMUP_MIN_MS", 10.0)
+    cands = candidate_configs(4096, 4096, 4096, torch.float16, A100)[:3]
+    replays, compiled, main = [], threading.Event(), threading.get_ident()
+
+    def prepare(c):
+        time.sleep(0.06)
+        compiled.set()
+
+    def replay():
+        replays.append((threading.get_ident() == main, compiled.is_set()))
+        time.sleep(0.002)
+
+    loads = []
+    monkeypatch.setattr(autotune, "load_graph", lambda load: (loads.append(load), replay)[1])
+    warm = []
+    monkeypatch.setattr(autotune, "_warm_up", lambda cands, bench, ms: warm.append(ms))
+    times = {cands[0]: 2.0, cands[1]: 1.0, cands[2]: 3.0}
+    load = object()
+    assert autotune.pick_config(cands, times.__getitem__, key=_final_key("load"), heuristic=cands[0],
+                                device=A100, progress=False, prepare=prepare, load=load) == cands[1]
+    assert loads == [load] and len(replays) >= 10 and all(in_main for in_main, _ in replays)
+    assert not replays[0][1]  # the load began before the first compile was done
+    (record,) = autotune.stored_records()
+    phases = record["phases_s"]
+    assert set(phases) == {"compile", "loaded", "warm_up", "first_pass", "final"}
+    assert 0.05 <= phases["loaded"] <= phases["compile"] + 1e-3
+    assert warm == [pytest.approx(max(10.0, 120.0 - phases["loaded"] * 1e3), abs=1.0)] and warm[0] < 70
+    # no graph: the whole warm-up after the compiles; nothing was loaded
+    monkeypatch.setattr(autotune, "load_graph", lambda load: None)
+    warm.clear()
+    autotune.pick_config(cands, times.__getitem__, key=_final_key("noload"), heuristic=cands[0], device=A100,
+                         progress=False, prepare=prepare, load=load)
+    assert warm == [120.0]
+    (record,) = [r for r in autotune.stored_records() if r["key"] == _final_key("noload")]
+    assert record["phases_s"]["loaded"] == 0.0
+
+
+def test_load_graph_needs_cuda_and_busy_until_stops_when_done():
+    """``load_graph`` gives None without CUDA (the caller then warms up afterwards); ``busy_until`` replays until
+    ``done()`` and returns how long that took."""
+    import time
+
+    if not torch.cuda.is_available():
+        assert autotune.load_graph(lambda: None) is None
+    calls = []
+    ms = autotune.busy_until(lambda: (calls.append(1), time.sleep(0.001)), lambda: len(calls) >= 5)
+    assert len(calls) == 5 and ms >= 5 * 0.9
+    assert autotune.busy_until(lambda: calls.append(1), lambda: True) < 5 and len(calls) == 5
+
+
 def test_tuning_key_follows_the_generated_source():
     """Timings are cached per epilogue *and* generated source: after a code generator change the same epilogue
     gets a new key, so a choice timed with the old kernels is not reused."""

@@ -20,6 +20,7 @@ import math
 import os
 import statistics
 import threading
+import time
 import warnings
 from typing import Callable, Hashable, Mapping, Sequence
 
@@ -142,6 +143,18 @@ WARMUP_MS = 1500.0
 # (Worker processes were tried, fed through Triton's jit_cache_hook and JITFunction.preload: on the H200 machine the
 # five candidates' compile phase took 4.5-6.4 s that way against 2.4-3.7 s in threads, docs/benchmarks.md.)
 PREPARE_WORKERS = 8
+
+# The compiles leave the GPU idle for seconds (4.8-7.5 s for nine candidates from cold caches on an H100,
+# benchmarks/results/first_call_h100_*.json), and WARMUP_MS of load after them brings it back to the sustained
+# state. Where the caller can name a call that loads the GPU as the candidates will (``pick_config``'s ``load``;
+# gemm.py: cuBLAS's product of the operands, a GEMM of the same size at the same power cap), it runs during the
+# compiles instead: repeated in a CUDA graph of about LOAD_GRAPH_MS (at most LOAD_GRAPH_CALLS calls), replayed
+# with at most two graphs in flight, so the thread keeping the GPU busy needs the GIL the compiling threads hold
+# once per LOAD_GRAPH_MS, not once per call. The warm-up after the compiles is then what is left of WARMUP_MS,
+# at least WARMUP_MIN_MS on the first candidate (the switch from cuBLAS to it, and the compile's last gap).
+LOAD_GRAPH_MS = 10.0
+LOAD_GRAPH_CALLS = 256
+WARMUP_MIN_MS = 300.0
 
 
 # A call shorter than GRAPH_BELOW_MS is timed as one call captured in a CUDA graph (its host work left out) and
@@ -297,13 +310,15 @@ def load_cached(key: str) -> GemmConfig | None:
 
 def store(key: str, best: GemmConfig, timings: dict[str, float],
           candidates: Sequence[GemmConfig] = (), label: str = "",
-          samples: dict[str, list[float]] | None = None, final: dict[str, list[float]] | None = None) -> None:
+          samples: dict[str, list[float]] | None = None, final: dict[str, list[float]] | None = None,
+          phases: dict[str, float] | None = None) -> None:
     """Record ``best`` for ``key`` in memory and on disk (atomic write), with every candidate's timing and, for
     ``candidates``, its whole config and their timing order (so the file says what was tried: ``stored_records``);
     ``label`` says in words what was tuned (the key names the epilogue by a hash and the shape by its bucket).
     ``samples``: every timing of each candidate in the order taken (first pass, then any one-by-one re-timings), so that
     a pick can be traced to the timings behind it (docs/benchmarks.md, next step 0). ``final``: the finalists'
-    round times when the final (FINAL_ROUNDS) picked ``best``."""
+    round times when the final (FINAL_ROUNDS) picked ``best``. ``phases``: the tuning's phases in seconds
+    (``pick_config``)."""
     def finite(ms: float) -> float | None:
         return ms if math.isfinite(ms) else None
 
@@ -316,6 +331,7 @@ def store(key: str, best: GemmConfig, timings: dict[str, float],
         "order": [c.short() for c in candidates],
         "samples_ms": {name: [finite(ms) for ms in runs] for name, runs in (samples or {}).items()},
         "final_ms": final or {},
+        "phases_s": {name: round(sec, 3) for name, sec in (phases or {}).items()},
     }
     write_text_atomic(_cache_file(key), json.dumps(payload, indent=1, sort_keys=True))
     with _lock:
@@ -332,8 +348,8 @@ def stored_records() -> list[dict]:
     (name -> GemmConfig; empty for records written before 2026-11-25), ``timings_ms`` (name -> ms, None for a
     candidate that failed), ``order`` (the names in timing order) and ``samples_ms`` (name -> every timing in the
     order taken; both empty for records written before 2026-11-26) and ``final_ms`` (finalist -> its round
-    times, when the final picked ``best``; empty otherwise and before 2026-11-27). Files this version cannot read
-    are skipped.
+    times, when the final picked ``best``; empty otherwise and before 2026-11-27) and ``phases_s`` (the tuning's
+    phases in seconds; empty before 2026-11-27 02:00 UTC). Files this version cannot read are skipped.
     (``evtorch tuning`` prints them.)"""
     records = []
     for path in sorted((knobs.cache_dir() / "autotune").glob("*.json")):
@@ -345,7 +361,7 @@ def stored_records() -> list[dict]:
                 "timings_ms": data["timings_ms"],
                 "candidates": {name: GemmConfig.from_dict(d) for name, d in data.get("candidates", {}).items()},
                 "order": data.get("order", []), "samples_ms": data.get("samples_ms", {}),
-                "final_ms": data.get("final_ms", {})})
+                "final_ms": data.get("final_ms", {}), "phases_s": data.get("phases_s", {})})
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue
     return records
@@ -368,6 +384,7 @@ def pick_config(
     prepare: Callable[[GemmConfig], object] | None = None,
     label: str = "",
     final: Callable[[Sequence[GemmConfig]], dict[GemmConfig, list[float]]] | None = None,
+    load: Callable[[], object] | None = None,
 ) -> GemmConfig:
     """The fastest of ``candidates`` by ``bench(config) -> ms``, cached under ``key``: after WARMUP_MS of running
     the first candidate, every candidate timed once and the best few (REFINE_MARGIN) again, the lowest median wins.
@@ -378,7 +395,9 @@ def pick_config(
 
     ``prepare(config)``, when given, is first called for every candidate in a pool of PREPARE_WORKERS threads (a
     run that compiles its kernels); what it raises is ignored here (``bench`` meets the same failure and records
-    it).
+    it). ``load()``, when given, keeps the GPU busy meanwhile (LOAD_GRAPH_MS), and shortens the warm-up after the
+    compiles by as long as it ran (down to WARMUP_MIN_MS). The record keeps how long each phase took
+    (``phases_s``: compile, loaded (during the compile), warm_up, first_pass, final (or the re-timings)).
 
     Returns ``heuristic`` without timing anything when tuning is off (EVTORCH_AUTOTUNE=0) or the device is
     not CUDA (CPU, Triton interpreter). Candidates beyond ``max_candidates`` are dropped (order them best
@@ -403,13 +422,20 @@ def pick_config(
 
     from tqdm.auto import tqdm
 
+    phases: dict[str, float] = {}
+    clock = _Clock(phases)
+    loaded_ms = 0.0
     if prepare is not None and len(cands) > 1:
-        _prepare_all(cands, prepare)
+        with clock("compile"):
+            loaded_ms = _prepare_all(cands, prepare, load)
+        phases["loaded"] = loaded_ms / 1e3
     if len(cands) > 1:  # one candidate is not ranked
-        _warm_up(cands, bench)
+        with clock("warm_up"):
+            _warm_up(cands, bench, min(WARMUP_MS, max(WARMUP_MIN_MS, WARMUP_MS - loaded_ms)))
     samples: dict[GemmConfig, list[float]] = {}
     errors: dict[str, str] = {}
-    with tqdm(cands, desc="evtorch autotune", unit="cfg", leave=False, disable=not progress) as bar:
+    with clock("first_pass"), tqdm(cands, desc="evtorch autotune", unit="cfg", leave=False,
+                                   disable=not progress) as bar:
         _time_pass(cands, bench, samples, errors, bar)
     ok = [c for c in cands if samples[c][0] < math.inf]
     if not ok:
@@ -417,28 +443,47 @@ def pick_config(
                       stacklevel=2)
         return heuristic
     close = _close(ok, samples)
-    rounds = _time_final(close, final) if final is not None and len(close) > 1 else {}
-    if not rounds and len(close) > 1:
-        for _ in range(REFINE_ROUNDS):
-            _time_pass(close, bench, samples, errors)
+    with clock("final"):
+        rounds = _time_final(close, final) if final is not None and len(close) > 1 else {}
+        if not rounds and len(close) > 1:
+            for _ in range(REFINE_ROUNDS):
+                _time_pass(close, bench, samples, errors)
     timings = {c.short(): statistics.median(samples[c]) for c in cands}  # every candidate ran in the first pass
     if rounds:  # earlier wins ties (min keeps the first; the finalists are in first-timing order)
         best = min(rounds, key=lambda c: statistics.median(rounds[c]))
     else:
         best = min(ok, key=lambda c: timings[c.short()])
     store(key, best, timings, cands, label, {c.short(): samples[c] for c in cands},
-          {c.short(): ts for c, ts in rounds.items()})
+          {c.short(): ts for c, ts in rounds.items()}, phases)
     return best
 
 
-def _warm_up(cands: Sequence[GemmConfig], bench: Callable[[GemmConfig], float]) -> None:
-    """Run ``bench`` on the first candidate that does not fail until WARMUP_MS have passed; results discarded."""
-    import time
+class _Clock:
+    """``with clock(name):`` adds the block's wall seconds to ``phases[name]`` (a tuning record's ``phases_s``)."""
 
+    def __init__(self, phases: dict[str, float]):
+        self.phases = phases
+
+    def __call__(self, name: str):
+        import contextlib
+
+        @contextlib.contextmanager
+        def timed():
+            start = time.perf_counter()
+            try:
+                yield
+            finally:
+                self.phases[name] = self.phases.get(name, 0.0) + time.perf_counter() - start
+        return timed()
+
+
+def _warm_up(cands: Sequence[GemmConfig], bench: Callable[[GemmConfig], float], ms: float) -> None:
+    """Run ``bench`` on the first candidate that does not fail until ``ms`` have passed (at least once, where
+    ``ms`` > 0); results discarded."""
     start = time.perf_counter()
     for cfg in cands:
         try:
-            while (time.perf_counter() - start) * 1e3 < WARMUP_MS:
+            while (time.perf_counter() - start) * 1e3 < ms:
                 bench(cfg)
             return
         except Exception:  # noqa: BLE001 - the first pass records the failure; warm up on the next candidate
@@ -494,9 +539,11 @@ def _time_final(finalists: Sequence[GemmConfig],
     return rounds
 
 
-def _prepare_all(cands: Sequence[GemmConfig], prepare: Callable[[GemmConfig], object]) -> None:
+def _prepare_all(cands: Sequence[GemmConfig], prepare: Callable[[GemmConfig], object],
+                 load: Callable[[], object] | None = None) -> float:
     """``prepare`` every candidate in a thread pool, each on the caller's CUDA stream (so that its launches order
-    with the caller's work, as the timing's will)."""
+    with the caller's work, as the timing's will), while this thread keeps the GPU busy with ``load`` (see
+    LOAD_GRAPH_MS) where given and capturable. Returns the milliseconds it kept the GPU busy (0 without it)."""
     import contextlib
     from concurrent.futures import ThreadPoolExecutor
 
@@ -509,8 +556,65 @@ def _prepare_all(cands: Sequence[GemmConfig], prepare: Callable[[GemmConfig], ob
         except Exception:  # noqa: BLE001 - bench() meets the same failure and records it
             pass
 
+    replay = load_graph(load) if load is not None else None  # captured before any worker touches the GPU
     with ThreadPoolExecutor(max_workers=min(len(cands), PREPARE_WORKERS, os.cpu_count() or 1)) as pool:
-        list(pool.map(run, cands))
+        futures = [pool.submit(run, cfg) for cfg in cands]
+        busy_ms = busy_until(replay, lambda: all(f.done() for f in futures)) if replay is not None else 0.0
+        for f in futures:
+            f.result()
+    return busy_ms
+
+
+def load_graph(load: Callable[[], object]) -> Callable[[], object] | None:
+    """``load`` repeated in one CUDA graph lasting about LOAD_GRAPH_MS: the graph's replay callable; None on a
+    machine without CUDA, or where ``load`` fails or cannot be captured (e.g. a dtype cuBLAS has no product for),
+    so that the caller warms up the GPU afterwards instead."""
+    if not torch.cuda.is_available():
+        return None
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # first calls (cuBLAS handles, workspaces) outside the capture
+            load()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(3):
+                load()
+            end.record()
+        end.synchronize()
+        per_call = max(start.elapsed_time(end) / 3, 1e-3)
+        calls = max(1, min(LOAD_GRAPH_CALLS, math.ceil(LOAD_GRAPH_MS / per_call)))
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                load()
+        return graph.replay
+    except Exception:  # noqa: BLE001 - no load then: the warm-up after the compiles does it all
+        torch.cuda.synchronize()
+        return None
+
+
+def busy_until(replay: Callable[[], object], done: Callable[[], bool]) -> float:
+    """Call ``replay`` (a CUDA graph's) over and over, at most two in flight, until ``done()``; returns the
+    milliseconds this took. Waiting on the older replay's event lets go of the GIL, so the threads that compile
+    run meanwhile."""
+    from collections import deque
+
+    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+    start = time.perf_counter()
+    in_flight: deque = deque()
+    while not done():
+        replay()
+        if cuda:
+            event = torch.cuda.Event()
+            event.record()
+            in_flight.append(event)
+            if len(in_flight) > 1:
+                in_flight.popleft().synchronize()
+    if in_flight:
+        in_flight[-1].synchronize()
+    return (time.perf_counter() - start) * 1e3
 
 
 def clear_memory_cache() -> None:

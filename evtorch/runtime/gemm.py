@@ -492,8 +492,11 @@ def _choose_config(ep, prog, A, B, inputs, out_dtype, deterministic, allow_tf32)
 
     limit = {} if MAX_TUNE_CANDIDATES is None else {"max_candidates": MAX_TUNE_CANDIDATES}
     label = f"{ep.name} at {'x'.join(map(str, (M, N, K)))}" + (f" L={L}" if A.dim() == 3 else "")
+    def load():  # keeps the GPU at the candidates' power draw while they compile (autotune.LOAD_GRAPH_MS)
+        return torch.matmul(A, B)
+
     best = pick_config(candidates, bench, key=key, heuristic=heuristic, device=A.device, prepare=prepare,
-                       label=label, final=final, **limit)
+                       label=label, final=final, load=load, **limit)
     return _remember(_config_memo, memo_key, resolve_config(A, B, best))
 
 
