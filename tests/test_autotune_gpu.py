@@ -83,10 +83,14 @@ def test_final_times_the_finalists_interleaved_and_picks_by_its_rounds(fresh_tun
         assert record["best"].short() == min(final, key=lambda name: statistics.median(final[name]))
 
 
-def test_first_call_keeps_the_gpu_busy_while_its_candidates_compile(fresh_tuning):
+def test_first_call_keeps_the_gpu_busy_while_its_candidates_compile(fresh_tuning, monkeypatch):
     """A first call's compiles run beside cuBLAS's product of its operands in CUDA graphs (``load_graph``,
     ``busy_until``): the record says the GPU was loaded for most of the compile, the warm-up after it was
-    shortened by as much, and the pick's result is right."""
+    asked for what was left of WARMUP_MS (its duration is not checked: one warm-up call takes longer on a GPU
+    the other test workers share), and the pick's result is right."""
+    asked = []
+    warm_up = autotune._warm_up
+    monkeypatch.setattr(autotune, "_warm_up", lambda cands, bench, ms: (asked.append(ms), warm_up(cands, bench, ms)))
     fn, make_inputs = EXAMPLES["lincomb_relu"]
     M, N, K = 4096, 4096, 2048
     torch.manual_seed(0)
@@ -97,8 +101,8 @@ def test_first_call_keeps_the_gpu_busy_while_its_candidates_compile(fresh_tuning
     (record,) = autotune.stored_records()
     phases = record["phases_s"]
     assert phases["loaded"] > 0.5 * phases["compile"] > 0, phases
-    expected = max(autotune.WARMUP_MIN_MS, autotune.WARMUP_MS - phases["loaded"] * 1e3) / 1e3
-    assert phases["warm_up"] < expected + 0.5, phases
+    assert asked == [pytest.approx(max(autotune.WARMUP_MIN_MS, autotune.WARMUP_MS - phases["loaded"] * 1e3),
+                                   abs=1.0)], (asked, phases)
     replay = autotune.load_graph(lambda: torch.matmul(A, B))
     assert replay is not None
     busy = autotune.busy_until(replay, iter([False] * 3 + [True]).__next__)
