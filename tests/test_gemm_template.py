@@ -605,6 +605,31 @@ def test_autotune_final_decides_between_the_close_candidates(tune_env):
                                 progress=False, final=final) == cands[0] and len(seen) == 2
 
 
+def test_autotune_final_gets_the_fastest_of_every_template_within_reach(tune_env):
+    """The first pass is biased between templates (autotune.TEMPLATE_MARGIN): the fastest candidate of another
+    template within TEMPLATE_MARGIN of the fastest enters the final second, ahead of the runner-up of the
+    fastest's template, even where three of one template lead; one beyond TEMPLATE_MARGIN does not."""
+    listed = candidate_configs(8192, 8192, 4096, torch.bfloat16, H100, tma_ok=True)
+    pers = [c for c in listed if c.template == "persistent_tma"][:3]
+    ping = [c for c in listed if c.template == "pingpong"][:2]
+    assert len(pers) == 3 and len(ping) == 2
+    cands = [pers[0], ping[1], pers[1], ping[0], pers[2]]
+    first = {pers[0]: 0.8645, pers[1]: 0.8673, pers[2]: 0.8764, ping[0]: 0.8826, ping[1]: 0.8900}
+    seen = []
+
+    def final(finalists):
+        seen.append(list(finalists))
+        return {c: [{ping[0]: 0.866}.get(c, 0.88)] for c in finalists}
+
+    best = autotune.pick_config(cands, first.__getitem__, key=_final_key("templates"), heuristic=cands[0],
+                                device=A100, progress=False, final=final)
+    assert seen == [[pers[0], ping[0], pers[1]]] and best == ping[0]
+    far = {**first, ping[0]: 0.8645 * 1.09, ping[1]: 0.8645 * 1.10}  # beyond TEMPLATE_MARGIN (8%)
+    autotune.pick_config(cands, far.__getitem__, key=_final_key("far"), heuristic=cands[0], device=A100,
+                         progress=False, final=final)
+    assert seen[-1] == [pers[0], pers[1], pers[2]]
+
+
 def test_autotune_final_that_fails_gives_way_to_the_re_timing(tune_env):
     """A ``final`` that raises, or returns no finite time for a finalist, is warned about and the finalists are
     re-timed by ``bench`` instead (REFINE_ROUNDS), with no final rounds recorded; a failed candidate never enters
