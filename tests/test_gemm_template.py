@@ -712,6 +712,28 @@ def test_interleaved_ms_settles_discards_and_rotates(monkeypatch):
     assert timed == ["a", "b"]
 
 
+def test_interleaved_ms_times_between_before_every_timing(monkeypatch):
+    """``between`` runs in the settling and is timed (its times dropped) before every timing of a function, in the
+    discarded round too, and is captured with the functions in graph mode; the functions' rounds and rotation are
+    as without it."""
+    import itertools
+
+    settled = []
+    monkeypatch.setattr(autotune, "settle", lambda fn, ms: (settled.append(fn()), 0.01)[1])
+    fake, timed = itertools.count(1.0), []
+    fa, fb, cub = (lambda: "a"), (lambda: "b"), (lambda: "cublas")
+    out = autotune.interleaved_ms({"a": fa, "b": fb}, rounds=2, settle_ms=40, between=cub,
+                                  timer=lambda fn: (timed.append(fn()), next(fake))[1])
+    assert settled == [["a", "b", "cublas"]]
+    assert timed == ["cublas", "a", "cublas", "b"] * 2 + ["cublas", "b", "cublas", "a"]
+    assert out == {"a": [6.0, 12.0], "b": [8.0, 10.0]}
+    monkeypatch.setattr(autotune, "capture", lambda fn: lambda: "graph " + fn())
+    timed.clear()
+    autotune.interleaved_ms({"a": fa}, rounds=1, settle_ms=40, discard=False, graph="auto", between=cub,
+                            timer=lambda fn: (timed.append(fn()), 1.0)[1])
+    assert timed == ["graph cublas", "graph a"]
+
+
 def test_autotune_warms_up_on_the_first_candidate_that_runs(tune_env, monkeypatch):
     """Before the first pass ``bench`` runs for WARMUP_MS on the first candidate that does not raise, its results
     discarded (the GPU idled through the compiles); a failing first candidate is skipped, and still recorded."""

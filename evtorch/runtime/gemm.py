@@ -486,14 +486,15 @@ def _choose_config(ep, prog, A, B, inputs, out_dtype, deterministic, allow_tf32)
     def prepare(cfg: GemmConfig) -> None:  # compiles the candidate's kernels (pick_config runs these in threads)
         _execute(ep, prog, A, B, inputs, out_dtype, allow_tf32, cfg)
 
+    def load():  # cuBLAS's product: the GPU's load while the candidates compile (autotune.LOAD_GRAPH_MS), and
+        return torch.matmul(A, B)  # what each finalist's timing follows (autotune.FINAL_BETWEEN)
+
     def final(cfgs):  # the finalists in interleaved rounds, as the bench compares functions (autotune.FINAL_*)
         return interleaved_ms({cfg: functools.partial(prepare, cfg) for cfg in cfgs}, graph="auto",
-                              settle_ms=autotune.FINAL_SETTLE_MS)
+                              settle_ms=autotune.FINAL_SETTLE_MS, between=load if autotune.FINAL_BETWEEN else None)
 
     limit = {} if MAX_TUNE_CANDIDATES is None else {"max_candidates": MAX_TUNE_CANDIDATES}
     label = f"{ep.name} at {'x'.join(map(str, (M, N, K)))}" + (f" L={L}" if A.dim() == 3 else "")
-    def load():  # keeps the GPU at the candidates' power draw while they compile (autotune.LOAD_GRAPH_MS)
-        return torch.matmul(A, B)
 
     best = pick_config(candidates, bench, key=key, heuristic=heuristic, device=A.device, prepare=prepare,
                        label=label, final=final, load=load, **limit)
