@@ -14,6 +14,7 @@ concurrent processes never corrupt each other (the last writer wins with an equa
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -115,7 +116,8 @@ REFINE_ROUNDS = 2
 # ping-pong ones 0.967-1.022, median 0.988). In that bench bias_gelu_aux's three fastest first timings were all
 # persistent configs, the best ping-pong config came fifth at 1.021 of the fastest, the final never saw it, and the
 # pick ran at 1.011 of torch.compile's time (ping-pong picks: 0.966-0.979). So the fastest candidate of every other
-# template within TEMPLATE_MARGIN of the fastest goes to the final second (docs/benchmarks.md, "The tuner's final").
+# template within TEMPLATE_MARGIN of the fastest goes to the final second (docs/benchmarks.md, "Compiles under load,
+# and the final's context").
 TEMPLATE_MARGIN = 0.08
 
 # The final: where the caller can run a candidate's call (``pick_config``'s ``final``), the refine's candidates
@@ -146,7 +148,8 @@ FINAL_SETTLE_MS = 500.0
 # rounds"), and in the H200 bench of 2026-11-27 02:30 UTC a final of two persistent configs and one ping-pong
 # config, each following the others, put the persistent flattened halves 1.6% ahead (0.8719 against 0.8862 ms);
 # the bench, timing it after cuBLAS and torch.compile, then measured 0.8953 ms, 1.030 of torch.compile's time.
-# It doubles the final's timings: about 1.4 s more per first call.
+# It doubles the final's timings: 1.9 -> 3.3 s per first call at that shape; the next bench picked ping-pong there,
+# 0.949 of torch.compile's time (docs/benchmarks.md, "Compiles under load, and the final's context").
 FINAL_BETWEEN = True
 
 # Before the first pass the GPU runs the first candidate for WARMUP_MS, untimed. The candidates' compile leaves it
@@ -422,7 +425,7 @@ def pick_config(
     load: Callable[[], object] | None = None,
 ) -> GemmConfig:
     """The fastest of ``candidates`` by ``bench(config) -> ms``, cached under ``key``: after WARMUP_MS of running
-    the first candidate, every candidate timed once and the best few (REFINE_MARGIN) again, the lowest median wins.
+    the first candidate, every candidate timed once and the best few (``_close``) again, the lowest median wins.
     With ``final`` (usually ``interleaved_ms`` over the candidates' calls), those few are not re-timed by
     ``bench`` but by ``final(finalists) -> {config: round times}`` in interleaved rounds, and the lowest median of
     the rounds wins (see FINAL_ROUNDS for why). A ``final`` that raises or returns a non-finite time is warned
@@ -458,18 +461,17 @@ def pick_config(
     from tqdm.auto import tqdm
 
     phases: dict[str, float] = {}
-    clock = _Clock(phases)
     loaded_ms = 0.0
     if prepare is not None and len(cands) > 1:
-        with clock("compile"):
+        with _phase(phases, "compile"):
             loaded_ms = _prepare_all(cands, prepare, load)
         phases["loaded"] = loaded_ms / 1e3
     if len(cands) > 1:  # one candidate is not ranked
-        with clock("warm_up"):
+        with _phase(phases, "warm_up"):
             _warm_up(cands, bench, min(WARMUP_MS, max(WARMUP_MIN_MS, WARMUP_MS - loaded_ms)))
     samples: dict[GemmConfig, list[float]] = {}
     errors: dict[str, str] = {}
-    with clock("first_pass"), tqdm(cands, desc="evtorch autotune", unit="cfg", leave=False,
+    with _phase(phases, "first_pass"), tqdm(cands, desc="evtorch autotune", unit="cfg", leave=False,
                                    disable=not progress) as bar:
         _time_pass(cands, bench, samples, errors, bar)
     ok = [c for c in cands if samples[c][0] < math.inf]
@@ -478,13 +480,13 @@ def pick_config(
                       stacklevel=2)
         return heuristic
     close = _close(ok, samples)
-    with clock("final"):
+    with _phase(phases, "final"):
         rounds = _time_final(close, final) if final is not None and len(close) > 1 else {}
         if not rounds and len(close) > 1:
             for _ in range(REFINE_ROUNDS):
                 _time_pass(close, bench, samples, errors)
     timings = {c.short(): statistics.median(samples[c]) for c in cands}  # every candidate ran in the first pass
-    if rounds:  # earlier wins ties (min keeps the first; the finalists are in first-timing order)
+    if rounds:  # earlier wins ties (min keeps the first; the finalists are in _close's order)
         best = min(rounds, key=lambda c: statistics.median(rounds[c]))
     else:
         best = min(ok, key=lambda c: timings[c.short()])
@@ -493,23 +495,14 @@ def pick_config(
     return best
 
 
-class _Clock:
-    """``with clock(name):`` adds the block's wall seconds to ``phases[name]`` (a tuning record's ``phases_s``)."""
-
-    def __init__(self, phases: dict[str, float]):
-        self.phases = phases
-
-    def __call__(self, name: str):
-        import contextlib
-
-        @contextlib.contextmanager
-        def timed():
-            start = time.perf_counter()
-            try:
-                yield
-            finally:
-                self.phases[name] = self.phases.get(name, 0.0) + time.perf_counter() - start
-        return timed()
+@contextlib.contextmanager
+def _phase(phases: dict[str, float], name: str):
+    """``with _phase(phases, name):`` adds the block's wall seconds to ``phases[name]`` (a record's ``phases_s``)."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        phases[name] = phases.get(name, 0.0) + time.perf_counter() - start
 
 
 def _warm_up(cands: Sequence[GemmConfig], bench: Callable[[GemmConfig], float], ms: float) -> None:
@@ -585,7 +578,6 @@ def _prepare_all(cands: Sequence[GemmConfig], prepare: Callable[[GemmConfig], ob
     """``prepare`` every candidate in a thread pool, each on the caller's CUDA stream (so that its launches order
     with the caller's work, as the timing's will), while this thread keeps the GPU busy with ``load`` (see
     LOAD_GRAPH_MS) where given and capturable. Returns the milliseconds it kept the GPU busy (0 without it)."""
-    import contextlib
     from concurrent.futures import ThreadPoolExecutor
 
     stream = torch.cuda.current_stream() if torch.cuda.is_available() else None
