@@ -389,6 +389,23 @@ def _by_shape(b: Bench, want):
         del A, B
 
 
+def _rows_in_time(b: Bench, want, *, left_s: float, skip, last=None):
+    """The rows ``_by_shape(b, want)`` gives, each as (row, shape, its shape record, A, B, epilogue function,
+    make_inputs), while ``left_s`` seconds are left before the deadline; a row past it goes to ``skip(row,
+    shape)`` instead. ``last(row)``: rows for which it is true come last in their shape. The results are saved
+    after each row the caller has handled."""
+    from benchmarks.workloads import bench_workload
+
+    for shape, shape_rec, A, B, rows in _by_shape(b, want):
+        for row in sorted(rows, key=last) if last is not None else rows:
+            if b.time_left() < left_s:
+                skip(row, shape)
+                continue
+            fn, mk = bench_workload(row["workload"])
+            yield row, shape, shape_rec, A, B, fn, mk
+            b.save()
+
+
 def _time_row(b: Bench, row: dict, shape_rec: dict, A, B, fn, inputs: dict, **others) -> None:
     """evtorch's public call and cuBLAS, and ``others`` (name -> callable, e.g. ``compile``), in one set of
     interleaved rounds (``Harness.paired``): each one's median and rounds into ``row`` (``<name>_ms``,
@@ -414,7 +431,6 @@ def compile_rows(b: Bench):
     import torch
 
     from evtorch.examples import eager_reference
-    from benchmarks.workloads import bench_workload
 
     applied = {}
     import torch._inductor.config as icfg
@@ -429,38 +445,36 @@ def compile_rows(b: Bench):
     b.results["settings"]["inductor"] = applied
     b.results["settings"]["compile_mode"] = b.args.compile_mode
     b.log("COMPILE settings", json.dumps(applied), "mode", b.args.compile_mode)
-    for shape, shape_rec, A, B, rows in _by_shape(b, lambda row: True):
-        M, N, K = shape
-        # the fused workloads first: the identity's torch.compile row (cuBLAS either way) matters least when the
-        # deadline cuts the phase short
-        for row in sorted(rows, key=lambda r: r["workload"] == "identity"):
-            if b.time_left() < 40:
-                row["compile_skipped"] = "deadline"
-                b.log("SKIP compile", row["workload"], shape, "deadline")
-                continue
-            name = row["workload"]
-            fn, mk = bench_workload(name)
-            try:
-                inputs = mk(M, N, b.dev, torch.bfloat16)
-                ns = {"fn": fn}
-                # a fresh code object per workload: dynamo caches per code object
-                exec(f"def base_{name}(A, B, **kw):\n    return fn(A @ B, **kw)\n", ns)
-                cfn = torch.compile(ns[f"base_{name}"], mode=b.args.compile_mode, dynamic=False)
-                t = time.time()
-                out_c = cfn(A, B, **inputs)
-                b.sync()
-                row["compile_s"] = round(time.time() - t, 1)
-                ref = eager_reference(fn, A, B, **inputs)
-                row["err_compile"] = max_error(out_c, ref)
-                del out_c, ref
-                _time_row(b, row, shape_rec, A, B, fn, inputs, compile=lambda: cfn(A, B, **inputs))
-                b.log(f"  {name:15s} evt {row['evt_ms']:.4f} ms x{row['evt_vs_cublas']:.3f} cuBLAS | compile "
-                      f"{row['compile_ms']:.4f} ms x{row['compile_vs_cublas']:.3f} (compiled in {row['compile_s']} s, "
-                      f"err {row['err_compile']:.2e}) | evt / compile {row['evt_vs_compile']:.3f}")
-            except Exception as exc:  # noqa: BLE001
-                row["compile_error"] = f"{type(exc).__name__}: {exc}"[:2000]
-                b.log("  COMPILE FAIL", name, traceback.format_exc()[-2000:])
-            b.save()
+
+    def skip(row, shape):
+        row["compile_skipped"] = "deadline"
+        b.log("SKIP compile", row["workload"], shape, "deadline")
+
+    # the fused workloads first: the identity's torch.compile row (cuBLAS either way) matters least when the
+    # deadline cuts the phase short
+    for row, (M, N, K), shape_rec, A, B, fn, mk in _rows_in_time(b, lambda row: True, left_s=40, skip=skip,
+                                                                 last=lambda r: r["workload"] == "identity"):
+        name = row["workload"]
+        try:
+            inputs = mk(M, N, b.dev, torch.bfloat16)
+            ns = {"fn": fn}
+            # a fresh code object per workload: dynamo caches per code object
+            exec(f"def base_{name}(A, B, **kw):\n    return fn(A @ B, **kw)\n", ns)
+            cfn = torch.compile(ns[f"base_{name}"], mode=b.args.compile_mode, dynamic=False)
+            t = time.time()
+            out_c = cfn(A, B, **inputs)
+            b.sync()
+            row["compile_s"] = round(time.time() - t, 1)
+            ref = eager_reference(fn, A, B, **inputs)
+            row["err_compile"] = max_error(out_c, ref)
+            del out_c, ref
+            _time_row(b, row, shape_rec, A, B, fn, inputs, compile=lambda: cfn(A, B, **inputs))
+            b.log(f"  {name:15s} evt {row['evt_ms']:.4f} ms x{row['evt_vs_cublas']:.3f} cuBLAS | compile "
+                  f"{row['compile_ms']:.4f} ms x{row['compile_vs_cublas']:.3f} (compiled in {row['compile_s']} s, "
+                  f"err {row['err_compile']:.2e}) | evt / compile {row['evt_vs_compile']:.3f}")
+        except Exception as exc:  # noqa: BLE001
+            row["compile_error"] = f"{type(exc).__name__}: {exc}"[:2000]
+            b.log("  COMPILE FAIL", name, traceback.format_exc()[-2000:])
 
 
 def pair_rows(b: Bench):
@@ -469,24 +483,19 @@ def pair_rows(b: Bench):
     so this runs while 5 s are left (phase 2 stops with 40 s left)."""
     import torch
 
-    from benchmarks.workloads import bench_workload
+    def skip(row, shape):
+        b.log("SKIP evt timing", row["workload"], shape, "deadline")
 
-    for shape, shape_rec, A, B, rows in _by_shape(b, lambda row: "evt_ms" not in row):
-        M, N, K = shape
-        for row in rows:
-            if b.time_left() < 5:
-                b.log("SKIP evt timing", row["workload"], shape, "deadline")
-                continue
-            name = row["workload"]
-            fn, mk = bench_workload(name)
-            try:
-                inputs = mk(M, N, b.dev, torch.bfloat16)
-                _time_row(b, row, shape_rec, A, B, fn, inputs)
-                b.log(f"  {name:15s} {M}x{N}x{K} evt {row['evt_ms']:.4f} ms x{row['evt_vs_cublas']:.3f} cuBLAS")
-            except Exception as exc:  # noqa: BLE001
-                row["error"] = f"{type(exc).__name__}: {exc}"[:2000]
-                b.log("  FAIL", name, traceback.format_exc()[-3000:])
-            b.save()
+    for row, (M, N, K), shape_rec, A, B, fn, mk in _rows_in_time(b, lambda row: "evt_ms" not in row, left_s=5,
+                                                                 skip=skip):
+        name = row["workload"]
+        try:
+            inputs = mk(M, N, b.dev, torch.bfloat16)
+            _time_row(b, row, shape_rec, A, B, fn, inputs)
+            b.log(f"  {name:15s} {M}x{N}x{K} evt {row['evt_ms']:.4f} ms x{row['evt_vs_cublas']:.3f} cuBLAS")
+        except Exception as exc:  # noqa: BLE001
+            row["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+            b.log("  FAIL", name, traceback.format_exc()[-3000:])
 
 
 def identity_sweep(b: Bench, sizes):
