@@ -59,6 +59,9 @@ def main(argv=None) -> int:
                     help="freeze: gc.collect() and gc.freeze() before the profiled compile (the objects the steps "
                          "before left are then never traversed again by the collector)")
     ap.add_argument("--reset", action="store_true", help="torch._dynamo.reset() after the steps of --before")
+    ap.add_argument("--pool", choices=("as-is", "shutdown", "ready"), default="as-is",
+                    help="Inductor's compile-worker pool before the profiled compile: shut down "
+                         "(shutdown_compile_workers), or woken up and waited for (wakeup, wait_pool_ready)")
     ap.add_argument("--top", type=int, default=60)
     args = ap.parse_args(argv)
     # fresh caches (Inductor's and Triton's), as on a freshly started machine, unless the caller sets them
@@ -104,6 +107,16 @@ def main(argv=None) -> int:
     if args.reset:
         torch._dynamo.reset()
         log.append("torch._dynamo.reset() before the compile")
+    if args.pool != "as-is":
+        import torch._inductor.async_compile as ac
+
+        t = time.perf_counter()
+        if args.pool == "shutdown":
+            ac.shutdown_compile_workers()
+        else:  # ready: the sidecar's workers started and answering before the compile
+            ac.AsyncCompile.wakeup()
+            ac.AsyncCompile.wait_pool_ready()
+        log.append(f"compile-worker pool {args.pool}: {time.perf_counter() - t:.1f} s")
     if args.gc == "freeze":
         gc.collect()
         gc.freeze()
@@ -138,7 +151,7 @@ def main(argv=None) -> int:
     steps = len(list(filter(None, args.before.split(","))))
     tag = f"{args.workload}_{args.shape}" + (f"_after_{steps}" if steps else "") + ("" if prof else "_np") + \
         ("_gcfreeze" if args.gc == "freeze" else "") + \
-        ("_reset" if args.reset else "")
+        ("_reset" if args.reset else "") + ("" if args.pool == "as-is" else f"_pool{args.pool}")
     (out / f"compile_profile_{tag}.txt").write_text(head + text.getvalue())
     print(head, end="")
     return 0

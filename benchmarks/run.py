@@ -12,7 +12,8 @@ Per workload (benchmarks/workloads.py) and shape (M, N, K), bf16 A and B, fp32 a
 - ``evt_kernel``: the same call captured in a CUDA graph and replayed (device time only);
 - ``cublas``: ``torch.matmul(A, B)`` alone (bf16 out), the target: evt / cublas <= 1.05 (large), 1.15 (small K);
 - ``eager``: ``fn(A @ B, **inputs)``; ``compile``: the same under ``torch.compile(mode=--compile-mode)``, each
-  graph compiled once (compile seconds reported), with the Inductor settings in ``INDUCTOR_SETTINGS``.
+  graph compiled once (compile seconds reported), with the Inductor settings in ``INDUCTOR_SETTINGS`` and
+  Inductor's compile-worker pool shut down before each (``shutdown_compile_workers``: why, there).
 
 ``evt``, ``cublas`` and ``compile`` of a row are timed in one set of five interleaved rounds (clocks drift; every
 ratio then divides times taken under the same clocks); a row torch.compile does not reach (deadline,
@@ -422,18 +423,17 @@ def _time_row(b: Bench, row: dict, shape_rec: dict, A, B, fn, inputs: dict, **ot
     derive(row, shape_rec)
 
 
-def fresh_inductor_state():
-    """A context in which torch.compile compiles as in a freshly started process: Inductor's in-memory caches
-    cleared and an empty cache directory (``torch._inductor.utils.fresh_cache``; kept, not deleted, since the
-    compiled graph's files stay in use). Why: in one process, the second and later graphs whose GEMM has a shape
-    already compiled take about twice as long as the first (H100, 2026-11-27, ``benchmarks/compile_profile.py``:
-    at 8192x4096x1024 lincomb_relu 18 s first, then bias_gelu_aux 52 s and colbcast_leaky 50 s; lincomb_relu 20.6 s
-    alone, 36-50 s after three graphs), which cost the bench 60-90 s a run. A user compiles a model's graphs once per
-    process, so each row's compile is timed, and its code chosen, as a fresh process would."""
-    import torch._inductor.utils as iutils
+def shutdown_compile_workers() -> None:
+    """Shut Inductor's compile-worker pool down before a torch.compile row's compile (the next compile starts it
+    again). Why: in one process, the heavy compiles after the first one or two took 40-50 s where the first took
+    about 20 s, and with the pool shut down first the same compile took 10.4 s (H100, 2026-11-27: lincomb_relu at
+    8192x4096x1024 after three graphs at 8192x8192x4096, ``benchmarks/compile_profile.py --pool``; a pool woken up
+    and ready: 39.9 s). The compiled code is Inductor's either way; only where its kernels are compiled changes.
+    docs/benchmarks.md, "torch.compile's compiles in one process"."""
+    from torch._inductor import async_compile
 
-    fresh = getattr(iutils, "fresh_cache", None) or iutils.fresh_inductor_cache
-    return fresh(delete=False)
+    if hasattr(async_compile, "shutdown_compile_workers"):
+        async_compile.shutdown_compile_workers()
 
 
 def compile_rows(b: Bench):
@@ -475,10 +475,10 @@ def compile_rows(b: Bench):
             # a fresh code object per workload: dynamo caches per code object
             exec(f"def base_{name}(A, B, **kw):\n    return fn(A @ B, **kw)\n", ns)
             cfn = torch.compile(ns[f"base_{name}"], mode=b.args.compile_mode, dynamic=False)
+            shutdown_compile_workers()
             t = time.time()
-            with fresh_inductor_state():
-                out_c = cfn(A, B, **inputs)
-                b.sync()
+            out_c = cfn(A, B, **inputs)
+            b.sync()
             row["compile_s"] = round(time.time() - t, 1)
             ref = eager_reference(fn, A, B, **inputs)
             row["err_compile"] = max_error(out_c, ref)
