@@ -1,4 +1,5 @@
-"""The benchmark tools that run without a GPU: the Nsight Compute report summary of ``benchmarks.ncu_probe``."""
+"""The benchmark tools that run without a GPU: report summaries (Nsight Compute, power), the paired timer, the bench's
+rows and torch.compile phase, the ablation, probe and tuner-timing helpers."""
 import sys
 from pathlib import Path
 
@@ -407,3 +408,89 @@ def test_rounds_profile_averages_each_round_over_its_rows_median(tmp_path, capsy
     assert rounds.main([str(path), "--json", str(tmp_path / "p.json")]) == 0
     assert "evtorch, beside cuBLAS (and torch.compile, from 2026-11-27) (2 rows): mean per round 1.000 1.500 1.500; slowest in 0 1 1" in capsys.readouterr().out
     assert json.loads((tmp_path / "p.json").read_text())["evt_ms_rounds"]["rows"] == 2
+
+
+def test_bench_shuts_the_compile_workers_down_before_each_torch_compile_row(monkeypatch):
+    """Inductor's live compile-worker pool made a process's later heavy compiles twice as slow (docs/benchmarks.md,
+    "torch.compile's compiles in one process"), so ``compile_rows`` shuts it down right before each row's first
+    (compiling) call, and only then: the timed calls after it find the pool as the compile left it."""
+    import types
+
+    import torch
+
+    from benchmarks import run
+
+    events = []
+    monkeypatch.setattr(run, "shutdown_compile_workers", lambda: events.append("shutdown"))
+
+    def fake_compile(fn, **kwargs):
+        def compiled(A, B, **inputs):
+            events.append("call")
+            return fn(A, B, **inputs)
+        return compiled
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    rows = [{"workload": "lincomb_relu"}, {"workload": "identity"}]
+
+    def fake_rows(b, want, *, left_s, skip, last=None):
+        A, B = torch.randn(4, 3), torch.randn(3, 5)
+        for row in rows:
+            yield row, (4, 5, 3), {}, A, B, (lambda acc: acc), (lambda M, N, dev, dtype: {})
+
+    monkeypatch.setattr(run, "_rows_in_time", fake_rows)
+    def fake_time_row(b, row, shape_rec, A, B, fn, inputs, compile):
+        compile()
+        row.update(evt_ms=1.0, evt_vs_cublas=1.0, compile_ms=1.0, compile_vs_cublas=1.0, evt_vs_compile=1.0)
+
+    monkeypatch.setattr(run, "_time_row", fake_time_row)
+    bench = types.SimpleNamespace(results={"settings": {}}, args=types.SimpleNamespace(compile_mode="default"),
+                                  dev="cpu", sync=lambda: None, log=lambda *parts: None)
+    run.compile_rows(bench)
+    # per row: the pool shut down, the compiling call, then the timed call (_time_row's), with no shutdown between
+    assert events == ["shutdown", "call", "call"] * 2
+    assert all("compile_s" in row and "err_compile" in row and "compile_error" not in row for row in rows)
+
+
+def test_shutdown_compile_workers_uses_inductors_and_tolerates_its_absence(monkeypatch):
+    from torch._inductor import async_compile
+
+    from benchmarks import run
+
+    calls = []
+    monkeypatch.setattr(async_compile, "shutdown_compile_workers", lambda: calls.append(1))
+    run.shutdown_compile_workers()
+    assert calls == [1]
+    monkeypatch.delattr(async_compile, "shutdown_compile_workers")
+    run.shutdown_compile_workers()  # an Inductor without it: nothing to do
+
+
+def test_schedule_probe_varies_group_m_of_each_bench_pick():
+    """``schedule_probe --mode groups``: every row of a bench JSON with its picked config at each GROUP_M (the
+    large shape at its own list), nothing else of the config changed; ``--shapes`` keeps only those shapes."""
+    import argparse
+
+    from benchmarks import schedule_probe
+    from evtorch.codegen.configs import GemmConfig
+
+    picks = ROOT / "benchmarks" / "results" / "bench_h100_run20261127_0241.json"
+    args = argparse.Namespace(picks=str(picks), groups=[2, 8], groups_large=[4, 8, 16], shapes=None)
+    rows = schedule_probe._group_rows(args, cuda=True)
+    assert len(rows) == 16 and {r[1] for r in rows} >= {"identity", "mixed_dag"}
+    for shape, workload, configs in rows:
+        assert list(configs) == (["g2", "g8"] if shape[2] == 1024 else ["g4", "g8", "g16"])
+        base = configs["g8"]
+        assert all(c.GROUP_M == int(name[1:]) and isinstance(c, GemmConfig) for name, c in configs.items())
+        assert all(c.extra == base.extra and c.template == base.template for c in configs.values())
+    args.shapes = ["8192x4096x1024"]
+    assert {r[0] for r in schedule_probe._group_rows(args, cuda=True)} == {(8192, 4096, 1024)}
+
+
+@pytest.mark.parametrize("mode", ["waves", "groups"])
+def test_schedule_probe_dry_run_writes_its_rows(tmp_path, mode):
+    import json
+
+    from benchmarks import schedule_probe
+
+    assert schedule_probe.main(["--dry-run", "--out", str(tmp_path), "--mode", mode]) == 0
+    result = json.loads((tmp_path / f"schedule_{mode}.json").read_text())
+    assert result["rows"] and all(row["ms"]["cublas"] > 0 for row in result["rows"])
