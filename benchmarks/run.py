@@ -107,8 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "(benchmarks/power_probe.py; default 0: off)")
     ap.add_argument("--deadline-s", type=float, default=560.0, help="stop starting new work after this many seconds "
                     "(the default leaves the last started item room within a 600 s device call: a torch.compile row "
-                    "starts only with 40 s left, and the longest measured took 56 s; every row fit in 454-510 s on "
-                    "an H100 before the tuner's 1.5 s warm-up, which adds about 25 s)")
+                    "starts only with 40 s left; the longest measured took 56 s, 22 s since the compile-worker pool is "
+                    "shut down before each row; every row fit in 454-510 s on an H100 before the tuner's 1.5 s "
+                    "warm-up, which adds about 25 s)")
     return ap
 
 
