@@ -33,12 +33,12 @@ INDUCTOR_FRAMES = ("(select_algorithm|autotun|benchmark|coordinate_descent|sched
                    "triton_heuristics|compile_fx|graph.py|wrapper|kernel/)")
 
 
-def _compile(torch, w, name: str, A, B, inputs: dict):
-    """``w.fn(A @ B)`` through torch.compile as the bench compiles it (a fresh code object per call, so Dynamo
-    compiles it anew); the compiled function and the first call's seconds."""
-    ns = {"fn": w.fn}
-    exec(f"def base_{name}(A, B, **kw):\n    return fn(A @ B, **kw)\n", ns)
-    compiled = torch.compile(ns[f"base_{name}"], mode="max-autotune-no-cudagraphs", dynamic=False)
+def _compile(torch, fn, name: str, A, B, inputs: dict):
+    """``fn(A @ B)`` through torch.compile as the bench compiles it (``run.compile_baseline``: a fresh code object
+    per call, so Dynamo compiles it anew); the compiled function and the first call's seconds."""
+    from benchmarks.run import compile_baseline
+
+    compiled = compile_baseline(fn, name, "max-autotune-no-cudagraphs")
     t = time.perf_counter()
     compiled(A, B, **inputs)
     if A.is_cuda:
@@ -88,13 +88,14 @@ def main(argv=None) -> int:
         return A, B, WORKLOADS[workload].make_inputs(M, N, dev, A.dtype)
 
     log = []
-    for step in filter(None, args.before.split(",")):
+    steps = [step for step in args.before.split(",") if step]
+    for step in steps:
         kind, shape, *rest = step.split(":")
         workload = rest[0] if rest else args.workload
         A, B, inputs = problem(shape, workload)
         t = time.perf_counter()
         if kind == "compile":
-            _compile(torch, WORKLOADS[workload], workload, A, B, inputs)
+            _compile(torch, WORKLOADS[workload].fn, workload, A, B, inputs)
         elif kind == "evt":
             evt.gemm(A, B, WORKLOADS[workload].fn, **inputs)
             torch.cuda.synchronize() if dev == "cuda" else None
@@ -134,7 +135,7 @@ def main(argv=None) -> int:
     prof = None if args.no_profile else cProfile.Profile()
     if prof is not None:
         prof.enable()
-    _, seconds = _compile(torch, WORKLOADS[args.workload], args.workload, A, B, inputs)
+    _, seconds = _compile(torch, WORKLOADS[args.workload].fn, args.workload, A, B, inputs)
     gc.callbacks.remove(gc_clock)
     gc.unfreeze()
     log.append(f"garbage collection during the compile: {gc_s[0]:.1f} s ({gc_runs[0]} full collections)")
@@ -148,8 +149,7 @@ def main(argv=None) -> int:
     head = "".join(line + "\n" for line in log) + \
         f"{args.workload} {args.shape} on {torch.cuda.get_device_name(0) if dev == 'cuda' else 'cpu'}: " \
         f"first call (compile) {seconds:.1f} s{'' if prof else ' (no profiler)'}\n"
-    steps = len(list(filter(None, args.before.split(","))))
-    tag = f"{args.workload}_{args.shape}" + (f"_after_{steps}" if steps else "") + ("" if prof else "_np") + \
+    tag = f"{args.workload}_{args.shape}" + (f"_after_{len(steps)}" if steps else "") + ("" if prof else "_np") + \
         ("_gcfreeze" if args.gc == "freeze" else "") + \
         ("_reset" if args.reset else "") + ("" if args.pool == "as-is" else f"_pool{args.pool}")
     (out / f"compile_profile_{tag}.txt").write_text(head + text.getvalue())

@@ -424,6 +424,17 @@ def _time_row(b: Bench, row: dict, shape_rec: dict, A, B, fn, inputs: dict, **ot
     derive(row, shape_rec)
 
 
+def compile_baseline(fn, name: str, mode: str):
+    """The torch.compile baseline of a row: ``fn(A @ B, **kw)`` under ``torch.compile(mode=mode, dynamic=False)``,
+    as a fresh code object (``base_<name>``) per call, since Dynamo caches per code object: each row compiles anew
+    (nothing compiled until its first call)."""
+    import torch
+
+    ns = {"fn": fn}
+    exec(f"def base_{name}(A, B, **kw):\n    return fn(A @ B, **kw)\n", ns)
+    return torch.compile(ns[f"base_{name}"], mode=mode, dynamic=False)
+
+
 def shutdown_compile_workers() -> None:
     """Shut Inductor's compile-worker pool down before a torch.compile row's compile (the next compile starts it
     again). Why: in one process, the heavy compiles after the first one or two took 40-50 s where the first took
@@ -472,10 +483,7 @@ def compile_rows(b: Bench):
         name = row["workload"]
         try:
             inputs = mk(M, N, b.dev, torch.bfloat16)
-            ns = {"fn": fn}
-            # a fresh code object per workload: dynamo caches per code object
-            exec(f"def base_{name}(A, B, **kw):\n    return fn(A @ B, **kw)\n", ns)
-            cfn = torch.compile(ns[f"base_{name}"], mode=b.args.compile_mode, dynamic=False)
+            cfn = compile_baseline(fn, name, b.args.compile_mode)
             shutdown_compile_workers()
             t = time.time()
             out_c = cfn(A, B, **inputs)

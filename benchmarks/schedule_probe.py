@@ -79,7 +79,7 @@ def _groups(b, args, cuda: bool, dev: str) -> None:
     import torch
 
     import evtorch as evt
-    from benchmarks.workloads import WORKLOADS, identity
+    from benchmarks.workloads import bench_workload
     from evtorch.examples import operands
 
     operands_of = {}
@@ -92,8 +92,8 @@ def _groups(b, args, cuda: bool, dev: str) -> None:
             operands_of.clear()
             operands_of[(M, N, K)] = operands(M, N, K, dev, torch.bfloat16 if cuda else torch.float16)
         A, B = operands_of[(M, N, K)]
-        w = WORKLOADS.get(workload)
-        fn, inputs = (w.fn, w.make_inputs(M, N, dev, A.dtype)) if w else (identity, {})
+        fn, make_inputs = bench_workload(workload)
+        inputs = make_inputs(M, N, dev, A.dtype)
         fns = {"cublas": lambda: torch.matmul(A, B)}
         for name, cfg in configs.items():
             fns[name] = (lambda cfg=cfg: evt.gemm(A, B, fn, config=cfg, **inputs))
@@ -127,7 +127,7 @@ def main(argv=None) -> int:
 
     import evtorch as evt
     from benchmarks.harness import Harness
-    from benchmarks.workloads import WORKLOADS
+    from benchmarks.workloads import bench_workload
     from evtorch.examples import operands
 
     cuda = torch.cuda.is_available() and not args.dry_run
@@ -151,10 +151,10 @@ def main(argv=None) -> int:
             if workload is None:
                 fns[name] = (lambda cfg=cfg: evt.gemm(A, B, config=cfg))
             else:
+                fn, make_inputs = bench_workload(workload)
                 if workload not in inputs:
-                    inputs[workload] = WORKLOADS[workload].make_inputs(M, N, dev, A.dtype)
-                fns[name] = (lambda fn=WORKLOADS[workload].fn, kw=inputs[workload], cfg=cfg:
-                             evt.gemm(A, B, fn, config=cfg, **kw))
+                    inputs[workload] = make_inputs(M, N, dev, A.dtype)
+                fns[name] = (lambda fn=fn, kw=inputs[workload], cfg=cfg: evt.gemm(A, B, fn, config=cfg, **kw))
             fns[name]()
         if cuda:
             torch.cuda.synchronize()
