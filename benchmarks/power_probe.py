@@ -15,8 +15,10 @@ A job is ``cublas`` (torch.matmul), ``WORKLOAD`` (evt.gemm with the tuner off: t
 set) or one of ``benchmarks.ablation``'s (``CONFIG_NAMES``); WORKLOAD may also be an ablation member
 (``benchmarks.ablation.MEMBERS``: e.g. bias_two_stores, the bias epilogue storing two tiles and doing no math).
 ``--from-bench bench.json`` takes the jobs from a bench run instead: per shape, every row's workload with the
-config the tuner picked there, cuBLAS first, after every fourth row and last. Writes power.json and
-power_log.txt under --out. CUDA only.
+config the tuner picked there, cuBLAS first, after every fourth row and last. ``--baselines`` first runs the jobs
+the energy model needs (``BASELINE_JOBS``: the board idle, one spinning thread block, a 1 GiB device copy;
+``benchmarks.energy_floor`` turns them into a floor per row). Writes power.json and power_log.txt under --out.
+Each row also has its energy per launch (``energy_mj``: median power x time per launch). CUDA only.
 """
 from __future__ import annotations
 
@@ -34,6 +36,16 @@ QUERY = "power.draw,clocks.sm,clocks.mem,clocks_event_reasons.active,temperature
 # clocks_event_reasons.active bits (nvidia-smi -q documents them as "Clocks Event Reasons")
 REASONS = {0x1: "idle", 0x2: "app_clocks", 0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x20: "sw_thermal",
            0x40: "hw_thermal", 0x80: "hw_power_brake", 0x100: "display_clocks"}
+
+
+# Jobs that are not GEMMs, for the energy model (``benchmarks.energy_floor``): ``idle`` samples the board with
+# nothing launched; ``spin`` keeps one thread block spinning (``torch.cuda._sleep``), so the clocks are up and
+# almost nothing switches: the board's static power at a high clock; ``copy`` copies a COPY_BYTES / 2 tensor
+# (COPY_BYTES read + written per launch, as the bench's copy ceiling counts): the energy of a byte of DRAM
+# traffic moved through the SMs, the path an epilogue's loads and stores take.
+BASELINE_JOBS = ("idle", "spin", "copy")
+COPY_BYTES = 1 << 30
+SPIN_CYCLES = 1_000_000  # one ``_sleep`` launch: about 0.5 ms at the H100's 1980 MHz
 
 
 def _reasons(mask: int) -> list[str]:
@@ -83,6 +95,12 @@ def _job_fn(job: str, M: int, N: int, K: int, config: dict | None = None):
     from benchmarks.pingpong_check import configs
     from evtorch.examples import operands
 
+    if job == "spin":
+        return lambda: torch.cuda._sleep(SPIN_CYCLES)
+    if job == "copy":
+        src = torch.randn(COPY_BYTES // 4, device="cuda", dtype=torch.bfloat16)
+        dst = torch.empty_like(src)
+        return lambda: dst.copy_(src)
     torch.manual_seed(0)
     A, B = operands(M, N, K, "cuda", torch.bfloat16)
     if job == "cublas":
@@ -101,9 +119,38 @@ def _job_fn(job: str, M: int, N: int, K: int, config: dict | None = None):
     return lambda: evt.gemm(A, B, fn, config=cfg, **inputs)
 
 
+def _summary(job: str, config: dict | None, shape, ms: float | None, samples: list[dict]) -> dict:
+    """One probe row: the job, its time per launch, and the medians of the samples (power, clocks, temperature),
+    the clock-event reasons seen, the share of samples under the power cap, and the energy per launch."""
+    mask = 0
+    for r in samples:
+        mask |= r["reasons"]
+    res = {"job": job, "config": config, "shape": shape, "ms_per_launch": ms, "samples": len(samples),
+           "reasons": _reasons(mask),
+           "power_reason_share": (sum(1 for r in samples if r["reasons"] & 0x4) / len(samples)) if samples else None}
+    for key in ("power_w", "sm_mhz", "mem_mhz", "temp_c"):
+        vals = [r[key] for r in samples]
+        res[key] = statistics.median(vals) if vals else None
+    res["energy_mj"] = res["power_w"] * ms if ms is not None and res["power_w"] is not None else None  # W x ms
+    if job == "copy":
+        res["bytes_per_launch"] = COPY_BYTES
+    return res
+
+
+def measure_idle(seconds: float) -> dict:
+    """The board with nothing launched, sampled for ``seconds``."""
+    proc = _sampler()
+    time.sleep(0.4 + seconds)
+    proc.terminate()
+    out, _ = proc.communicate(timeout=10)
+    return _summary("idle", None, None, None, _parse(out.splitlines())[8:])
+
+
 def measure(job: str, M: int, N: int, K: int, seconds: float, config: dict | None = None) -> dict:
     import torch
 
+    if job == "idle":
+        return measure_idle(seconds)
     fn = _job_fn(job, M, N, K, config)
     for _ in range(3):
         fn()
@@ -140,16 +187,7 @@ def measure(job: str, M: int, N: int, K: int, seconds: float, config: dict | Non
     out, _ = proc.communicate(timeout=10)
     samples = _parse(out.splitlines())[8:]  # drop the first 0.4 s (sampler start, the GPU rising to load)
     ms = start.elapsed_time(end) / (reps * n)
-    mask = 0
-    for r in samples:
-        mask |= r["reasons"]
-    res = {"job": job, "config": config, "shape": [M, N, K], "ms_per_launch": ms, "samples": len(samples),
-           "reasons": _reasons(mask),
-           "power_reason_share": (sum(1 for r in samples if r["reasons"] & 0x4) / len(samples)) if samples else None}
-    for key in ("power_w", "sm_mhz", "mem_mhz", "temp_c"):
-        vals = [r[key] for r in samples]
-        res[key] = statistics.median(vals) if vals else None
-    return res
+    return _summary(job, config, None if job in BASELINE_JOBS else [M, N, K], ms, samples)
 
 
 def main() -> int:
@@ -159,6 +197,8 @@ def main() -> int:
     ap.add_argument("--jobs", default="cublas,identity,lincomb_relu,bce_loss,cublas")
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--from-bench", help="a bench JSON: its rows' workloads with the configs picked there")
+    ap.add_argument("--baselines", action="store_true",
+                    help=f"first the energy model's jobs ({', '.join(BASELINE_JOBS)}; benchmarks.energy_floor)")
     args = ap.parse_args()
     import os
 
@@ -180,6 +220,8 @@ def main() -> int:
         plan = bench_jobs(json.loads(Path(args.from_bench).read_text()))
     else:
         plan = {shape: [(job, None) for job in args.jobs.split(",")] for shape in args.shape.split(",")}
+    if args.baselines:
+        plan = {"0x0x0": [(job, None) for job in BASELINE_JOBS], **plan}
     for shape, jobs in plan.items():
         M, N, K = (int(x) for x in shape.split("x"))
         for job, config in jobs:
@@ -189,7 +231,8 @@ def main() -> int:
                 b.log(f"{job} {shape}: {type(exc).__name__}: {exc}"[:300])
                 continue
             results["rows"].append(r)
-            b.log(f"{job:28s} {shape} {r['ms_per_launch'] * 1e3:8.1f} us  power {r['power_w']:6.1f} W  SM "
+            per = f"{r['ms_per_launch'] * 1e3:8.1f} us" if r["ms_per_launch"] is not None else "       - us"
+            b.log(f"{job:28s} {shape} {per}  power {r['power_w']:6.1f} W  SM "
                 f"{r['sm_mhz']:6.0f} MHz  mem {r['mem_mhz']:5.0f} MHz  {r['temp_c']:4.0f} C  power-cap share "
                 f"{r['power_reason_share']:.2f}  reasons {','.join(r['reasons']) or '-'}")
             b.save()

@@ -494,3 +494,72 @@ def test_schedule_probe_dry_run_writes_its_rows(tmp_path, mode):
     assert schedule_probe.main(["--dry-run", "--out", str(tmp_path), "--mode", mode]) == 0
     result = json.loads((tmp_path / f"schedule_{mode}.json").read_text())
     assert result["rows"] and all(row["ms"]["cublas"] > 0 for row in result["rows"])
+
+
+def _power_json(cublas_ms=0.1, cublas_w=690.0, row_ms=0.12, row_w=695.0):
+    """A power_probe JSON with the baselines (idle 70 W, spin 110 W, a 1 GiB copy of 0.4 ms at 510 W) and one
+    shape's cuBLAS and fused rows."""
+    from benchmarks.power_probe import COPY_BYTES
+
+    def row(job, shape, ms, w, **kw):
+        return {"job": job, "shape": shape, "ms_per_launch": ms, "power_w": w, "sm_mhz": 1500.0, **kw}
+
+    shape = [1024, 512, 256]
+    return {"power_limit_w,max_limit_w,max_sm_mhz": "700.00, 700.00, 1980",
+            "rows": [row("idle", None, None, 70.0), row("spin", None, 0.5, 110.0),
+                     row("copy", None, 0.4, 510.0, bytes_per_launch=COPY_BYTES),
+                     row("cublas", shape, cublas_ms, cublas_w), row("fused", shape, row_ms, row_w),
+                     row("cublas", shape, cublas_ms, cublas_w)]}
+
+
+def test_energy_floor_charges_the_extra_bytes_at_the_copy_energy():
+    """The floor on fused / cuBLAS: (cuBLAS's dynamic energy + extra bytes x the copy's dynamic energy per byte)
+    over the cap's dynamic budget, per cuBLAS time; worked by hand from the probe's numbers."""
+    from benchmarks.energy_floor import energy_model, floors, gemm_bytes, render
+    from benchmarks.power_probe import COPY_BYTES
+
+    power = _power_json()
+    model = energy_model(power)
+    e_byte = (510.0 - 110.0) * 0.4e-3 / COPY_BYTES  # J per byte
+    assert model["cap_w"] == 700.0 and model["static_w"] == 110.0
+    assert abs(model["e_byte_pj"] - e_byte * 1e12) < 1e-9
+    extra = 3 * 1024 * 512 * 2  # an M x N input and a second M x N output beyond the GEMM's
+    bench = {"rows": [{"workload": "fused", "shape": [1024, 512, 256], "bytes": gemm_bytes(1024, 512, 256) + extra,
+                       "evt_vs_cublas": 1.3},
+                      {"workload": "unprobed", "shape": [1024, 512, 256], "bytes": 1}]}
+    _, rows = floors(bench, power)
+    assert [r["workload"] for r in rows] == ["fused"]  # rows without a probe row are left out
+    r = rows[0]
+    t_cub = 0.1e-3
+    want = ((690.0 - 110.0) * t_cub + extra * e_byte) / ((700.0 - 110.0) * t_cub)
+    assert abs(r["floor_ratio"] - want) < 1e-12 and r["floor_ratio"] > 690 / 700
+    assert r["target"] is None and r["floor_over_target"] is None  # not one of the issue's shapes
+    assert abs(r["sustained_ratio"] - 1.2) < 1e-12 and r["bench_ratio"] == 1.3
+    dyn = (695.0 - 110.0) * 0.12e-3
+    assert abs(r["beyond_bytes_mj"] - (dyn - (690.0 - 110.0) * t_cub - extra * e_byte) * 1e3) < 1e-9
+    text = render(model, rows, md=True)
+    assert "| fused | 1024x512x256 |" in text and "pJ per byte" in text
+
+
+def test_energy_floor_needs_the_baselines():
+    """Without the --baselines rows the model says which run it needs instead of dividing by nothing."""
+    from benchmarks.energy_floor import energy_model
+
+    power = _power_json()
+    power["rows"] = [r for r in power["rows"] if r["job"] != "spin"]
+    with pytest.raises(ValueError, match="spin.*--baselines"):
+        energy_model(power)
+
+
+def test_power_probe_summary_of_baseline_jobs():
+    """Probe rows carry their energy per launch (W x ms = mJ); the idle board has no launch time and no energy;
+    the copy says how many bytes a launch moves."""
+    from benchmarks.power_probe import COPY_BYTES, _summary
+
+    samples = [{"power_w": w, "sm_mhz": 1500.0, "mem_mhz": 2619.0, "reasons": 4, "temp_c": 50.0}
+               for w in (600.0, 620.0, 640.0)]
+    r = _summary("copy", None, None, 0.5, samples)
+    assert r["power_w"] == 620.0 and r["energy_mj"] == 310.0 and r["bytes_per_launch"] == COPY_BYTES
+    assert r["power_reason_share"] == 1.0 and r["reasons"] == ["sw_power_cap"]
+    idle = _summary("idle", None, None, None, samples[:1])
+    assert idle["energy_mj"] is None and "bytes_per_launch" not in idle
