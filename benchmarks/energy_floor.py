@@ -49,9 +49,12 @@ def energy_model(power: dict) -> dict:
     spin, copy, idle = _one(rows, "spin"), _one(rows, "copy"), _one(rows, "idle")
     static = spin["power_w"]
     e_byte_pj = (copy["power_w"] - static) * copy["ms_per_launch"] * 1e-3 / copy["bytes_per_launch"] * 1e12
+    # every copy size the probe ran (``copy:MIB`` jobs too), for a look at how much the energy per byte moves
+    per_copy = {r["job"]: (r["power_w"] - static) * r["ms_per_launch"] * 1e-3 / r["bytes_per_launch"] * 1e12
+                for r in rows if r["job"].split(":")[0] == "copy" and r.get("power_w") is not None}
     return {"cap_w": cap, "static_w": static, "idle_w": idle["power_w"], "copy_w": copy["power_w"],
             "copy_GBps": copy["bytes_per_launch"] / (copy["ms_per_launch"] * 1e-3) / 1e9, "e_byte_pj": e_byte_pj,
-            "spin_mhz": spin["sm_mhz"], "copy_mhz": copy["sm_mhz"]}
+            "e_byte_pj_per_copy": per_copy, "spin_mhz": spin["sm_mhz"], "copy_mhz": copy["sm_mhz"]}
 
 
 def gemm_bytes(M: int, N: int, K: int, elem: int = 2) -> int:
@@ -96,7 +99,9 @@ def floors(bench: dict, power: dict) -> tuple[dict, list[dict]]:
 def render(model: dict, rows: list[dict], md: bool = False) -> str:
     head = (f"cap {model['cap_w']:.0f} W, static (one spinning block, {model['spin_mhz']:.0f} MHz) "
             f"{model['static_w']:.0f} W, idle {model['idle_w']:.0f} W; copy {model['copy_GBps']:.0f} GB/s at "
-            f"{model['copy_w']:.0f} W ({model['copy_mhz']:.0f} MHz): {model['e_byte_pj']:.0f} pJ per byte moved")
+            f"{model['copy_w']:.0f} W ({model['copy_mhz']:.0f} MHz): {model['e_byte_pj']:.0f} pJ per byte moved"
+            + "".join(f"; {job} {pj:.0f} pJ" for job, pj in model.get("e_byte_pj_per_copy", {}).items()
+                      if job != "copy"))
     cols = ("workload", "shape", "extra MB", "floor", "target", "sustained", "bench", "W", "MHz", "dyn mJ",
             "cuBLAS dyn mJ", "beyond bytes mJ")
     lines = [head, ""]

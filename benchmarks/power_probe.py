@@ -42,10 +42,21 @@ REASONS = {0x1: "idle", 0x2: "app_clocks", 0x4: "sw_power_cap", 0x8: "hw_slowdow
 # nothing launched; ``spin`` keeps one thread block spinning (``torch.cuda._sleep``), so the clocks are up and
 # almost nothing switches: the board's static power at a high clock; ``copy`` copies a COPY_BYTES / 2 tensor
 # (COPY_BYTES read + written per launch, as the bench's copy ceiling counts): the energy of a byte of DRAM
-# traffic moved through the SMs, the path an epilogue's loads and stores take.
+# traffic moved through the SMs, the path an epilogue's loads and stores take. ``copy:MIB`` copies a tensor of MIB
+# MiB instead (a second copy size, to see that the energy per byte does not depend on it).
 BASELINE_JOBS = ("idle", "spin", "copy")
 COPY_BYTES = 1 << 30
 SPIN_CYCLES = 1_000_000  # one ``_sleep`` launch: about 0.5 ms at the H100's 1980 MHz
+
+
+def copy_bytes(job: str) -> int:
+    """Bytes a launch of a ``copy`` / ``copy:MIB`` job moves (read + written)."""
+    _, _, mib = job.partition(":")
+    if not mib:
+        return COPY_BYTES
+    if not mib.isdigit() or int(mib) < 1:
+        raise ValueError(f"copy job {job!r}: expected copy:MIB with MIB a positive integer (MiB copied)")
+    return 2 * int(mib) << 20
 
 
 def _reasons(mask: int) -> list[str]:
@@ -97,8 +108,8 @@ def _job_fn(job: str, M: int, N: int, K: int, config: dict | None = None):
 
     if job == "spin":
         return lambda: torch.cuda._sleep(SPIN_CYCLES)
-    if job == "copy":
-        src = torch.randn(COPY_BYTES // 4, device="cuda", dtype=torch.bfloat16)
+    if job.split(":")[0] == "copy":
+        src = torch.randn(copy_bytes(job) // 4, device="cuda", dtype=torch.bfloat16)
         dst = torch.empty_like(src)
         return lambda: dst.copy_(src)
     torch.manual_seed(0)
@@ -132,8 +143,8 @@ def _summary(job: str, config: dict | None, shape, ms: float | None, samples: li
         vals = [r[key] for r in samples]
         res[key] = statistics.median(vals) if vals else None
     res["energy_mj"] = res["power_w"] * ms if ms is not None and res["power_w"] is not None else None  # W x ms
-    if job == "copy":
-        res["bytes_per_launch"] = COPY_BYTES
+    if job.split(":")[0] == "copy":
+        res["bytes_per_launch"] = copy_bytes(job)
     return res
 
 
@@ -187,7 +198,8 @@ def measure(job: str, M: int, N: int, K: int, seconds: float, config: dict | Non
     out, _ = proc.communicate(timeout=10)
     samples = _parse(out.splitlines())[8:]  # drop the first 0.4 s (sampler start, the GPU rising to load)
     ms = start.elapsed_time(end) / (reps * n)
-    return _summary(job, config, None if job in BASELINE_JOBS else [M, N, K], ms, samples)
+    baseline = job in BASELINE_JOBS or job.startswith("copy:")
+    return _summary(job, config, None if baseline else [M, N, K], ms, samples)
 
 
 def main() -> int:
@@ -199,6 +211,8 @@ def main() -> int:
     ap.add_argument("--from-bench", help="a bench JSON: its rows' workloads with the configs picked there")
     ap.add_argument("--baselines", action="store_true",
                     help=f"first the energy model's jobs ({', '.join(BASELINE_JOBS)}; benchmarks.energy_floor)")
+    ap.add_argument("--extra-baselines", default="", metavar="JOBS",
+                    help="with --baselines, more jobs after them (e.g. copy:1024, a second copy size)")
     args = ap.parse_args()
     import os
 
@@ -221,7 +235,8 @@ def main() -> int:
     else:
         plan = {shape: [(job, None) for job in args.jobs.split(",")] for shape in args.shape.split(",")}
     if args.baselines:
-        plan = {"0x0x0": [(job, None) for job in BASELINE_JOBS], **plan}
+        extra = [job for job in args.extra_baselines.split(",") if job]
+        plan = {"0x0x0": [(job, None) for job in (*BASELINE_JOBS, *extra)], **plan}
     for shape, jobs in plan.items():
         M, N, K = (int(x) for x in shape.split("x"))
         for job, config in jobs:

@@ -563,3 +563,15 @@ def test_power_probe_summary_of_baseline_jobs():
     assert r["power_reason_share"] == 1.0 and r["reasons"] == ["sw_power_cap"]
     idle = _summary("idle", None, None, None, samples[:1])
     assert idle["energy_mj"] is None and "bytes_per_launch" not in idle
+
+
+def test_power_probe_copy_sizes():
+    """``copy`` moves COPY_BYTES a launch, ``copy:MIB`` twice MIB MiB (read + written); a malformed size names
+    the job and what it expects."""
+    from benchmarks.power_probe import COPY_BYTES, copy_bytes
+
+    assert copy_bytes("copy") == COPY_BYTES == 1 << 30
+    assert copy_bytes("copy:1024") == 2 << 30
+    for bad in ("copy:x", "copy:0", "copy:-4"):
+        with pytest.raises(ValueError, match=r"copy:MIB"):
+            copy_bytes(bad)
