@@ -44,8 +44,10 @@ def _one(rows: list[dict], job: str) -> dict:
 
 def energy_model(power: dict) -> dict:
     """The model's constants from a power_probe JSON: cap, static power, copy energy per byte (pJ)."""
+    from benchmarks.power_probe import LIMITS_KEY
+
     rows = power["rows"]
-    cap = float(str(power["power_limit_w,max_limit_w,max_sm_mhz"]).split(",")[0])
+    cap = float(str(power[LIMITS_KEY]).split(",")[0])
     spin, copy, idle = _one(rows, "spin"), _one(rows, "copy"), _one(rows, "idle")
     static = spin["power_w"]
     e_byte_pj = (copy["power_w"] - static) * copy["ms_per_launch"] * 1e-3 / copy["bytes_per_launch"] * 1e12

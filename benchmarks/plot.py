@@ -71,13 +71,17 @@ def _f(x, fmt="{:.3f}") -> str:
 def markdown(results: dict, limits: dict | None = None) -> str:
     """Markdown tables (one per shape, plus the identity sweep); ``limits`` maps (workload, K) -> a note."""
     limits = limits or {}
+    # the energy floor column (``evtorch bench --power``: benchmarks.energy_floor) where the run has one
+    energy = any("energy_floor" in r for r in results["rows"])
     out = []
     for s in results["shapes"]:
         M, N, K = s["shape"]
         out.append(f"#### {M} x {N} x {K}: compute floor {s['floor_compute_ms']:.4f} ms\n")
-        out.append("| workload | cuBLAS ms | evtorch ms | kernel ms | evt / cuBLAS | compile / cuBLAS | eager / cuBLAS "
+        out.append("| workload | cuBLAS ms | evtorch ms | kernel ms | evt / cuBLAS | "
+                   + ("energy floor | " if energy else "") + "compile / cuBLAS | eager / cuBLAS "
                    "| evt / compile | TFLOP/s | GB/s | memory floor ms | max err evt / compile | config | limited by |")
-        out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|")
+        out.append("|---|---:|---:|---:|---:|" + ("---:|" if energy else "")
+                   + "---:|---:|---:|---:|---:|---:|---|---|---|")
         for r in results["rows"]:
             if r["shape"] != s["shape"] or "evt_ms" not in r:
                 continue
@@ -87,7 +91,9 @@ def markdown(results: dict, limits: dict | None = None) -> str:
             out.append(
                 f"| {r['workload']} | {_f(r.get('cublas_ms'), '{:.4f}')} | {r['evt_ms']:.4f} | "
                 f"{_f(r.get('evt_kernel_ms'), '{:.4f}')} | **{r['evt_vs_cublas']:.3f}** | "
-                f"{_f(r.get('compile_vs_cublas'))} | {_f(r.get('eager_vs_cublas'))} | {_f(r.get('evt_vs_compile'))} | "
+                + (f"{_f(r.get('energy_floor'))} | " if energy else "")
+                + f"{_f(r.get('compile_vs_cublas'))} | {_f(r.get('eager_vs_cublas'))} | "
+                f"{_f(r.get('evt_vs_compile'))} | "
                 f"{r['evt_tflops']:.0f} | {r.get('evt_GBps', 0):.0f} | {r.get('floor_memory_ms', 0):.4f} | "
                 f"{r.get('err_evt', 0):.1e} / {_f(r.get('err_compile'), '{:.1e}')} | {cfg} | "
                 f"{limits.get((r['workload'], K), '')} |")

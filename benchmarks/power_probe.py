@@ -49,6 +49,15 @@ COPY_BYTES = 1 << 30
 SPIN_CYCLES = 1_000_000  # one ``_sleep`` launch: about 0.5 ms at the H100's 1980 MHz
 
 
+LIMITS_KEY = "power_limit_w,max_limit_w,max_sm_mhz"  # the results' entry that board_limits() fills
+
+
+def board_limits() -> str:
+    """nvidia-smi's "power.limit, power.max_limit, clocks.max.sm" line (W, W, MHz) for the results' LIMITS_KEY."""
+    return subprocess.run(["nvidia-smi", "--query-gpu=power.limit,power.max_limit,clocks.max.sm",
+                           "--format=csv,noheader,nounits"], capture_output=True, text=True).stdout.strip()
+
+
 def copy_bytes(job: str) -> int:
     """Bytes a launch of a ``copy`` / ``copy:MIB`` job moves (read + written)."""
     _, _, mib = job.partition(":")
@@ -224,9 +233,8 @@ def main() -> int:
         return 2
     from benchmarks.harness import Harness
 
-    limit = subprocess.run(["nvidia-smi", "--query-gpu=power.limit,power.max_limit,clocks.max.sm",
-                            "--format=csv,noheader,nounits"], capture_output=True, text=True).stdout.strip()
-    results = {"device": torch.cuda.get_device_name(), "power_limit_w,max_limit_w,max_sm_mhz": limit, "rows": []}
+    limit = board_limits()
+    results = {"device": torch.cuda.get_device_name(), LIMITS_KEY: limit, "rows": []}
     args.deadline_s = float("inf")  # Harness's deadline: the probe runs every job
     b = Harness(args, "power", results, cuda=True, warmup_ms=0.0, rep_ms=0.0, t0=time.time())
     b.log(f"{results['device']}; power.limit, power.max_limit, clocks.max.sm: {limit}")

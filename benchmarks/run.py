@@ -619,13 +619,17 @@ SUITES = {"training": "benchmarks.training_bench", "scan": "benchmarks.scan_benc
 
 
 def power_rows(b: Bench, seconds: float) -> None:
-    """``--power``: every row's workload with the config picked for it, and cuBLAS before, between and after, run
-    back to back while nvidia-smi samples power, SM clock and clock-event reasons (``benchmarks.power_probe``);
-    ``results["power"]``. Each job costs about ``seconds`` + 1 s; jobs that would pass the deadline are skipped."""
-    from benchmarks.power_probe import bench_jobs, measure
+    """``--power``: the energy model's baselines (the board idle, one spinning block, a 1 GiB copy), then every
+    row's workload with the config picked for it, and cuBLAS before, between and after, run back to back while
+    nvidia-smi samples power, SM clock and clock-event reasons (``benchmarks.power_probe``); ``results["power"]``.
+    Each job costs about ``seconds`` + 1 s; jobs that would pass the deadline are skipped. Then each row that was
+    probed gets its ``energy_floor`` (``benchmarks.energy_floor``: the lowest evt / cuBLAS the board's power cap
+    allows for its bytes) and ``beyond_bytes_mj``."""
+    from benchmarks.power_probe import BASELINE_JOBS, LIMITS_KEY, bench_jobs, board_limits, measure
 
     rows = b.results.setdefault("power", [])
-    for shape, jobs in bench_jobs(b.results).items():
+    plan = {"0x0x0": [(job, None) for job in BASELINE_JOBS], **bench_jobs(b.results)}
+    for shape, jobs in plan.items():
         M, N, K = (int(x) for x in shape.split("x"))
         for job, config in jobs:
             if b.time_left() < seconds + 5:
@@ -637,9 +641,38 @@ def power_rows(b: Bench, seconds: float) -> None:
                 b.log(f"power {job} {shape}: {type(exc).__name__}: {exc}"[:300])
                 return
             rows.append(r)
-            b.log(f"  power {job:15s} {shape} {r['ms_per_launch'] * 1e3:8.1f} us/launch {r['power_w']:6.1f} W "
-                  f"SM {r['sm_mhz']:5.0f} MHz  reasons {','.join(r['reasons']) or '-'}")
+            per = f"{r['ms_per_launch'] * 1e3:8.1f}" if r.get("ms_per_launch") is not None else "       -"
+            b.log(f"  power {job:15s} {shape} {per} us/launch {r['power_w']:6.1f} W "
+                  f"SM {r['sm_mhz']:5.0f} MHz  reasons {','.join(r.get('reasons') or []) or '-'}")
         b.save()
+    try:
+        limits = board_limits()
+    except OSError as exc:
+        b.log(f"energy floor: not computed (nvidia-smi: {exc})")
+        return
+    add_energy_floors(b, {LIMITS_KEY: limits, "rows": rows})
+
+
+def add_energy_floors(b: Bench, power: dict) -> None:
+    """Each bench row the power probe ran gets ``energy_floor`` and ``beyond_bytes_mj`` (``benchmarks.energy_floor``);
+    the model's constants go to ``results["energy_model"]``. Without the baselines (cut by the deadline) the rows
+    stay as they are and the log says why."""
+    from benchmarks.energy_floor import floors
+
+    try:
+        model, found = floors(b.results, power)
+    except (ValueError, KeyError, TypeError) as exc:
+        b.log(f"energy floor: not computed ({exc})")
+        return
+    b.results["energy_model"] = model
+    by_row = {(f["workload"], tuple(f["shape"])): f for f in found}
+    for row in b.results.get("rows", []):
+        f = by_row.get((row.get("workload"), tuple(row.get("shape") or ())))
+        if f is not None:
+            row["energy_floor"], row["beyond_bytes_mj"] = f["floor_ratio"], f["beyond_bytes_mj"]
+    b.log(f"energy floor: {model['e_byte_pj']:.0f} pJ per byte moved, static {model['static_w']:.0f} W; "
+          + ", ".join(f"{f['workload']} {'x'.join(map(str, f['shape']))} {f['floor_ratio']:.3f}" for f in found))
+    b.save()
 
 
 def main(argv=None) -> int:

@@ -137,20 +137,29 @@ def test_power_probe_takes_jobs_from_a_bench_run():
 
 
 def test_bench_power_rows_follow_the_picked_configs(monkeypatch):
-    """``evtorch bench --power``: each bench row's workload with its recorded config, cuBLAS interleaved, into
-    ``results["power"]``; a job that would pass the deadline is skipped and logged; a failing sampler (no
-    nvidia-smi) stops the probe without losing the rows."""
+    """``evtorch bench --power``: the energy model's baselines first, then each bench row's workload with its
+    recorded config, cuBLAS interleaved, into ``results["power"]``; each probed row gets its energy floor; a job
+    that would pass the deadline is skipped and logged; a failing sampler (no nvidia-smi) stops the probe without
+    losing the rows."""
     from benchmarks import power_probe, run
+    from benchmarks.power_probe import COPY_BYTES
 
     calls = []
+    baseline = {"idle": (None, 70.0), "spin": (0.5, 110.0), "copy": (0.4, 510.0)}
 
     def fake_measure(job, M, N, K, seconds, config=None):
         calls.append((job, (M, N, K), config))
         if job == "boom":
             raise FileNotFoundError("nvidia-smi")
-        return {"job": job, "ms_per_launch": 0.1, "power_w": 690.0, "sm_mhz": 1600.0, "reasons": ["sw_power_cap"]}
+        ms, w = baseline.get(job, (0.1 if job == "cublas" else 0.12, 690.0))
+        r = {"job": job, "shape": None if job in baseline else [M, N, K], "ms_per_launch": ms, "power_w": w,
+             "sm_mhz": 1600.0, "reasons": ["sw_power_cap"]}
+        if job == "copy":
+            r["bytes_per_launch"] = COPY_BYTES
+        return r
 
     monkeypatch.setattr(power_probe, "measure", fake_measure)
+    monkeypatch.setattr(power_probe, "board_limits", lambda: "700.00, 700.00, 1980")
 
     class FakeBench:
         def __init__(self, rows, left):
@@ -166,18 +175,32 @@ def test_bench_power_rows_follow_the_picked_configs(monkeypatch):
             pass
 
     cfg = {"template": "pingpong"}
-    b = FakeBench([{"workload": "bce_loss", "shape": [64, 32, 16], "config_dict": cfg}], left=100.0)
+    row = {"workload": "bce_loss", "shape": [64, 32, 16], "config_dict": cfg,
+           "bytes": 2 * (64 * 16 + 16 * 32 + 64 * 32)}
+    b = FakeBench([dict(row)], left=100.0)
     run.power_rows(b, 2.0)
-    assert calls == [("cublas", (64, 32, 16), None), ("bce_loss", (64, 32, 16), cfg), ("cublas", (64, 32, 16), None)]
-    assert [r["job"] for r in b.results["power"]] == ["cublas", "bce_loss", "cublas"]
-    late = FakeBench([{"workload": "bce_loss", "shape": [64, 32, 16], "config_dict": cfg}], left=3.0)
+    base = [(job, (0, 0, 0), None) for job in ("idle", "spin", "copy")]
+    assert calls == base + [("cublas", (64, 32, 16), None), ("bce_loss", (64, 32, 16), cfg),
+                            ("cublas", (64, 32, 16), None)]
+    assert [r["job"] for r in b.results["power"]] == ["idle", "spin", "copy", "cublas", "bce_loss", "cublas"]
+    # no extra bytes: the floor is cuBLAS's dynamic energy over the cap's dynamic budget
+    assert abs(b.results["rows"][0]["energy_floor"] - (690.0 - 110.0) / (700.0 - 110.0)) < 1e-12
+    assert b.results["energy_model"]["static_w"] == 110.0 and "beyond_bytes_mj" in b.results["rows"][0]
+    from benchmarks.plot import markdown
+
+    b.results["shapes"] = [{"shape": [64, 32, 16], "floor_compute_ms": 0.001}]
+    b.results["rows"][0].update(evt_ms=0.12, evt_vs_cublas=1.2, evt_tflops=1.0)
+    assert "| energy floor |" in markdown(b.results) and "| 0.983 |" in markdown(b.results)
+    late = FakeBench([dict(row)], left=3.0)
     run.power_rows(late, 2.0)
-    assert late.results["power"] == [] and all("deadline" in line for line in late.logged)
+    assert late.results["power"] == [] and any("deadline" in line for line in late.logged)
+    assert "energy_floor" not in late.results["rows"][0]
+    assert any("energy floor: not computed" in line for line in late.logged)
     calls.clear()
     broken = FakeBench([{"workload": "boom", "shape": [8, 8, 8], "config_dict": cfg}], left=100.0)
     run.power_rows(broken, 2.0)
-    assert [r["job"] for r in broken.results["power"]] == ["cublas"] and "FileNotFoundError" in broken.logged[-1]
-
+    assert [r["job"] for r in broken.results["power"]] == ["idle", "spin", "copy", "cublas"]
+    assert "FileNotFoundError" in broken.logged[-1] and "energy_model" not in broken.results
 
 def _eager(fn, acc, inputs):
     out = fn(acc, **inputs)
