@@ -49,7 +49,18 @@ COPY_BYTES = 1 << 30
 SPIN_CYCLES = 1_000_000  # one ``_sleep`` launch: about 0.5 ms at the H100's 1980 MHz
 
 
+BASELINE_SHAPE = "0x0x0"  # the plan's key for the baselines (they take no problem shape)
 LIMITS_KEY = "power_limit_w,max_limit_w,max_sm_mhz"  # the results' entry that board_limits() fills
+
+
+def is_baseline(job: str) -> bool:
+    """Whether ``job`` is one of the energy model's jobs (no GEMM, no problem shape)."""
+    return job in BASELINE_JOBS or job.startswith("copy:")
+
+
+def with_baselines(plan: dict, extra=()) -> dict:
+    """``plan`` (shape -> [(job, config)]) with the energy model's jobs (then ``extra`` ones) in front."""
+    return {BASELINE_SHAPE: [(job, None) for job in (*BASELINE_JOBS, *extra)], **plan}
 
 
 def board_limits() -> str:
@@ -207,8 +218,7 @@ def measure(job: str, M: int, N: int, K: int, seconds: float, config: dict | Non
     out, _ = proc.communicate(timeout=10)
     samples = _parse(out.splitlines())[8:]  # drop the first 0.4 s (sampler start, the GPU rising to load)
     ms = start.elapsed_time(end) / (reps * n)
-    baseline = job in BASELINE_JOBS or job.startswith("copy:")
-    return _summary(job, config, None if baseline else [M, N, K], ms, samples)
+    return _summary(job, config, None if is_baseline(job) else [M, N, K], ms, samples)
 
 
 def main() -> int:
@@ -243,8 +253,7 @@ def main() -> int:
     else:
         plan = {shape: [(job, None) for job in args.jobs.split(",")] for shape in args.shape.split(",")}
     if args.baselines:
-        extra = [job for job in args.extra_baselines.split(",") if job]
-        plan = {"0x0x0": [(job, None) for job in (*BASELINE_JOBS, *extra)], **plan}
+        plan = with_baselines(plan, [job for job in args.extra_baselines.split(",") if job])
     for shape, jobs in plan.items():
         M, N, K = (int(x) for x in shape.split("x"))
         for job, config in jobs:

@@ -102,9 +102,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--warmup-ms", type=float, default=None)
     ap.add_argument("--rep-ms", type=float, default=None)
     ap.add_argument("--power", type=float, default=0.0, metavar="SECONDS",
-                    help="after the rows, run each row's workload with its picked config (and cuBLAS between them) "
-                         "back to back for SECONDS while nvidia-smi samples power and SM clock "
-                         "(benchmarks/power_probe.py; default 0: off)")
+                    help="after the rows, run the energy model's baselines (idle, one spinning block, a 1 GiB copy) "
+                         "and each row's workload with its picked config (and cuBLAS between them) back to back for "
+                         "SECONDS while nvidia-smi samples power and SM clock, then give each row its energy floor "
+                         "(benchmarks/power_probe.py, benchmarks/energy_floor.py; default 0: off)")
     ap.add_argument("--deadline-s", type=float, default=560.0, help="stop starting new work after this many seconds "
                     "(the default leaves the last started item room within a 600 s device call: a torch.compile row "
                     "starts only with 40 s left; the longest measured took 56 s, 22 s since the compile-worker pool is "
@@ -625,11 +626,10 @@ def power_rows(b: Bench, seconds: float) -> None:
     Each job costs about ``seconds`` + 1 s; jobs that would pass the deadline are skipped. Then each row that was
     probed gets its ``energy_floor`` (``benchmarks.energy_floor``: the lowest evt / cuBLAS the board's power cap
     allows for its bytes) and ``beyond_bytes_mj``."""
-    from benchmarks.power_probe import BASELINE_JOBS, LIMITS_KEY, bench_jobs, board_limits, measure
+    from benchmarks.power_probe import LIMITS_KEY, bench_jobs, board_limits, measure, with_baselines
 
     rows = b.results.setdefault("power", [])
-    plan = {"0x0x0": [(job, None) for job in BASELINE_JOBS], **bench_jobs(b.results)}
-    for shape, jobs in plan.items():
+    for shape, jobs in with_baselines(bench_jobs(b.results)).items():
         M, N, K = (int(x) for x in shape.split("x"))
         for job, config in jobs:
             if b.time_left() < seconds + 5:
