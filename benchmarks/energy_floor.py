@@ -42,14 +42,15 @@ def _one(rows: list[dict], job: str) -> dict:
     return found[-1]
 
 
-def energy_model(power: dict) -> dict:
-    """The model's constants from a power_probe JSON: cap, static power, copy energy per byte (pJ)."""
+def energy_model(power: dict, static_w: float | None = None) -> dict:
+    """The model's constants from a power_probe JSON: cap, static power, copy energy per byte (pJ). ``static_w``
+    replaces the measured static power (the spinning block's), to see how much the floors depend on it."""
     from benchmarks.power_probe import LIMITS_KEY
 
     rows = power["rows"]
     cap = float(str(power[LIMITS_KEY]).split(",")[0])
     spin, copy, idle = _one(rows, "spin"), _one(rows, "copy"), _one(rows, "idle")
-    static = spin["power_w"]
+    static = spin["power_w"] if static_w is None else float(static_w)
     e_byte_pj = (copy["power_w"] - static) * copy["ms_per_launch"] * 1e-3 / copy["bytes_per_launch"] * 1e12
     # every copy size the probe ran (``copy:MIB`` jobs too), for a look at how much the energy per byte moves
     per_copy = {r["job"]: (r["power_w"] - static) * r["ms_per_launch"] * 1e-3 / r["bytes_per_launch"] * 1e12
@@ -64,10 +65,10 @@ def gemm_bytes(M: int, N: int, K: int, elem: int = 2) -> int:
     return (M * K + K * N + M * N) * elem
 
 
-def floors(bench: dict, power: dict) -> tuple[dict, list[dict]]:
+def floors(bench: dict, power: dict, static_w: float | None = None) -> tuple[dict, list[dict]]:
     """(model, one dict per bench row with a probe row): extra bytes over the bare GEMM, the energy floor on
     fused / cuBLAS, the probe's sustained ratio and energies, the bench's ratio and the issue's target."""
-    model = energy_model(power)
+    model = energy_model(power, static_w)
     static, cap, e_byte = model["static_w"], model["cap_w"], model["e_byte_pj"] * 1e-12
     probe = power["rows"]
     out = []
@@ -126,8 +127,11 @@ def main(argv=None) -> int:
     ap.add_argument("power", help="a power_probe JSON of the same rows, with --baselines")
     ap.add_argument("--md", action="store_true", help="a markdown table")
     ap.add_argument("--out", help="also write the rows as JSON here")
+    ap.add_argument("--static-w", type=float, help="take the static power as this many W instead of the measured "
+                    "(the spinning block's): how much the floors depend on it")
     args = ap.parse_args(argv)
-    model, rows = floors(json.loads(Path(args.bench).read_text()), json.loads(Path(args.power).read_text()))
+    model, rows = floors(json.loads(Path(args.bench).read_text()), json.loads(Path(args.power).read_text()),
+                         args.static_w)
     print(render(model, rows, args.md))
     if args.out:
         Path(args.out).write_text(json.dumps({"model": model, "rows": rows}, indent=1))

@@ -564,6 +564,19 @@ def test_energy_floor_charges_the_extra_bytes_at_the_copy_energy():
     assert "| fused | 1024x512x256 |" in text and "pJ per byte" in text
 
 
+def test_energy_floor_static_power_override():
+    """--static-w: the model takes the given static power for both the copy's energy per byte and the cap's
+    dynamic budget; a lower static power raises a floor that has extra bytes."""
+    from benchmarks.energy_floor import floors, gemm_bytes
+
+    bench = {"rows": [{"workload": "fused", "shape": [1024, 512, 256],
+                       "bytes": gemm_bytes(1024, 512, 256) + 3 * 1024 * 512 * 2}]}
+    m0, (r0,) = floors(bench, _power_json())
+    m1, (r1,) = floors(bench, _power_json(), static_w=70.0)
+    assert m0["static_w"] == 110.0 and m1["static_w"] == 70.0 and m1["e_byte_pj"] > m0["e_byte_pj"]
+    assert r1["floor_ratio"] > r0["floor_ratio"]
+
+
 def test_energy_floor_needs_the_baselines():
     """Without the --baselines rows the model says which run it needs instead of dividing by nothing."""
     from benchmarks.energy_floor import energy_model
