@@ -57,7 +57,8 @@ def energy_model(power: dict, static_w: float | None = None) -> dict:
                 for r in rows if r["job"].split(":")[0] == "copy" and r.get("power_w") is not None}
     return {"cap_w": cap, "static_w": static, "idle_w": idle["power_w"], "copy_w": copy["power_w"],
             "copy_GBps": copy["bytes_per_launch"] / (copy["ms_per_launch"] * 1e-3) / 1e9, "e_byte_pj": e_byte_pj,
-            "e_byte_pj_per_copy": per_copy, "spin_mhz": spin["sm_mhz"], "copy_mhz": copy["sm_mhz"]}
+            "e_byte_pj_per_copy": per_copy, "spin_mhz": spin["sm_mhz"], "copy_mhz": copy["sm_mhz"],
+            "static_given": static_w is not None}
 
 
 def gemm_bytes(M: int, N: int, K: int, elem: int = 2) -> int:
@@ -100,7 +101,8 @@ def floors(bench: dict, power: dict, static_w: float | None = None) -> tuple[dic
 
 
 def render(model: dict, rows: list[dict], md: bool = False) -> str:
-    head = (f"cap {model['cap_w']:.0f} W, static (one spinning block, {model['spin_mhz']:.0f} MHz) "
+    static = ("given" if model.get("static_given") else f"one spinning block, {model['spin_mhz']:.0f} MHz")
+    head = (f"cap {model['cap_w']:.0f} W, static ({static}) "
             f"{model['static_w']:.0f} W, idle {model['idle_w']:.0f} W; copy {model['copy_GBps']:.0f} GB/s at "
             f"{model['copy_w']:.0f} W ({model['copy_mhz']:.0f} MHz): {model['e_byte_pj']:.0f} pJ per byte moved"
             + "".join(f"; {job} {pj:.0f} pJ" for job, pj in model.get("e_byte_pj_per_copy", {}).items()

@@ -575,6 +575,9 @@ def test_energy_floor_static_power_override():
     m1, (r1,) = floors(bench, _power_json(), static_w=70.0)
     assert m0["static_w"] == 110.0 and m1["static_w"] == 70.0 and m1["e_byte_pj"] > m0["e_byte_pj"]
     assert r1["floor_ratio"] > r0["floor_ratio"]
+    from benchmarks.energy_floor import render
+
+    assert "static (given) 70 W" in render(m1, [r1]) and "static (one spinning block" in render(m0, [r0])
 
 
 def test_energy_floor_needs_the_baselines():
