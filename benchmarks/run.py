@@ -588,11 +588,13 @@ def table(b: Bench):
     lines = [f"\n== evtorch bench: {r['env'].get('device')} | torch {r['env'].get('torch')} | triton "
              f"{r['env'].get('triton')} | {r['env'].get('date_utc')} | copy {c.get('copy_GBps', 0):.0f} GB/s | "
              f"matmul {c.get('matmul_tflops', 0):.0f} TFLOP/s"]
+    energy = any("energy_floor" in row for row in r["rows"])  # --power: each row's energy floor after evt/cub
     for s in r["shapes"]:
         M, N, K = s["shape"]
         lines.append(f"-- {M}x{N}x{K}: cuBLAS {', '.join(f'{x:.4f}' for x in s['cublas_ms'])} ms "
                      f"({s['cublas_tflops']:.0f} TFLOP/s); compute floor {s['floor_compute_ms']:.4f} ms")
-        lines.append(f"{'workload':15s} {'cub ms':>7s} {'evt ms':>8s} {'kern ms':>8s} {'host us':>7s} {'evt/cub':>7s} {'kern/cub':>8s} "
+        lines.append(f"{'workload':15s} {'cub ms':>7s} {'evt ms':>8s} {'kern ms':>8s} {'host us':>7s} {'evt/cub':>7s} "
+                     + (f"{'e.floor':>7s} " if energy else "") + f"{'kern/cub':>8s} "
                      f"{'cmp/cub':>7s} {'eag/cub':>7s} {'evt/cmp':>7s} {'TFLOP/s':>7s} {'GB/s':>6s} {'floor':>7s} "
                      f"{'err evt':>8s} {'err cmp':>8s}  config")
         for row in r["rows"]:
@@ -603,7 +605,9 @@ def table(b: Bench):
                 continue
             lines.append(
                 f"{row['workload']:15s} {_f(row.get('cublas_ms')):>7s} {row['evt_ms']:8.4f} {_f(row.get('evt_kernel_ms')):>8s} "
-                f"{row.get('evt_host_us', 0):7.0f} {row['evt_vs_cublas']:7.3f} {_f(row.get('evt_kernel_vs_cublas'), '{:.3f}'):>8s} "
+                f"{row.get('evt_host_us', 0):7.0f} {row['evt_vs_cublas']:7.3f} "
+                + (f"{_f(row.get('energy_floor'), '{:.3f}'):>7s} " if energy else "")
+                + f"{_f(row.get('evt_kernel_vs_cublas'), '{:.3f}'):>8s} "
                 f"{_f(row.get('compile_vs_cublas'), '{:.3f}'):>7s} {_f(row.get('eager_vs_cublas'), '{:.3f}'):>7s} "
                 f"{_f(row.get('evt_vs_compile'), '{:.3f}'):>7s} {row['evt_tflops']:7.0f} {row.get('evt_GBps', 0):6.0f} "
                 f"{row.get('floor_ms', 0):7.4f} {row.get('err_evt', 0):8.1e} {_f(row.get('err_compile'), '{:.1e}'):>8s}  "

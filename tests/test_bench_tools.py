@@ -191,6 +191,11 @@ def test_bench_power_rows_follow_the_picked_configs(monkeypatch):
     b.results["shapes"] = [{"shape": [64, 32, 16], "floor_compute_ms": 0.001}]
     b.results["rows"][0].update(evt_ms=0.12, evt_vs_cublas=1.2, evt_tflops=1.0)
     assert "| energy floor |" in markdown(b.results) and "| 0.983 |" in markdown(b.results)
+    b.results.update(env={}, ceilings={}, identity=[])
+    b.results["shapes"][0].update(cublas_ms=[0.1], cublas_tflops=1.0)
+    run.table(b)  # the printed summary: the floor right after evt / cuBLAS
+    head, line = b.logged[-1].splitlines()[-2:]
+    assert head.split()[9:11] == ["evt/cub", "e.floor"] and line.split()[5:7] == ["1.200", "0.983"]
     late = FakeBench([dict(row)], left=3.0)
     run.power_rows(late, 2.0)
     assert late.results["power"] == [] and any("deadline" in line for line in late.logged)
