@@ -1,6 +1,7 @@
 """Chart and markdown tables from an ``evtorch bench`` results file (``bench.json``).
 
     python -m benchmarks.plot benchmarks/results/bench_h200.json --png bench.png --md
+    python -m benchmarks.plot bench.json --energy energy_floor.json --md    # with each row's energy floor
 
 ``chart(results, path)`` is what ``evtorch bench`` calls at the end of a run; ``markdown(results)`` gives the
 tables of docs/benchmarks.md, so they can be regenerated from the JSON without a GPU.
@@ -14,8 +15,9 @@ from pathlib import Path
 
 
 def chart(results: dict, path) -> str | None:
-    """Write the PNG: per shape, time / cuBLAS of evtorch, torch.compile and eager per workload (target line),
-    and the identity epilogue's TFLOP/s against cuBLAS. Returns a message when matplotlib is missing."""
+    """Write the PNG: per shape, time / cuBLAS of evtorch, torch.compile and eager per workload (target line, and
+    each row's energy floor where the run has one), and the identity epilogue's TFLOP/s against cuBLAS. Returns a
+    message when matplotlib is missing."""
     try:
         import matplotlib
 
@@ -32,6 +34,11 @@ def chart(results: dict, path) -> str | None:
         for i, (who, color) in enumerate((("evt", "tab:green"), ("compile", "tab:blue"), ("eager", "tab:gray"))):
             vals = [r.get(f"{who}_vs_cublas") or 0 for r in rows]
             ax.bar([x + (i - 1) * w for x in xs], vals, w, label="evtorch" if who == "evt" else who, color=color)
+        # each row's energy floor (``evtorch bench --power``) as a bar-wide tick over its evtorch bar
+        floors = [(x, r["energy_floor"]) for x, r in zip(xs, rows) if r.get("energy_floor")]
+        if floors:
+            ax.hlines([f for _, f in floors], [x - 1.5 * w for x, _ in floors], [x - 0.5 * w for x, _ in floors],
+                      colors="k", lw=2.5, label="energy floor (700 W cap)")
         target = 1.05 if shape[2] >= 4096 else 1.15
         ax.axhline(1.0, color="k", lw=0.8)
         ax.axhline(target, color="r", ls="--", lw=0.8, label=f"target {target}")
@@ -108,13 +115,29 @@ def markdown(results: dict, limits: dict | None = None) -> str:
     return "\n".join(out)
 
 
+def with_energy_floors(results: dict, floors: dict) -> dict:
+    """``results`` with each row's ``energy_floor`` taken from a ``benchmarks.energy_floor --out`` JSON (a probe of
+    the same configs run apart from the bench), matched by workload and shape; rows it has no floor for keep none."""
+    by_row = {(f["workload"], tuple(f["shape"])): f["floor_ratio"] for f in floors["rows"]}
+    out = dict(results, rows=[dict(r) for r in results["rows"]])
+    for r in out["rows"]:
+        floor = by_row.get((r.get("workload"), tuple(r.get("shape") or ())))
+        if floor is not None:
+            r["energy_floor"] = floor
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.plot")
     ap.add_argument("results", help="bench.json")
     ap.add_argument("--png", help="write the chart here")
     ap.add_argument("--md", action="store_true", help="print the markdown tables")
+    ap.add_argument("--energy", metavar="FLOORS_JSON",
+                    help="each row's energy floor from `python -m benchmarks.energy_floor ... --out FLOORS_JSON`")
     args = ap.parse_args(argv)
     results = json.loads(Path(args.results).read_text())
+    if args.energy:
+        results = with_energy_floors(results, json.loads(Path(args.energy).read_text()))
     if args.png:
         msg = chart(results, args.png)
         if msg:

@@ -619,3 +619,25 @@ def test_power_probe_copy_sizes():
     for bad in ("copy:x", "copy:0", "copy:-4"):
         with pytest.raises(ValueError, match=r"copy:MIB"):
             copy_bytes(bad)
+
+
+def test_plot_takes_energy_floors_from_a_separate_probe(tmp_path, capsys):
+    """``benchmarks.plot --energy FLOORS``: the floors of a probe run apart from the bench join its rows by workload
+    and shape (a row without one shows '-'), and the markdown gains the column; the results file is not changed."""
+    import json
+
+    from benchmarks import plot
+
+    rows = [{"workload": w, "shape": [64, 32, 16], "evt_ms": 0.1, "evt_vs_cublas": 1.1, "evt_tflops": 1.0}
+            for w in ("a", "b")]
+    bench = {"shapes": [{"shape": [64, 32, 16], "floor_compute_ms": 0.001}], "rows": rows}
+    floors = {"rows": [{"workload": "a", "shape": [64, 32, 16], "floor_ratio": 1.0423},
+                       {"workload": "a", "shape": [8, 8, 8], "floor_ratio": 2.0}]}
+    merged = plot.with_energy_floors(bench, floors)
+    assert [r.get("energy_floor") for r in merged["rows"]] == [1.0423, None]
+    assert "energy_floor" not in bench["rows"][0]
+    (tmp_path / "bench.json").write_text(json.dumps(bench))
+    (tmp_path / "floors.json").write_text(json.dumps(floors))
+    assert plot.main([str(tmp_path / "bench.json"), "--energy", str(tmp_path / "floors.json"), "--md"]) == 0
+    out = capsys.readouterr().out
+    assert "| energy floor |" in out and "| **1.100** | 1.042 |" in out and "| **1.100** | - |" in out
