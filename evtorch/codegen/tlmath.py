@@ -47,13 +47,14 @@ def log1p(x):
 
 @triton.jit
 def _atanh2(s):
-    # 2 atanh(s) = log((1 + s) / (1 - s)) for 0 <= s <= 1/3 by its odd series to s^13 (truncation < 2e-8 relative)
+    # 2 atanh(s) = log((1 + s) / (1 - s)) for 0 <= s <= 1/3 as s * p(s^2), p the degree-4 polynomial of least
+    # maximum relative error against 2 atanh(s) / s on s^2 in [0, 1/9] (fitted in float64: 4.0e-9 relative). In
+    # float32 it gives 1.22e-7 max relative error over (0, 1/3], where the odd series to s^13 it replaces (two more
+    # FFMAs, truncation < 2e-8) gave 1.18e-7: the float32 evaluation, not the polynomial, sets the error
     s2 = s * s
-    p = 0.15384615384615385 * s2 + 0.18181818181818182
-    p = p * s2 + 0.2222222222222222
-    p = p * s2 + 0.2857142857142857
-    p = p * s2 + 0.4
-    p = p * s2 + 0.6666666666666666
+    p = 0.2817833125591278 * s2 + 0.27960604429244995
+    p = p * s2 + 0.40024909377098083
+    p = p * s2 + 0.6666631698608398
     p = p * s2 + 2.0
     return s * p
 
