@@ -45,18 +45,19 @@ def _one(rows: list[dict], job: str) -> dict:
 def energy_model(power: dict, static_w: float | None = None) -> dict:
     """The model's constants from a power_probe JSON: cap, static power, copy energy per byte (pJ). ``static_w``
     replaces the measured static power (the spinning block's), to see how much the floors depend on it."""
-    from benchmarks.power_probe import LIMITS_KEY
+    from benchmarks.power_probe import LIMITS_KEY, is_copy
 
     rows = power["rows"]
     cap = float(str(power[LIMITS_KEY]).split(",")[0])
     spin, copy, idle = _one(rows, "spin"), _one(rows, "copy"), _one(rows, "idle")
     static = spin["power_w"] if static_w is None else float(static_w)
-    e_byte_pj = (copy["power_w"] - static) * copy["ms_per_launch"] * 1e-3 / copy["bytes_per_launch"] * 1e12
-    # every copy size the probe ran (``copy:MIB`` jobs too), for a look at how much the energy per byte moves
+    # the dynamic energy per byte of every copy size the probe ran (``copy:MIB`` jobs too, for a look at how much
+    # it moves); the model takes the ``copy`` job's
     per_copy = {r["job"]: (r["power_w"] - static) * r["ms_per_launch"] * 1e-3 / r["bytes_per_launch"] * 1e12
-                for r in rows if r["job"].split(":")[0] == "copy" and r.get("power_w") is not None}
+                for r in rows if is_copy(r["job"]) and r.get("power_w") is not None}
     return {"cap_w": cap, "static_w": static, "idle_w": idle["power_w"], "copy_w": copy["power_w"],
-            "copy_GBps": copy["bytes_per_launch"] / (copy["ms_per_launch"] * 1e-3) / 1e9, "e_byte_pj": e_byte_pj,
+            "copy_GBps": copy["bytes_per_launch"] / (copy["ms_per_launch"] * 1e-3) / 1e9,
+            "e_byte_pj": per_copy[copy["job"]],
             "e_byte_pj_per_copy": per_copy, "spin_mhz": spin["sm_mhz"], "copy_mhz": copy["sm_mhz"],
             "static_given": static_w is not None}
 
@@ -98,6 +99,18 @@ def floors(bench: dict, power: dict, static_w: float | None = None) -> tuple[dic
             "beyond_bytes_mj": (e_row - e_gemm - extra * e_byte) * 1e3,
         })
     return model, out
+
+
+def attach_floors(rows: list[dict], found: list[dict]) -> None:
+    """Give each bench row in ``rows`` its ``energy_floor`` (and ``beyond_bytes_mj`` where known) from ``found``
+    (``floors``' rows, or those of an ``--out`` JSON), matched by workload and shape; rows without one keep none."""
+    by_row = {(f["workload"], tuple(f["shape"])): f for f in found}
+    for row in rows:
+        f = by_row.get((row.get("workload"), tuple(row.get("shape") or ())))
+        if f is not None:
+            row["energy_floor"] = f["floor_ratio"]
+            if "beyond_bytes_mj" in f:
+                row["beyond_bytes_mj"] = f["beyond_bytes_mj"]
 
 
 def render(model: dict, rows: list[dict], md: bool = False) -> str:

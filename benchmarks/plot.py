@@ -118,12 +118,10 @@ def markdown(results: dict, limits: dict | None = None) -> str:
 def with_energy_floors(results: dict, floors: dict) -> dict:
     """``results`` with each row's ``energy_floor`` taken from a ``benchmarks.energy_floor --out`` JSON (a probe of
     the same configs run apart from the bench), matched by workload and shape; rows it has no floor for keep none."""
-    by_row = {(f["workload"], tuple(f["shape"])): f["floor_ratio"] for f in floors["rows"]}
+    from benchmarks.energy_floor import attach_floors
+
     out = dict(results, rows=[dict(r) for r in results["rows"]])
-    for r in out["rows"]:
-        floor = by_row.get((r.get("workload"), tuple(r.get("shape") or ())))
-        if floor is not None:
-            r["energy_floor"] = floor
+    attach_floors(out["rows"], floors["rows"])
     return out
 
 

@@ -53,9 +53,14 @@ BASELINE_SHAPE = "0x0x0"  # the plan's key for the baselines (they take no probl
 LIMITS_KEY = "power_limit_w,max_limit_w,max_sm_mhz"  # the results' entry that board_limits() fills
 
 
+def is_copy(job: str) -> bool:
+    """Whether ``job`` is a device copy (``copy`` or ``copy:MIB``)."""
+    return job.split(":")[0] == "copy"
+
+
 def is_baseline(job: str) -> bool:
     """Whether ``job`` is one of the energy model's jobs (no GEMM, no problem shape)."""
-    return job in BASELINE_JOBS or job.startswith("copy:")
+    return job in BASELINE_JOBS or is_copy(job)
 
 
 def with_baselines(plan: dict, extra=()) -> dict:
@@ -128,7 +133,7 @@ def _job_fn(job: str, M: int, N: int, K: int, config: dict | None = None):
 
     if job == "spin":
         return lambda: torch.cuda._sleep(SPIN_CYCLES)
-    if job.split(":")[0] == "copy":
+    if is_copy(job):
         src = torch.randn(copy_bytes(job) // 4, device="cuda", dtype=torch.bfloat16)
         dst = torch.empty_like(src)
         return lambda: dst.copy_(src)
@@ -163,7 +168,7 @@ def _summary(job: str, config: dict | None, shape, ms: float | None, samples: li
         vals = [r[key] for r in samples]
         res[key] = statistics.median(vals) if vals else None
     res["energy_mj"] = res["power_w"] * ms if ms is not None and res["power_w"] is not None else None  # W x ms
-    if job.split(":")[0] == "copy":
+    if is_copy(job):
         res["bytes_per_launch"] = copy_bytes(job)
     return res
 

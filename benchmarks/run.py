@@ -661,7 +661,7 @@ def add_energy_floors(b: Bench, power: dict) -> None:
     """Each bench row the power probe ran gets ``energy_floor`` and ``beyond_bytes_mj`` (``benchmarks.energy_floor``);
     the model's constants go to ``results["energy_model"]``. Without the baselines (cut by the deadline) the rows
     stay as they are and the log says why."""
-    from benchmarks.energy_floor import floors
+    from benchmarks.energy_floor import attach_floors, floors
 
     try:
         model, found = floors(b.results, power)
@@ -669,11 +669,7 @@ def add_energy_floors(b: Bench, power: dict) -> None:
         b.log(f"energy floor: not computed ({exc})")
         return
     b.results["energy_model"] = model
-    by_row = {(f["workload"], tuple(f["shape"])): f for f in found}
-    for row in b.results.get("rows", []):
-        f = by_row.get((row.get("workload"), tuple(row.get("shape") or ())))
-        if f is not None:
-            row["energy_floor"], row["beyond_bytes_mj"] = f["floor_ratio"], f["beyond_bytes_mj"]
+    attach_floors(b.results.get("rows", []), found)
     b.log(f"energy floor: {model['e_byte_pj']:.0f} pJ per byte moved, static {model['static_w']:.0f} W; "
           + ", ".join(f"{f['workload']} {'x'.join(map(str, f['shape']))} {f['floor_ratio']:.3f}" for f in found))
     b.save()
