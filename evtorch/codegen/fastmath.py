@@ -43,6 +43,7 @@ from ..ir.graph import Graph
 from ..ir.types import Stage
 from ..ops import REGISTRY
 from ..ops.registry import BOOL_ONLY, CAST, COMPARE
+from ..passes.reassociate import arithmetic, reassociate
 from ..runtime import knobs
 
 MODES = ("auto", "always", "never")
@@ -87,22 +88,13 @@ def _continuous(u) -> bool:
     return True
 
 
-def select(graph: Graph, output_dtypes: dict, compute: torch.dtype, mode: str) -> frozenset:
-    """Indices (in ``graph.nodes``) of the nodes to emit with their fast emission. ``output_dtypes``: output
-    position -> the dtype it is stored in."""
-    if mode not in MODES:
-        raise ValueError(f"unknown fast-math mode {mode!r}")
-    if mode == "never" or compute != torch.float32:
-        return frozenset()
-    candidates = [i for i, n in enumerate(graph.nodes) if _has_fast(n)]
-    if mode == "always" or not candidates:
-        return frozenset(candidates)
-    exact = {i for i in candidates if REGISTRY[graph.nodes[i].target].fast_exact}
+def rounded_nodes(graph: Graph, output_dtypes: dict) -> frozenset:
+    """Indices of the nodes whose every path to an output meets a 16-bit rounding first (through continuous ops):
+    the nodes the rule lets use an approximation, and the nodes ``reassociated`` may rewrite."""
     users = graph.users()
     memo: dict[int, bool] = {}
 
     def rounded(n) -> bool:
-        """Every path from ``n``'s value to an output meets a 16-bit rounding first (through continuous ops)."""
         key = id(n)
         if key in memo:
             return memo[key]
@@ -123,7 +115,39 @@ def select(graph: Graph, output_dtypes: dict, compute: torch.dtype, mode: str) -
         memo[key] = ok
         return ok
 
-    return frozenset(i for i in candidates if i in exact or rounded(graph.nodes[i]))
+    return frozenset(i for i, n in enumerate(graph.nodes) if n.op != "output" and rounded(n))
+
+
+def select(graph: Graph, output_dtypes: dict, compute: torch.dtype, mode: str) -> frozenset:
+    """Indices (in ``graph.nodes``) of the nodes to emit with their fast emission. ``output_dtypes``: output
+    position -> the dtype it is stored in."""
+    if mode not in MODES:
+        raise ValueError(f"unknown fast-math mode {mode!r}")
+    if mode == "never" or compute != torch.float32:
+        return frozenset()
+    candidates = [i for i, n in enumerate(graph.nodes) if _has_fast(n)]
+    if mode == "always" or not candidates:
+        return frozenset(candidates)
+    exact = {i for i in candidates if REGISTRY[graph.nodes[i].target].fast_exact}
+    rounded = rounded_nodes(graph, output_dtypes)
+    return frozenset(i for i in candidates if i in exact or i in rounded)
+
+
+def reassociated(graph: Graph, output_dtypes: dict, compute: torch.dtype, mode: str) -> Graph:
+    """``graph`` with its float32 polynomial arithmetic reassociated (``passes/reassociate.py``) where ``mode``
+    allows approximations: on the rounded nodes in 'auto', on every tile-stage float32 node in 'always'. A copy
+    when anything changed, else ``graph`` itself (so the accurate program keeps its hash)."""
+    if mode not in MODES:
+        raise ValueError(f"unknown fast-math mode {mode!r}")
+    if mode == "never" or compute != torch.float32:
+        return graph
+    rounded = None if mode == "always" else rounded_nodes(graph, output_dtypes)
+    picks = [i for i, n in enumerate(graph.nodes) if arithmetic(n) and (rounded is None or i in rounded)]
+    if not picks:
+        return graph
+    copy = graph.copy()
+    out = reassociate(copy, {id(copy.nodes[i]) for i in picks})
+    return graph if out.structural_hash() == graph.structural_hash() else out
 
 
 def output_dtypes(ep, out_dtype: torch.dtype) -> dict:
@@ -138,6 +162,16 @@ def select_for(ep, out_dtype: torch.dtype, mode: str) -> frozenset:
     return select(ep.graph, output_dtypes(ep, out_dtype), ep.acc_dtype, mode)
 
 
+def plan(ep, out_dtype: torch.dtype, mode: str) -> tuple[Graph, frozenset]:
+    """The graph a program is emitted from (``ep.graph``, reassociated where ``mode`` allows) and its nodes to emit
+    with their fast emission, for full-size outputs stored in ``out_dtype``."""
+    if mode == "never":
+        return ep.graph, frozenset()
+    dtypes = output_dtypes(ep, out_dtype)
+    graph = reassociated(ep.graph, dtypes, ep.acc_dtype, mode) if getattr(ep, "reassociate", True) else ep.graph
+    return graph, select(graph, dtypes, ep.acc_dtype, mode)
+
+
 def program_hash(ir_hash: str, fast: frozenset) -> str:
     """The program's identity: the IR hash, extended by the approximated nodes when there are any (so the accurate
     program keeps its hash, module file and tuning key)."""
@@ -147,10 +181,13 @@ def program_hash(ir_hash: str, fast: frozenset) -> str:
     return f"{ir_hash}fm{tag}"
 
 
-def describe(graph: Graph, fast: frozenset) -> list[str]:
-    """Lines for the generated module's docstring: which nodes use a hardware approximation (a function of the
-    program key alone, so equal keys give equal sources)."""
+def describe(graph: Graph, fast: frozenset, reassociated: bool = False) -> list[str]:
+    """Lines for the generated module's docstring: which nodes use a hardware approximation, and whether the graph
+    above is the epilogue's reassociated (a function of the program key alone, so equal keys give equal
+    sources)."""
+    lines = ["fast math: reassociated (the float32 arithmetic rounded to 16 bits, passes/reassociate.py)"
+             ] if reassociated else []
     if not fast:
-        return ["fast math: none (accurate tlmath emissions)"]
+        return lines + ["fast math: none (accurate tlmath emissions)"]
     names = [f"%{graph.nodes[i].name} {graph.nodes[i].target}" for i in sorted(fast)]
-    return ["fast math: hardware approximation (tlmath.*_approx) at " + ", ".join(names)]
+    return lines + ["fast math: hardware approximation (tlmath.*_approx) at " + ", ".join(names)]

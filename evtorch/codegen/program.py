@@ -67,22 +67,22 @@ def build_program(ep, dtype=None, *, deterministic: bool = False, templates=TEMP
     None decides as the runtime does on a GPU (``EVTORCH_FAST_MATH``, 'never' under the interpreter), or a mode
     ('auto', 'always', 'never') / bool for inspection."""
     mode = fastmath.resolve_mode(fast_math)
-    fast = fastmath.select_for(ep, out_dtype or dtype or torch.float16, mode)
-    key = (fastmath.program_hash(ep.graph.structural_hash(), fast), str(ep.acc_dtype), bool(deterministic),
+    graph, fast = fastmath.plan(ep, out_dtype or dtype or torch.float16, mode)
+    key = (fastmath.program_hash(graph.structural_hash(), fast), str(ep.acc_dtype), bool(deterministic),
            ep.batched, tuple(templates))
     prog = _programs.get(key)
     if prog is not None:
         return prog
-    epi = EpilogueEmitter(ep.graph, ep.acc_dtype, deterministic, ep.batched, fast=fast).emit()
-    vec_emitter = VectorEmitter(ep.graph, epi.reductions, ep.acc_dtype)
+    epi = EpilogueEmitter(graph, ep.acc_dtype, deterministic, ep.batched, fast=fast).emit()
+    vec_emitter = VectorEmitter(graph, epi.reductions, ep.acc_dtype)
     vec = None if vec_emitter.empty() else vec_emitter.emit()
     pingpong = "pingpong" in templates
     scalars = epi.params.names("scalar")  # runtime values: never specialised
     parts = [
         HEADER + (gluon_template.HEADER if pingpong else "") + "from evtorch.codegen import tlmath\n",
         f'"""evtorch generated kernels for epilogue {ep.name!r} (IR hash {key[0]}).\n\n'
-        + "\n".join(f"    {line}" for line in str(ep.graph).splitlines() + [""]
-                     + fastmath.describe(ep.graph, fast)) + '\n"""\n',
+        + "\n".join(f"    {line}" for line in str(graph).splitlines() + [""]
+                     + fastmath.describe(graph, fast, reassociated=graph is not ep.graph)) + '\n"""\n',
         epi.source,
         render_gemm_kernels(KERNEL_BASE, epi.fn_name, epi.params.names(),
                             tuple(t for t in templates if t != "pingpong"), epi.prefetch, scalars),

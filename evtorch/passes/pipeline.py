@@ -19,7 +19,8 @@ from .stages import SplitStages
 
 
 #: passes that only optimize: nothing after them requires their facts, so EVTORCH_DISABLE_PASSES may skip them
-OPTIONAL = ("stable", "fuse_fma")
+#: ("reassociate" runs at code generation, where the fast-math rule allows it: codegen/fastmath.py)
+OPTIONAL = ("stable", "fuse_fma", "reassociate")
 
 
 def default_passes(keep=None, disabled=None) -> list:
