@@ -153,6 +153,20 @@ def format_passes(log: list[tuple[str, str]]) -> str:
     return "\n\n".join(blocks)
 
 
+def format_codegen_plan(ep, out_dtype: torch.dtype, full: bool = False) -> str:
+    """The graph code generation emits for full-size outputs of ``out_dtype`` in this process' fast-math mode
+    (``codegen/fastmath.py``: reassociated where values are rounded to 16 bits), or ``(unchanged)`` unless
+    ``full``."""
+    from .codegen import fastmath
+
+    mode = fastmath.resolve_mode(None)
+    graph, approximated = fastmath.plan(ep, out_dtype, mode)
+    head = f"== reassociate == (code generation, fast math {mode!r}, outputs in {str(out_dtype).replace('torch.', '')})"
+    body = " (unchanged)" if graph is ep.graph and not full else "\n" + str(graph)
+    names = ", ".join(f"%{graph.nodes[i].name} {graph.nodes[i].target}" for i in sorted(approximated))
+    return head + body + (f"\n# hardware approximations: {names}" if names else "")
+
+
 def cmd_show(args) -> int:
     from . import trace
     from .errors import EpilogueError
@@ -188,6 +202,8 @@ def cmd_show(args) -> int:
         return 1
     print()
     print(format_passes(ep.passes_log) if not args.full else ep.show())
+    print()
+    print(format_codegen_plan(ep, args.dtype, args.full))
     print()
     print("# outputs: " + ", ".join(f"{o.position} ({o.kind})" for o in ep.outputs))
     if args.dot:

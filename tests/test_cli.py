@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -154,7 +155,9 @@ def test_show_prints_every_pass(capsys, epi_file):
                      "--input", "alpha=scalar")
     assert rc == 0
     headers = [line for line in out.splitlines() if line.startswith("== ")]
-    assert [h.split()[1] for h in headers] == ["traced"] + [p.name for p in default_passes()]
+    # the pipeline's passes, then code generation's plan (reassociation: never under the interpreter)
+    assert [h.split()[1] for h in headers] == ["traced"] + [p.name for p in default_passes()] + ["reassociate"]
+    assert "== reassociate == (code generation, fast math 'never', outputs in float16) (unchanged)" in out
     assert "%out1 : f32[M] vec" in out and "reduce sum" in out
     # C has no description and no default: full size in the A/B dtype; beta keeps its default (not an input)
     assert "C: float16[64, 48]" in out and "bias: float16[64]" in out and "alpha: scalar" in out
@@ -166,7 +169,7 @@ def test_show_full_prints_each_ir(capsys, epi_file):
     rc, out, _ = run(capsys, "show", f"{epi_file}:epi", "--shape", "8,4", "--input", "bias=M",
                      "--input", "alpha=0.5", "--full")
     assert rc == 0 and "(unchanged)" not in out
-    assert out.count("%acc : f32[MN] = acc") == len(default_passes()) + 1
+    assert out.count("%acc : f32[MN] = acc") == len(default_passes()) + 2  # traced, each pass, code generation's
 
 
 def test_show_batched_and_dtypes(capsys, epi_file):
@@ -174,6 +177,18 @@ def test_show_batched_and_dtypes(capsys, epi_file):
                      "--input", "bias=M:f32", "--input", "alpha=scalar", "--input", "C=L,1,N", "--debug")
     assert rc == 0, out
     assert "acc: float32[3, 16, 8]" in out and "C: bfloat16[3, 1, 8]" in out and "bias: float32[16]" in out
+
+
+def test_show_prints_the_reassociated_graph_a_gpu_would_emit(capsys, monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")                   # what a GPU process would generate
+    monkeypatch.setenv("EVTORCH_FAST_MATH", "auto")
+    workloads = Path(__file__).resolve().parents[1] / "benchmarks" / "workloads.py"
+    rc, out, _ = run(capsys, "show", f"{workloads}:bias_gelu_aux", "--shape", "32,16", "--dtype", "bf16",
+                     "--input", "bias=N")
+    assert rc == 0, out
+    plan = out[out.index("== reassociate =="):]
+    assert plan.startswith("== reassociate == (code generation, fast math 'auto', outputs in bfloat16)\n")
+    assert "fma(" in plan and "# hardware approximations: %" in plan and "tanh" in plan
 
 
 def test_show_module_target(capsys):

@@ -17,6 +17,7 @@ import evtorch as evt
 from evtorch.codegen import fastmath
 from evtorch.codegen.program import build_program
 from evtorch.ir.interpret import Interpreter
+from evtorch.ir.verify import verify
 from evtorch.passes.reassociate import ARITH, Poly, _mul, normal, Prod
 from evtorch.runtime import gemm as rg
 
@@ -127,7 +128,7 @@ def test_same_values_as_the_original_graph():
 # ------------------------------------------------------------------------------------- random polynomial DAGs
 @st.composite
 def poly_dags(draw):
-    """A random expression over atoms (acc, C, tanh(acc)) and constants, built from add / sub / mul / neg, rounded
+    """A random expression over atoms (acc, C, tanh(acc), an M-vector, a runtime scalar times acc) and constants, built from add / sub / mul / neg, rounded
     to bf16: as a program the rewrite must compute the same function as the original and the float64 trace."""
     # constant products and sums twice as likely as the rest; operands mostly the last few values (chains)
     ops = ["add", "sub", "mul", "neg", "cmul", "cadd", "cmul", "cadd", "mul"]
@@ -135,8 +136,8 @@ def poly_dags(draw):
                                     st.sampled_from([0.5, -1.0, 3.0, 0.044715, 1.0, -0.25])),
                           min_size=2, max_size=12))
 
-    def fn(acc, C):
-        vals = [acc, C.to(acc.dtype), torch.tanh(acc)]
+    def fn(acc, C, v, alpha):
+        vals = [acc, C.to(acc.dtype), torch.tanh(acc), v[:, None].to(acc.dtype), alpha * acc]
         for op, i, j, c in steps:
             a, b = vals[-min(i, len(vals))], vals[j % len(vals)]
             vals.append({"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b, "neg": lambda: -a,
@@ -152,11 +153,14 @@ def test_random_polynomial_dags_match(case, seed):
     g = torch.Generator().manual_seed(seed)
     acc = torch.randn(1, M, N, generator=g)
     C = torch.randn(M, N, generator=g).to(BF16)
-    ep, graph = _plan(fn, C=evt.spec((M, N), BF16))
+    v = torch.randn(M, generator=g).to(BF16)                      # an M-vector atom (axes M)
+    inputs = {"C": C, "v": v, "alpha": 0.75}                      # alpha: a runtime scalar
+    ep, graph = _plan(fn, C=evt.spec((M, N), BF16), v=evt.spec((M,), BF16), alpha=0.75)
     event("rewritten" if graph is not ep.graph else "unchanged")  # about half are rewritten (pytest --hypothesis-show-statistics)
-    got = _run(graph, acc, {"C": C})[0].double()
-    want = _run(ep.graph, acc, {"C": C})[0].double()
-    exact = fn(acc.double(), C.double())
+    assert verify(graph) is None
+    got = _run(graph, acc, inputs)[0].double()
+    want = _run(ep.graph, acc, inputs)[0].double()
+    exact = fn(acc.double(), C.double(), v.double(), 0.75)
     # reassociation moves float32 results by a few float32 ulps of the terms summed, which the bf16 rounding
     # turns into at most one bf16 ulp of the largest term's magnitude
     scale = 2 ** -7 * exact.abs().amax().clamp_min(1e-30)
