@@ -10,10 +10,15 @@ Variant A is the environment as it is, variant B the same with ``--env NAME=VALU
    reference (as ``evtorch bench``) and over the float64 one;
 2. the forced configs (``--config``, comma-separated; default the 128x256 persistent halves kernel; also the
    ping-pong halves from registers, through the loader or from shared memory) of each variant, CUDA-graph replay
-   (do_bench median, L2 flushed), interleaved A, B, A, B: the repeat is the noise;
-3. (unless ``--no-tune``) the tuned default of each variant (``EVTORCH_AUTOTUNE=1``, 5 candidates, a fresh tuning cache), timed the same
-   way, A, B, A, B; the configs the tuner picked;
-4. cuBLAS (``torch.matmul``) right before and after the row: ratios divide by the one before.
+   (do_bench median, L2 flushed), in ``--rounds`` interleaved rounds A, B (default 3): the spread of a variant's
+   rounds is the noise, and the log's ``A/B`` is the ratio of the two medians. Both variants are compiled first,
+   and before each round the GPU runs cuBLAS back to back for ``--settle-ms`` (default 1000): a round right after
+   a compile's idle otherwise runs at a cool board's clocks (in the 2026-11-27 08:25 run the large shape's first
+   rounds came out 5-9% faster than their repeats);
+3. (unless ``--no-tune``) the tuned default of each variant (``EVTORCH_AUTOTUNE=1``, 5 candidates, a fresh tuning
+   cache), timed the same way; the configs the tuner picked;
+4. cuBLAS (``torch.matmul``) right before and after the row, each after settling: ratios divide by the one
+   before.
 
 ``--approximations`` first runs ``fastmath_check``'s error table of the tlmath approximations (float64 reference).
 Writes ab.json and ab_log.txt under --out. ``--dry-run``: tiny sizes through the Triton interpreter (checks the
@@ -47,6 +52,9 @@ def parse_args(argv=None):
     ap.add_argument("--config", default="tma_128x256_halves",
                     help=f"forced configs, comma-separated, of {sorted(FORCED)}")
     ap.add_argument("--no-tune", action="store_true", help="forced configs only (no tuned default)")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved A, B rounds per config (default 3)")
+    ap.add_argument("--settle-ms", type=float, default=1000.0,
+                    help="cuBLAS run back to back before each round and each cuBLAS timing (default 1000; 0: none)")
     ap.add_argument("--deadline-s", type=float, default=300.0)
     ap.add_argument("--approximations", action="store_true")
     ap.add_argument("--dry-run", action="store_true")
@@ -55,6 +63,10 @@ def parse_args(argv=None):
     if not sep or not name:
         ap.error(f"--env must be NAME=VALUE, got {args.env!r}")
     args.env_name, args.env_value = name, value
+    if args.rounds < 1:
+        ap.error(f"--rounds must be at least 1, got {args.rounds}")
+    if args.settle_ms < 0:
+        ap.error(f"--settle-ms must be >= 0, got {args.settle_ms}")
     args.configs = args.config.split(",")
     unknown = [c for c in args.configs if c not in FORCED]
     if unknown:
@@ -77,6 +89,28 @@ def _pingpong(stages, **flags):
 
 FORCED = {"tma_128x256_halves": _tma_halves, "pp_halves": _pingpong(5), "pp_halves_tma": _pingpong(4, EPI_TMA=True),
           "pp_halves_smem": _pingpong(4, EPI_SMEM=1)}
+
+
+def _settler(cuda: bool, ms: float, fn):
+    """A call that keeps the GPU busy with ``fn`` for ``ms`` (``evtorch.runtime.autotune.settle``), or does nothing
+    on CPU / with ``ms`` 0."""
+    if not cuda or ms <= 0:
+        return lambda: None
+    from evtorch.runtime.autotune import settle
+
+    return lambda: settle(fn, ms)
+
+
+def median_ratio(a: list, b: list) -> float | None:
+    """median(a) / median(b) over the timings present (None where either has none)."""
+    import statistics
+
+    a, b = [x for x in a if x], [x for x in b if x]
+    return statistics.median(a) / statistics.median(b) if a and b else None
+
+
+def _fmt(r: float | None) -> str:
+    return "-" if r is None else f"{r:.3f}"
 
 
 class Variant:
@@ -142,34 +176,45 @@ def main(argv=None) -> int:
                "forced": {c: {"A": [], "B": []} for c in args.configs}, "tuned": {"A": [], "B": []},
                "tuned_config": {}}
         results["rows"].append(row)
+        settle_gpu = _settler(cuda, args.settle_ms, lambda: torch.matmul(A, B))
+        settle_gpu()
         row["cublas_ms"] = b.timer(lambda: torch.matmul(A, B))
-        for which in "AB":
+        for which in "AB":  # (also compiles both variants' default kernels)
             row["check"][which] = check(variant, which, A, B, fn, inputs, kw)
         for cname, cfg in forced.items():
-            for _ in range(2):
+            call = lambda: evt.gemm(A, B, fn, config=cfg, **kw, **inputs)  # noqa: E731
+            for which in "AB":  # compiled before the first timed round
+                variant.run(which, call)
+            for _ in range(args.rounds):
+                settle_gpu()
                 for which in "AB":
-                    row["forced"][cname][which].append(variant.run(which, lambda: timer(
-                        lambda: evt.gemm(A, B, fn, config=cfg, **kw, **inputs))))
+                    row["forced"][cname][which].append(variant.run(which, lambda: timer(call)))
         if cuda and not args.no_tune:
             os.environ["EVTORCH_AUTOTUNE"] = "1"
             rg.MAX_TUNE_CANDIDATES = 5
             try:
                 for which in "AB":
                     row["tuned_config"][which] = variant.run(which, lambda: tuned_config(fn, A, B, inputs))
-                for _ in range(2):
+                for _ in range(args.rounds):
+                    settle_gpu()
                     for which in "AB":
                         row["tuned"][which].append(variant.run(which, lambda: timer(
                             lambda: evt.gemm(A, B, fn, **inputs))))
             finally:
                 os.environ.pop("EVTORCH_AUTOTUNE", None)
+        settle_gpu()
         row["cublas_ms_after"] = b.timer(lambda: torch.matmul(A, B))
         c = row["cublas_ms"]
 
         def ratios(vs):
             return "/".join(f"{v / c:.3f}" if v else "-" for v in vs)
-        forced_text = " | ".join(f"{cname} A {ratios(v['A'])} B {ratios(v['B'])}" for cname, v in row["forced"].items())
+        for v in row["forced"].values():
+            v["A_over_B"] = median_ratio(v["A"], v["B"])
+        row["tuned"]["A_over_B"] = median_ratio(row["tuned"]["A"], row["tuned"]["B"])
+        forced_text = " | ".join(f"{cname} A {ratios(v['A'])} B {ratios(v['B'])} A/B {_fmt(v['A_over_B'])}"
+                                 for cname, v in row["forced"].items())
         b.log(f"{name:15s} {M}x{N}x{K} cuBLAS {c:.4f} after {row['cublas_ms_after']:.4f} | {forced_text} | tuned A {ratios(row['tuned']['A'])} ({row['tuned_config'].get('A')})"
-              f" B {ratios(row['tuned']['B'])} ({row['tuned_config'].get('B')}) | err A "
+              f" B {ratios(row['tuned']['B'])} ({row['tuned_config'].get('B')}) A/B {_fmt(row['tuned']['A_over_B'])} | err A "
               f"{row['check']['A']['max_err_fp64']:.2e} B {row['check']['B']['max_err_fp64']:.2e} (fp64 reference)")
         b.save()
     return b.finish()

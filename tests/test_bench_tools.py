@@ -641,3 +641,23 @@ def test_plot_takes_energy_floors_from_a_separate_probe(tmp_path, capsys):
     assert plot.main([str(tmp_path / "bench.json"), "--energy", str(tmp_path / "floors.json"), "--md"]) == 0
     out = capsys.readouterr().out
     assert "| energy floor |" in out and "| **1.100** | 1.042 |" in out and "| **1.100** | - |" in out
+
+
+def test_ab_check_dry_run_interleaves_its_rounds(tmp_path, monkeypatch):
+    """ab_check (an A/B of one environment setting): every variant timed in --rounds interleaved rounds per
+    forced config, the medians' ratio recorded, both variants checked against the float64 reference."""
+    import json
+
+    from benchmarks import ab_check
+
+    monkeypatch.setenv("EVTORCH_CACHE_DIR", str(tmp_path / "cache"))  # (main points it at a fresh directory)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert ab_check.main(["--dry-run", "--out", str(tmp_path), "--env", "EVTORCH_DISABLE_PASSES=reassociate",
+                          "--workloads", "bias_gelu_aux", "--rounds", "2", "--no-tune"]) == 0
+    row, = json.loads((tmp_path / "ab.json").read_text())["rows"]
+    forced, = row["forced"].values()
+    assert len(forced["A"]) == len(forced["B"]) == 2 and all(t > 0 for t in forced["A"] + forced["B"])
+    assert forced["A_over_B"] > 0 and row["check"]["A"]["max_err_fp64"] < 2e-2
+    with pytest.raises(SystemExit):
+        ab_check.parse_args(["--out", "x", "--env", "A=1", "--rounds", "0"])
+    assert ab_check.median_ratio([2.0, 4.0, 3.0], [1.0, None, 1.5]) == 3.0 / 1.25
