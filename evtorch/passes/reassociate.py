@@ -380,6 +380,17 @@ def _atoms(e, out: set) -> set:
     return out
 
 
+def _tree_atoms(n: Node, reader: _Reader, out: set) -> set:
+    """ids of the non-constant values ``n``'s tree reads (what the rewrite must keep reading: an atom whose terms
+    cancel in the expression would otherwise drop out, and with it maybe a kernel argument)."""
+    for a in n.args:
+        if reader.absorbed(a):
+            _tree_atoms(a, reader, out)
+        elif _const(a) is None:
+            out.add(id(a))
+    return out
+
+
 def _tree_ops(n: Node, reader: _Reader) -> int:
     """Float operations of ``n``'s tree as it stands (negations are free: an operand modifier in SASS)."""
     own = 0 if n.target == "neg" else 1
@@ -408,7 +419,7 @@ class Reassociate(Pass):
             em = _Emitter(graph, dict(squares))
             new = em.emit(form)
             created = graph.nodes[mark:]
-            if (em.ops >= _tree_ops(n, reader) or _atoms(form, set()) != _atoms(before, set())
+            if (em.ops >= _tree_ops(n, reader) or _atoms(form, set()) != _tree_atoms(n, reader, set())
                     or canonical(new.axes) != canonical(n.axes)):
                 graph.remove(created)
                 continue
