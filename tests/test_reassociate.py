@@ -43,8 +43,9 @@ def gelu_aux(acc, bias):
 
 
 def _float_ops(graph) -> int:
-    """Float operations as SASS counts them (a negation is an operand modifier)."""
-    return sum(1 for n in graph.nodes if n.op == "compute" and n.target in ARITH and n.target != "neg")
+    """Float operations as SASS counts them (a negation is an operand modifier, x**3 two multiplications)."""
+    return sum(int(n.attrs["exponent"]) - 1 if n.target == "pow" else 1 for n in graph.nodes
+               if n.op == "compute" and n.target in ARITH and n.target != "neg")
 
 
 def _plan(fn, out_dtype=BF16, mode="auto", **inputs):
@@ -71,6 +72,27 @@ def test_gelu_derivative_takes_eight_float_ops_instead_of_fourteen():
 def test_gelu_forward_takes_five_float_ops_instead_of_seven():
     ep, graph = _plan(gelu_aux, bias=evt.spec((N,), BF16))
     assert _float_ops(ep.graph) - _float_ops(graph) == 2
+
+
+def gelu_as_users_write_it(acc, bias):
+    x = acc + bias
+    return (x * (1.0 + torch.tanh(C1 * (x + 0.044715 * x.pow(3)))) / 2).to(torch.bfloat16)
+
+
+def test_pow_and_division_by_a_constant_are_read_as_arithmetic():
+    ep, graph = _plan(gelu_as_users_write_it, bias=evt.spec((N,), BF16))
+    assert "pow" in str(ep.graph) and "div" in str(ep.graph)
+    assert "pow" not in str(graph) and "div" not in str(graph)
+    # acc + bias in both; then x.pow(3) (2), fma(0.044715, ., x), C1 * ., 1 + ., x * ., / 2: 7 ->
+    # x*x, fma, mul, fma(0.5, t, 0.5), mul: 5
+    assert (_float_ops(ep.graph), _float_ops(graph)) == (8, 6)
+    torch.manual_seed(2)
+    acc, bias = torch.randn(1, M, N) * 3, torch.randn(N).to(BF16)
+    got, want = _run(graph, acc, {"bias": bias})[0].float(), _run(ep.graph, acc, {"bias": bias})[0].float()
+    assert ((got - want).abs() <= 2 ** -8 * want.abs() + 1e-6).all()
+    # a division by zero (or by a tensor) stays a division
+    ep, graph = _plan(lambda acc: (acc / 0.0 + acc * acc * 2.0 + acc * acc).to(torch.bfloat16))
+    assert "div" in str(graph)
 
 
 def test_not_where_a_float32_value_reaches_an_output_or_a_reduction():
@@ -134,7 +156,7 @@ def poly_dags(draw):
     """A random expression over atoms (acc, C, tanh(acc), an M-vector, a runtime scalar times acc) and constants, built from add / sub / mul / neg, rounded
     to bf16: as a program the rewrite must compute the same function as the original and the float64 trace."""
     # constant products and sums twice as likely as the rest; operands mostly the last few values (chains)
-    ops = ["add", "sub", "mul", "neg", "cmul", "cadd", "cmul", "cadd", "mul"]
+    ops = ["add", "sub", "mul", "neg", "cmul", "cadd", "cmul", "cadd", "mul", "cdiv", "pow2", "pow3"]
     steps = draw(st.lists(st.tuples(st.sampled_from(ops), st.integers(1, 4), st.integers(0, 50),
                                     st.sampled_from([0.5, -1.0, 3.0, 0.044715, 1.0, -0.25])),
                           min_size=2, max_size=12))
@@ -144,7 +166,8 @@ def poly_dags(draw):
         for op, i, j, c in steps:
             a, b = vals[-min(i, len(vals))], vals[j % len(vals)]
             vals.append({"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b, "neg": lambda: -a,
-                         "cmul": lambda: c * a, "cadd": lambda: a + c}[op]())
+                         "cmul": lambda: c * a, "cadd": lambda: a + c, "cdiv": lambda: a / c,
+                         "pow2": lambda: a ** 2, "pow3": lambda: torch.pow(a, 3)}[op]())
         return vals[-1].to(torch.bfloat16) if acc.dtype == torch.float32 else vals[-1]
     return fn, steps
 

@@ -8,7 +8,8 @@ differently in the last bits), so this pass only runs where the fast-math rule (
 allows hardware approximations: on nodes whose every path to an output meets a 16-bit rounding, whose unit
 roundoff (2^-9 for bfloat16) is four orders of magnitude above what reassociating float32 arithmetic changes.
 
-**What it does.** Nodes of ``allowed`` (float32 tile-stage ``add``/``sub``/``mul``/``neg``/``fma``) form trees: a
+**What it does.** Nodes of ``allowed`` (float32 tile-stage ``add``/``sub``/``mul``/``neg``/``fma``, ``div`` by a
+constant, small integer ``pow``: ``arithmetic``) form trees: a
 node used once, by another allowed node, belongs to its user's tree. Each tree is read as sums of products of
 *univariate polynomials*: a polynomial in one atom (any other node: a cast input, a tanh, the accumulator) with
 float coefficients, built through adds and through products with a monomial. Then
@@ -29,6 +30,7 @@ and ``prune`` run after it (``reassociate`` below runs them).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -42,16 +44,27 @@ from .fuse import FuseFMA
 from .prune import Prune
 
 #: the ops whose trees are rewritten
-ARITH = frozenset({"add", "sub", "mul", "neg", "fma"})
+ARITH = frozenset({"add", "sub", "mul", "neg", "fma", "div", "pow"})
 MAX_DEGREE = 8
+MAX_POW = 4  # pow emits x*x*x*x up to here (ops/elementwise.py); beyond, a libdevice call: left alone
 F32 = torch.float32
 
 
 def arithmetic(n: Node) -> bool:
-    """A float32 tile-stage node this pass can read as arithmetic (``add``/``sub`` with any constant alpha)."""
-    return (n.op == "compute" and n.stage == Stage.TILE and n.dtype == F32 and n.target in ARITH
-            and all(a.dtype == F32 or _const(a) is not None for a in n.args)
-            and set(n.attrs) <= {"alpha"} and isinstance(n.attrs.get("alpha", 1), (int, float)))
+    """A float32 tile-stage node this pass can read as arithmetic: ``add``/``sub`` with any constant alpha,
+    ``mul``, ``neg``, ``fma``, ``div`` by a finite non-zero constant (a product with its reciprocal) and ``pow``
+    with an integer exponent 2..MAX_POW."""
+    if not (n.op == "compute" and n.stage == Stage.TILE and n.dtype == F32 and n.target in ARITH
+            and all(a.dtype == F32 or _const(a) is not None for a in n.args)):
+        return False
+    if n.target == "div":
+        c = _const(n.args[1])
+        return not n.attrs and c is not None and c != 0.0 and math.isfinite(c)
+    if n.target == "pow":
+        k = n.attrs.get("exponent")
+        return set(n.attrs) == {"exponent"} and isinstance(k, (int, float)) and float(k).is_integer() \
+            and 2 <= k <= MAX_POW
+    return set(n.attrs) <= {"alpha"} and isinstance(n.attrs.get("alpha", 1), (int, float))
 
 
 def _const(n: Node) -> float | None:
@@ -158,6 +171,13 @@ class _Reader:
         t = n.target
         if t == "neg":
             return _scale(ops[0], -1.0)
+        if t == "div":
+            return _scale(ops[0], 1.0 / ops[1].value())
+        if t == "pow":
+            out = ops[0]
+            for _ in range(int(n.attrs["exponent"]) - 1):
+                out = _product(out, ops[0])
+            return out
         if t in ("add", "sub"):
             b = _scale(ops[1], alpha if t == "add" else -alpha)
             if isinstance(ops[0], Poly) and isinstance(b, Poly):
@@ -393,7 +413,7 @@ def _tree_atoms(n: Node, reader: _Reader, out: set) -> set:
 
 def _tree_ops(n: Node, reader: _Reader) -> int:
     """Float operations of ``n``'s tree as it stands (negations are free: an operand modifier in SASS)."""
-    own = 0 if n.target == "neg" else 1
+    own = {"neg": 0, "pow": int(n.attrs.get("exponent", 2)) - 1}.get(n.target, 1)
     return own + sum(_tree_ops(a, reader) for a in n.args if reader.absorbed(a))
 
 
