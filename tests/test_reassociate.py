@@ -106,6 +106,16 @@ def test_not_where_a_float32_value_reaches_an_output_or_a_reduction():
     assert graph is not ep.graph                             # 'always': every float32 node
 
 
+def test_always_mode_reaches_float32_outputs_and_sums_but_never_comparisons():
+    poly = lambda acc: 0.5 * acc * (1.0 + 0.25 * acc * acc) * 3.0  # noqa: E731
+    ep, graph = _plan(lambda acc: (poly(acc), poly(acc).sum(1)), out_dtype=F32, mode="always")
+    assert graph is not ep.graph
+    for fn in (lambda acc: poly(acc).amax(0),                     # the backward compares recomputed maxima
+               lambda acc: torch.where(poly(acc) > 1.0, acc, 0.0 * acc).to(torch.bfloat16)):
+        ep, graph = _plan(fn, out_dtype=F32, mode="always")
+        assert graph is ep.graph
+
+
 def test_two_many_term_polynomials_are_not_multiplied_out():
     # (x - 1)^3 expanded (x^3 - 3x^2 + 3x - 1) would cancel near x = 1
     assert _mul(Poly.make("x", {1: 1.0, 0: -1.0}), Poly.make("x", {1: 1.0, 0: -1.0})) is None

@@ -88,9 +88,12 @@ def _continuous(u) -> bool:
     return True
 
 
-def rounded_nodes(graph: Graph, output_dtypes: dict) -> frozenset:
+def rounded_nodes(graph: Graph, output_dtypes: dict, any_precision: bool = False) -> frozenset:
     """Indices of the nodes whose every path to an output meets a 16-bit rounding first (through continuous ops):
-    the nodes the rule lets use an approximation, and the nodes ``reassociated`` may rewrite."""
+    the nodes the rule lets use an approximation, and the nodes ``reassociated`` may rewrite. With
+    ``any_precision`` (mode 'always'), paths may also end at an output of any dtype or at a sum; still not at a
+    comparison, a min/max reduction or another discontinuous op, whose result a last-bit change can flip (the
+    autograd backward recomputes such values and compares them with the forward's)."""
     users = graph.users()
     memo: dict[int, bool] = {}
 
@@ -105,7 +108,9 @@ def rounded_nodes(graph: Graph, output_dtypes: dict) -> frozenset:
             ok = True
             for u in users[key]:
                 if u.op == "output":
-                    ok = u.stage == Stage.TILE and output_dtypes.get(u.target) in ROUNDING_DTYPES
+                    ok = any_precision or (u.stage == Stage.TILE and output_dtypes.get(u.target) in ROUNDING_DTYPES)
+                elif any_precision and u.op == "reduce" and u.target == "sum":
+                    ok = True
                 elif _continuous(u):
                     ok = rounded(u)
                 else:
@@ -135,14 +140,15 @@ def select(graph: Graph, output_dtypes: dict, compute: torch.dtype, mode: str) -
 
 def reassociated(graph: Graph, output_dtypes: dict, compute: torch.dtype, mode: str) -> Graph:
     """``graph`` with its float32 polynomial arithmetic reassociated (``passes/reassociate.py``) where ``mode``
-    allows approximations: on the rounded nodes in 'auto', on every tile-stage float32 node in 'always'. A copy
-    when anything changed, else ``graph`` itself (so the accurate program keeps its hash)."""
+    allows approximations: on the rounded nodes in 'auto'; in 'always' also where values reach float32 outputs
+    and sums, but never a comparison or a min/max (``rounded_nodes``). A copy when anything changed, else
+    ``graph`` itself (so the accurate program keeps its hash)."""
     if mode not in MODES:
         raise ValueError(f"unknown fast-math mode {mode!r}")
     if mode == "never" or compute != torch.float32:
         return graph
-    rounded = None if mode == "always" else rounded_nodes(graph, output_dtypes)
-    picks = [i for i, n in enumerate(graph.nodes) if arithmetic(n) and (rounded is None or i in rounded)]
+    rounded = rounded_nodes(graph, output_dtypes, any_precision=mode == "always")
+    picks = [i for i, n in enumerate(graph.nodes) if arithmetic(n) and i in rounded]
     if not picks:
         return graph
     copy = graph.copy()
