@@ -172,7 +172,7 @@ def compile_workload(name: str, mode: str, config: str, out_dtype=torch.bfloat16
     tile (EVEN_M / EVEN_N, as at the benchmark shapes: no bounds masks), or not (a ragged launch's kernel)."""
     from benchmarks.pingpong_check import workload
     from evtorch.api import get_epilogue
-    from evtorch.codegen.fastmath import select_for
+    from evtorch.codegen.fastmath import plan
     from evtorch.codegen.program import build_program
     from evtorch.codegen.gemm_template import kernel_symbol
 
@@ -181,7 +181,8 @@ def compile_workload(name: str, mode: str, config: str, out_dtype=torch.bfloat16
     inputs = mk(M, N, "cpu", torch.bfloat16)
     ep = get_epilogue(fn, (M, N), torch.float32, inputs)
     prog = build_program(ep, out_dtype=out_dtype, fast_math=mode)
-    fast = [ep.graph.nodes[i].target for i in sorted(select_for(ep, out_dtype, mode))]
+    graph, approximated = plan(ep, out_dtype, mode)  # the graph the program is emitted from
+    fast = [graph.nodes[i].target for i in sorted(approximated)]
     sig = _signature(prog, ep, inputs)
     base = dict(GROUP_M=8, ALLOW_TF32=False, ACC_DTYPE=triton.language.float32, DOT_UPCAST=False, NUM_PROGRAMS=132,
                 EVEN_M=even, EVEN_N=even, INDEX_DTYPE=triton.language.int32,

@@ -163,7 +163,7 @@ def format_codegen_plan(ep, out_dtype: torch.dtype, full: bool = False) -> str:
     graph, approximated = fastmath.plan(ep, out_dtype, mode)
     head = f"== reassociate == (code generation, fast math {mode!r}, outputs in {str(out_dtype).replace('torch.', '')})"
     body = " (unchanged)" if graph is ep.graph and not full else "\n" + str(graph)
-    names = ", ".join(f"%{graph.nodes[i].name} {graph.nodes[i].target}" for i in sorted(approximated))
+    names = fastmath.node_names(graph, approximated)
     return head + body + (f"\n# hardware approximations: {names}" if names else "")
 
 

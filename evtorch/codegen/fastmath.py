@@ -123,12 +123,18 @@ def rounded_nodes(graph: Graph, output_dtypes: dict, any_precision: bool = False
     return frozenset(i for i, n in enumerate(graph.nodes) if n.op != "output" and rounded(n))
 
 
+def _active(mode: str, compute: torch.dtype) -> bool:
+    """Whether ``mode`` changes anything for an epilogue computing in ``compute`` (only float32 epilogues are
+    approximated or reassociated); an unknown mode is an error."""
+    if mode not in MODES:
+        raise ValueError(f"unknown fast-math mode {mode!r}")
+    return mode != "never" and compute == torch.float32
+
+
 def select(graph: Graph, output_dtypes: dict, compute: torch.dtype, mode: str) -> frozenset:
     """Indices (in ``graph.nodes``) of the nodes to emit with their fast emission. ``output_dtypes``: output
     position -> the dtype it is stored in."""
-    if mode not in MODES:
-        raise ValueError(f"unknown fast-math mode {mode!r}")
-    if mode == "never" or compute != torch.float32:
+    if not _active(mode, compute):
         return frozenset()
     candidates = [i for i, n in enumerate(graph.nodes) if _has_fast(n)]
     if mode == "always" or not candidates:
@@ -143,9 +149,7 @@ def reassociated(graph: Graph, output_dtypes: dict, compute: torch.dtype, mode: 
     allows approximations: on the rounded nodes in 'auto'; in 'always' also where values reach float32 outputs
     and sums, but never a comparison or a min/max (``rounded_nodes``). A copy when anything changed, else
     ``graph`` itself (so the accurate program keeps its hash)."""
-    if mode not in MODES:
-        raise ValueError(f"unknown fast-math mode {mode!r}")
-    if mode == "never" or compute != torch.float32:
+    if not _active(mode, compute):
         return graph
     rounded = rounded_nodes(graph, output_dtypes, any_precision=mode == "always")
     picks = [i for i, n in enumerate(graph.nodes) if arithmetic(n) and i in rounded]
@@ -174,7 +178,7 @@ def plan(ep, out_dtype: torch.dtype, mode: str) -> tuple[Graph, frozenset]:
     if mode == "never":
         return ep.graph, frozenset()
     dtypes = output_dtypes(ep, out_dtype)
-    graph = reassociated(ep.graph, dtypes, ep.acc_dtype, mode) if getattr(ep, "reassociate", True) else ep.graph
+    graph = reassociated(ep.graph, dtypes, ep.acc_dtype, mode) if ep.reassociate else ep.graph
     return graph, select(graph, dtypes, ep.acc_dtype, mode)
 
 
@@ -195,5 +199,9 @@ def describe(graph: Graph, fast: frozenset, reassociated: bool = False) -> list[
              ] if reassociated else []
     if not fast:
         return lines + ["fast math: none (accurate tlmath emissions)"]
-    names = [f"%{graph.nodes[i].name} {graph.nodes[i].target}" for i in sorted(fast)]
-    return lines + ["fast math: hardware approximation (tlmath.*_approx) at " + ", ".join(names)]
+    return lines + ["fast math: hardware approximation (tlmath.*_approx) at " + node_names(graph, fast)]
+
+
+def node_names(graph: Graph, nodes: frozenset) -> str:
+    """``%t7 tanh, %t9 sigmoid``: the nodes at these indices, in graph order."""
+    return ", ".join(f"%{graph.nodes[i].name} {graph.nodes[i].target}" for i in sorted(nodes))

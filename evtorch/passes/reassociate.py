@@ -109,13 +109,13 @@ def _same_atom(p: Poly, q: Poly):
     return False
 
 
-def _add(p: Poly, q: Poly, scale: float = 1.0) -> Poly | None:
+def _add(p: Poly, q: Poly) -> Poly | None:
     atom = _same_atom(p, q)
     if atom is False:
         return None
     out = dict(p.coeffs)
     for k, c in q.coeffs:
-        out[k] = out.get(k, 0.0) + scale * c
+        out[k] = out.get(k, 0.0) + c
     return Poly.make(atom, out)
 
 
@@ -150,7 +150,6 @@ class _Reader:
     def __init__(self, graph: Graph, allowed: set):
         self.allowed = allowed
         self.users = graph.users()
-        self._poly: dict[int, Poly | None] = {}
 
     def absorbed(self, n: Node) -> bool:
         """``n`` belongs to its only user's tree."""
@@ -179,21 +178,9 @@ class _Reader:
                 out = _product(out, ops[0])
             return out
         if t in ("add", "sub"):
-            b = _scale(ops[1], alpha if t == "add" else -alpha)
-            if isinstance(ops[0], Poly) and isinstance(b, Poly):
-                s = _add(ops[0], b)
-                if s is not None:
-                    return s
-            return Sum(_terms(ops[0]) + _terms(b))
+            return _sum(ops[0], _scale(ops[1], alpha if t == "add" else -alpha))
         product = _product(ops[0], ops[1])
-        if t == "mul":
-            return product
-        c = ops[2]  # fma
-        if isinstance(product, Poly) and isinstance(c, Poly):
-            s = _add(product, c)
-            if s is not None:
-                return s
-        return Sum(_terms(product) + _terms(c))
+        return product if t == "mul" else _sum(product, ops[2])  # fma: a * b + c
 
 
 def _scale(e, c: float):
@@ -208,6 +195,15 @@ def _scale(e, c: float):
 
 def _terms(e) -> list:
     return e.terms if isinstance(e, Sum) else [e]
+
+
+def _sum(a, b):
+    """``a + b``: one polynomial where both are polynomials in the same atom, else a Sum of their terms."""
+    if isinstance(a, Poly) and isinstance(b, Poly):
+        s = _add(a, b)
+        if s is not None:
+            return s
+    return Sum(_terms(a) + _terms(b))
 
 
 def _product(a, b):
@@ -299,8 +295,8 @@ class _Emitter:
         self.squares = squares  # id(atom) -> x*x, shared by every tree
         self.ops = 0
 
-    def node(self, target, args, axes=None):
-        axes = canonical(set().union(*(a.axes for a in args))) if axes is None else axes
+    def node(self, target, args):
+        axes = canonical(set().union(*(a.axes for a in args)))
         if target != "neg":
             self.ops += 1
         return self.graph.add("compute", target, args, {}, axes, F32, Stage.TILE)
