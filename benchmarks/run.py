@@ -587,7 +587,9 @@ def table(b: Bench):
     c = r["ceilings"]
     lines = [f"\n== evtorch bench: {r['env'].get('device')} | torch {r['env'].get('torch')} | triton "
              f"{r['env'].get('triton')} | {r['env'].get('date_utc')} | copy {c.get('copy_GBps', 0):.0f} GB/s | "
-             f"matmul {c.get('matmul_tflops', 0):.0f} TFLOP/s"]
+             f"matmul {c.get('matmul_tflops', 0):.0f} TFLOP/s"
+             + (f" | intermediates {r['settings']['intermediates']}"
+                if r.get("settings", {}).get("intermediates", "eager") != "eager" else "")]
     energy = any("energy_floor" in row for row in r["rows"])  # --power: each row's energy floor after evt/cub
     for s in r["shapes"]:
         M, N, K = s["shape"]
@@ -715,12 +717,16 @@ def main(argv=None) -> int:
         sizes = [int(x) for x in args.identity_sizes.split(",")]
 
     from evtorch.runtime import gemm as rg
+    from evtorch.runtime import knobs
 
     rg.MAX_TUNE_CANDIDATES = args.candidates
     b = Bench(args)
     b.results["settings"].update({"candidates": args.candidates, "warmup_ms": b.warmup, "rep_ms": b.rep,
                                   "shapes": shapes, "workloads": names, "identity_sizes": sizes,
-                                  "evtorch_cache_dir": os.environ["EVTORCH_CACHE_DIR"]})
+                                  "evtorch_cache_dir": os.environ["EVTORCH_CACHE_DIR"],
+                                  # the epilogue numerics measured (EVTORCH_INTERMEDIATES=float32: as torch.compile)
+                                  "intermediates": knobs.intermediates_mode(),
+                                  "fast_math": knobs.fast_math_mode()})
     environment(b)
     ceilings(b)
     b.save()

@@ -29,8 +29,9 @@ def _identity(acc):
 
 
 @functools.lru_cache(maxsize=512)
-def _cached_epilogue(fn, acc_shape, acc_dtype, specs, keep, disabled_passes):
-    # disabled_passes (EVTORCH_DISABLE_PASSES) is part of the key only: the pipeline reads the knob itself
+def _cached_epilogue(fn, acc_shape, acc_dtype, specs, keep, trace_settings):
+    # trace_settings (knobs.trace_settings(): EVTORCH_DISABLE_PASSES, EVTORCH_INTERMEDIATES) is part of the key
+    # only: the Epilogue reads the knobs itself
     return Epilogue(fn, acc_shape, acc_dtype, list(specs), keep=keep)
 
 
@@ -46,7 +47,7 @@ def get_epilogue(fn_or_ep, acc_shape, acc_dtype, inputs: dict, keep=None) -> Epi
             s.signature for s in specs), keep):
         return fn_or_ep
     try:
-        return _cached_epilogue(fn, tuple(acc_shape), acc_dtype, specs, keep, knobs.disabled_passes())
+        return _cached_epilogue(fn, tuple(acc_shape), acc_dtype, specs, keep, knobs.trace_settings())
     except TypeError as e:
         if "unhashable" in str(e):
             return Epilogue(fn, tuple(acc_shape), acc_dtype, list(specs), keep=keep)
@@ -127,12 +128,11 @@ _calls: dict = {}
 _CALLS_LIMIT = 1024
 
 
-_environ_get, (_DISABLE_PASSES,) = knobs.raw_reader(knobs.DISABLE_PASSES)  # (the traced epilogue depends on it)
 
 
 def _call_key(A, B, epilogue, out_dtype, backend, deterministic, allow_tf32, outputs, config, inputs) -> tuple:
     key = [epilogue, out_dtype, backend, deterministic, allow_tf32, tuple(outputs) if isinstance(outputs, list)
-           else outputs, config, A.shape, A.dtype, A.device, B.shape, B.dtype, B.device, _environ_get(_DISABLE_PASSES)]
+           else outputs, config, A.shape, A.dtype, A.device, B.shape, B.dtype, B.device, knobs.trace_knobs_text()]
     for name, v in inputs.items():
         key.append((name, v.shape, v.dtype, v.device) if isinstance(v, torch.Tensor) else (name, type(v)))
     return tuple(key)

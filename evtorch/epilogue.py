@@ -32,7 +32,7 @@ class OutputInfo:
 
 class Epilogue:
     def __init__(self, fn: Callable, acc_shape: tuple[int, ...], acc_dtype: torch.dtype, inputs: list[InputSpec],
-                 keep=None, debug: bool | None = None):
+                 keep=None, debug: bool | None = None, intermediates: str | None = None):
         if len(acc_shape) not in (2, 3):
             raise EpilogueError(f"acc must have shape (M, N) or (L, M, N), got {tuple(acc_shape)}")
         if acc_dtype not in (torch.float32, torch.float64):
@@ -58,7 +58,13 @@ class Epilogue:
         self.batched = tracer.batched
         self.traced: Graph = tracer.graph
         self.passes_log: list[tuple[str, str]] = []
-        self.graph: Graph = run_pipeline(self.traced, keep=self.keep, debug=debug, record=self.passes_log)
+        #: 'eager' (16-bit intermediates rounded where eager rounds them) or 'float32' (kept in float32, as
+        #: torch.compile keeps them: passes/intermediates.py); default EVTORCH_INTERMEDIATES, read at trace time.
+        #: Epilogues that autograd builds by replaying an optimized graph pass 'eager': the replay already
+        #: computes each node in the dtype the forward's graph gave it
+        self.intermediates = knobs.intermediates_mode() if intermediates is None else intermediates
+        self.graph: Graph = run_pipeline(self.traced, keep=self.keep, debug=debug, record=self.passes_log,
+                                         intermediates=self.intermediates)
         #: whether programs built for this epilogue may reassociate (codegen/fastmath.py; read at trace time, as
         #: the pipeline reads EVTORCH_DISABLE_PASSES, so an A/B traces the epilogue once per setting)
         self.reassociate = "reassociate" not in knobs.disabled_passes()
@@ -154,8 +160,10 @@ def normalize_keep(keep):
     return tuple(sorted(set(keep)))
 
 
-def trace(fn: Callable, *, keep=None, debug: bool | None = None, **examples) -> Epilogue:
-    """Trace ``fn`` with example tensors or ``evt.spec`` placeholders for every input, acc included by name."""
+def trace(fn: Callable, *, keep=None, debug: bool | None = None, intermediates: str | None = None,
+          **examples) -> Epilogue:
+    """Trace ``fn`` with example tensors or ``evt.spec`` placeholders for every input, acc included by name.
+    ``intermediates``: 'eager' or 'float32' (default: ``EVTORCH_INTERMEDIATES``; passes/intermediates.py)."""
     acc_name, names = epilogue_params(fn)
     if acc_name not in examples:
         raise EpilogueTypeError(f"evt.trace needs an example for the accumulator {acc_name!r} "
@@ -166,4 +174,4 @@ def trace(fn: Callable, *, keep=None, debug: bool | None = None, **examples) -> 
     check_keywords(fn, examples)
     specs = [input_spec(n, examples[n]) for n in names if n in examples]
     acc_dtype = torch.float64 if acc.dtype == torch.float64 else torch.float32
-    return Epilogue(fn, tuple(acc.shape), acc_dtype, specs, keep=keep, debug=debug)
+    return Epilogue(fn, tuple(acc.shape), acc_dtype, specs, keep=keep, debug=debug, intermediates=intermediates)

@@ -206,7 +206,7 @@ class GradPlan:
     def forward_epilogue(self) -> Epilogue:
         specs = [InputSpec(k.param, "tensor", self.key_shape(k), k.dtype) for k in self.keys]
         specs += [InputSpec(p, "number", dtype=s.dtype) for p, s in self.scalars]
-        ep = Epilogue(self.forward_fn, self.ep.acc_shape, self.ep.acc_dtype, specs)
+        ep = Epilogue(self.forward_fn, self.ep.acc_shape, self.ep.acc_dtype, specs, intermediates="eager")
         if self.mode == "saved":
             ep.output_dtype_overrides[len(ep.outputs) - 1] = self.acc_save_dtype
         return ep
@@ -290,7 +290,7 @@ class GradPlan:
         epilogues = []
         for p in stages:
             pass_specs = [spec_of[x] if x in spec_of else self._deferred_spec(tracer, x) for x in p.params]
-            epilogues.append(Epilogue(p.fn, self.ep.acc_shape, self.ep.acc_dtype, pass_specs))
+            epilogues.append(Epilogue(p.fn, self.ep.acc_shape, self.ep.acc_dtype, pass_specs, intermediates="eager"))
         program = BackwardProgram(stages, epilogues, names[:1] == ["d_acc"], [n for n in names if n != "d_acc"],
                                   mode)
         return self._passthrough(program)
@@ -311,7 +311,8 @@ class GradPlan:
         if not rest:
             program.passes, program.epilogues = [], []
         else:
-            program.epilogues[-1] = Epilogue(main.fn, main.acc_shape, main.acc_dtype, main.input_specs, keep=rest)
+            program.epilogues[-1] = Epilogue(main.fn, main.acc_shape, main.acc_dtype, main.input_specs, keep=rest,
+                                              intermediates="eager")
         return program
 
     @staticmethod

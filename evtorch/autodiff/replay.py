@@ -24,6 +24,7 @@ from ..ir.graph import Graph
 from ..ir.node import Node
 from ..ops import REGISTRY
 from ..ops.registry import OpDef
+from ..passes.intermediates import HALF_DTYPES
 from .canonical import canonical_shape
 
 
@@ -162,7 +163,17 @@ class Values:
         if n.op == "index":
             return self.space.index(n.target)
         if n.op == "compute":
-            return apply_op(REGISTRY[n.target], [self(a) for a in n.args], n.attrs)
+            args = [self(a) for a in n.args]
+            if "eager_dtype" not in n.meta:
+                return apply_op(REGISTRY[n.target], args, n.attrs)
+            # kept in float32 where eager rounds to 16 bits (passes/intermediates.py): widen the 16-bit operands
+            # (exactly) so the replay computes what the forward computed, and mark the result as the pass did
+            args = [a.to(n.dtype) if isinstance(a, (torch.Tensor, TracedTensor)) and a.dtype in HALF_DTYPES else a
+                    for a in args]
+            out = apply_op(REGISTRY[n.target], args, n.attrs)
+            if isinstance(out, TracedTensor) and out.dtype == n.dtype:
+                (out.node.meta if out.node is not None else out.pending.meta)["eager_dtype"] = n.meta["eager_dtype"]
+            return out
         if n.op == "reduce":
             keep = set(n.axes) | set(n.attrs["over"])
             x, out = self.space.reduce(REGISTRY[n.target], self(n.args[0]), n.attrs["over"], keep, n.dtype)

@@ -42,14 +42,12 @@ import torch
 from ..ir.graph import Graph
 from ..ir.types import Stage
 from ..ops import REGISTRY
-from ..ops.registry import BOOL_ONLY, CAST, COMPARE
+from ..passes.intermediates import HALF_DTYPES, continuous, eager_dtype, reaching_discontinuities
 from ..passes.reassociate import arithmetic, reassociate
 from ..runtime import knobs
 
 MODES = ("auto", "always", "never")
-ROUNDING_DTYPES = (torch.float16, torch.bfloat16)
-# float ops whose result does not move continuously with their operands: an approximation can flip them
-DISCONTINUOUS = frozenset({"floor", "ceil", "round", "sign"})
+ROUNDING_DTYPES = HALF_DTYPES
 
 
 def resolve_mode(fast_math) -> str:
@@ -73,21 +71,6 @@ def _has_fast(n) -> bool:
     return op.triton_fast is not None and op.user_defined is None
 
 
-def _continuous(u) -> bool:
-    """Whether a small relative change of an operand moves ``u``'s value only a little (a float result, no
-    comparison, rounding to an integer or user op)."""
-    if u.op != "compute" or u.stage != Stage.TILE or not u.dtype.is_floating_point:
-        return False
-    if u.target not in REGISTRY:
-        return False
-    op = REGISTRY[u.target]
-    if op.user_defined is not None or op.has(COMPARE) or op.has(BOOL_ONLY) or u.target in DISCONTINUOUS:
-        return False
-    if op.has(CAST):
-        return u.attrs["dtype"].is_floating_point
-    return True
-
-
 def rounded_nodes(graph: Graph, output_dtypes: dict, any_precision: bool = False) -> frozenset:
     """Indices of the nodes whose every path to an output meets a 16-bit rounding first (through continuous ops):
     the nodes the rule lets use an approximation, and the nodes ``reassociated`` may rewrite. With
@@ -102,7 +85,7 @@ def rounded_nodes(graph: Graph, output_dtypes: dict, any_precision: bool = False
         if key in memo:
             return memo[key]
         memo[key] = False  # (a DAG has no cycles; this only guards against malformed graphs)
-        if n.dtype in ROUNDING_DTYPES:
+        if eager_dtype(n) in ROUNDING_DTYPES:  # rounded here, or by eager where float32 intermediates are kept
             ok = True
         else:
             ok = True
@@ -111,7 +94,7 @@ def rounded_nodes(graph: Graph, output_dtypes: dict, any_precision: bool = False
                     ok = any_precision or (u.stage == Stage.TILE and output_dtypes.get(u.target) in ROUNDING_DTYPES)
                 elif any_precision and u.op == "reduce" and u.target == "sum":
                     ok = True
-                elif _continuous(u):
+                elif continuous(u):
                     ok = rounded(u)
                 else:
                     ok = False
@@ -152,7 +135,10 @@ def reassociated(graph: Graph, output_dtypes: dict, compute: torch.dtype, mode: 
     if not _active(mode, compute):
         return graph
     rounded = rounded_nodes(graph, output_dtypes, any_precision=mode == "always")
-    picks = [i for i, n in enumerate(graph.nodes) if arithmetic(n) and i in rounded]
+    # never a value that reaches a comparison or a min/max, even through a rounding: the autograd backward
+    # recomputes it in another graph, whose trees may reassociate differently, and compares the two
+    unsafe = reaching_discontinuities(graph)
+    picks = [i for i, n in enumerate(graph.nodes) if arithmetic(n) and i in rounded and id(n) not in unsafe]
     if not picks:
         return graph
     copy = graph.copy()

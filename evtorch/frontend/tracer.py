@@ -13,7 +13,7 @@ import inspect
 import linecache
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -57,6 +57,7 @@ class _Pending:
     operands: tuple = ()            # TracedTensor | number | None
     attrs: dict | None = None
     dtype: torch.dtype = torch.float32
+    meta: dict = field(default_factory=dict)  # copied onto the node it becomes (autodiff's replay marks some)
 
 
 class Tracer:
@@ -372,7 +373,9 @@ class Tracer:
                 nodes.append(self.materialize(v, binding))
             else:
                 nodes.append(self.const(v))
-        return self._compute(p.op, nodes, p.attrs, p.dtype, p.op.name)
+        node = self._compute(p.op, nodes, p.attrs, p.dtype, p.op.name)
+        node.meta.update(p.meta)
+        return node
 
     def bind_to_acc(self, v: TracedTensor, why: str) -> TracedTensor:
         """Bind a pending value by right-aligning it against acc, as eager broadcasting with acc would.

@@ -14,6 +14,7 @@ import torch
 
 from ..autodiff.canonical import from_canonical, space, to_canonical
 from ..errors import EpilogueError
+from ..runtime import knobs
 from .dispatch import autocast_dtype
 from .ops import Entry, col_major, gemm_op, register
 
@@ -114,7 +115,7 @@ def fused_gemm(A, B, epilogue=None, *, out_dtype=None, backend=None, determinist
                    A.shape, A.stride(), A.dtype, A.device, A.requires_grad,
                    B.shape, B.stride(), B.dtype, B.device, B.requires_grad,
                    out_dtype, backend, deterministic, allow_tf32,
-                   tuple(outputs) if isinstance(outputs, list) else outputs, config, policy,
+                   tuple(outputs) if isinstance(outputs, list) else outputs, config, policy, knobs.trace_knobs_text(),
                    *[(name, v.shape, v.stride(), v.dtype, v.device, v.requires_grad) if isinstance(v, torch.Tensor)
                      else (name, type(v)) for name, v in inputs.items()])
             call = _calls.get(key)

@@ -19,6 +19,7 @@ import torch
 
 from ..errors import EpilogueTypeError, ShapeError
 from ..frontend.signature import epilogue_params
+from ..runtime import knobs
 from .dispatch import autocast_dtype
 
 BIAS = "linear_bias"
@@ -77,7 +78,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, fn: Callable | None = None, bi
             key = ("linear", fn, bias is not None, torch.is_grad_enabled(), autocast_dtype(x.device.type),
                    x.shape, x.stride(), x.dtype, x.device, x.requires_grad,
                    weight.shape, weight.stride(), weight.dtype, weight.device, weight.requires_grad,
-                   out_dtype, backend, deterministic, allow_tf32, policy,
+                   out_dtype, backend, deterministic, allow_tf32, policy, knobs.trace_knobs_text(),
                    *[(name, v.shape, v.stride(), v.dtype, v.device, v.requires_grad) if isinstance(v, torch.Tensor)
                      else (name, type(v)) for name, v in inputs.items()])
             call = _calls.get(key)

@@ -193,7 +193,7 @@ def _identity_epilogue(A: Tensor, B: Tensor):
     acc_dtype = torch.float64 if A.dtype == torch.float64 else torch.float32
     key = (acc_shape, acc_dtype)
     if key not in _identities:
-        _identities[key] = Epilogue(_identity, acc_shape, acc_dtype, [])
+        _identities[key] = Epilogue(_identity, acc_shape, acc_dtype, [], intermediates="eager")
     return _identities[key]
 
 
@@ -558,7 +558,7 @@ class EagerBackward:
                 return pass_fn(acc, **kw, **{gname: acc})
             fn = signature_fn(f"{main.name}_from_{gname}", params, body)
             specs = [s for s in main.input_specs if s.name != gname]
-            ep = self.fused[gname] = (Epilogue(fn, main.acc_shape, main.acc_dtype, specs), params)
+            ep = self.fused[gname] = (Epilogue(fn, main.acc_shape, main.acc_dtype, specs, intermediates="eager"), params)
         return ep
 
     def choose(self, gname: str, g: DeferredGrad, X: Tensor, Y: Tensor, kw: dict, opA, opB) -> bool:

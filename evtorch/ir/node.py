@@ -87,6 +87,8 @@ class Node:
             body = f"output[{self.target}]({args}{attrs})"
         else:
             body = f"{self.op} {self.target}({args}{attrs})"
+        if "eager_dtype" in self.meta:  # kept in float32 where eager rounds (passes/intermediates.py)
+            body += f"  # eager: {dtype_name(self.meta['eager_dtype'])}"
         return f"{head} = {body}"
 
     def __repr__(self):

@@ -31,10 +31,14 @@ _FUSABLE = (torch.float32, torch.float64)
 
 
 def _matches(x, dtype) -> bool:
-    """``x`` enters the fused op in ``dtype`` exactly as it entered the mul/add: a value of that dtype, or a
-    Python number (a constant or a scalar input: eager's wrapped scalars take the tensor's dtype, so ``2 * acc``
-    and ``alpha * acc`` in a float64 epilogue fuse like ``C * acc``)."""
+    """``x`` enters the fused op in ``dtype`` exactly as it entered the mul/add: a value of that dtype, a 16-bit
+    value entering a float32 op (widened exactly: ``alpha * acc + beta * C``'s bf16 ``beta * C``, or a bf16 ``C``
+    once ``passes/intermediates.py`` keeps the product in float32), or a Python number (a constant or a scalar
+    input: eager's wrapped scalars take the tensor's dtype, so ``2 * acc`` and ``alpha * acc`` in a float64
+    epilogue fuse like ``C * acc``)."""
     if x.dtype == dtype:
+        return True
+    if dtype == torch.float32 and x.dtype in (torch.float16, torch.bfloat16):
         return True
     return x.op in ("const", "scalar") and x.dtype in (torch.float32, torch.int64)
 

@@ -211,3 +211,47 @@ ALL_KNOBS = ALL_KNOBS + (DISABLE_PASSES,)
 def disabled_passes() -> frozenset:
     """EVTORCH_DISABLE_PASSES: names of optional passes to skip (default none)."""
     return DISABLE_PASSES.get()
+
+
+INTERMEDIATE_MODES = ("eager", "float32")
+
+
+def _parse_intermediates(name: str, text: str) -> str:
+    value = text.strip().lower()
+    if value in INTERMEDIATE_MODES:
+        return value
+    raise ValueError(f"environment variable {name}={text!r} is not one of {', '.join(INTERMEDIATE_MODES)}")
+
+
+INTERMEDIATES: Knob[str] = Knob(
+    "EVTORCH_INTERMEDIATES",
+    lambda: "eager",
+    _parse_intermediates,
+    "eager (default): a 16-bit intermediate (beta * C with a bf16 C) is rounded to 16 bits where eager PyTorch "
+    "rounds it; float32: kept in float32, as torch.compile does, except explicit casts and values that reach a "
+    "comparison or a min/max (passes/intermediates.py). Read when an epilogue is traced",
+)
+ALL_KNOBS = ALL_KNOBS + (INTERMEDIATES,)
+
+
+def intermediates_mode() -> str:
+    """EVTORCH_INTERMEDIATES: 'eager' or 'float32' (see passes/intermediates.py)."""
+    return INTERMEDIATES.get()
+
+
+#: the knobs an epilogue's trace reads (its optimized graph depends on them): part of every cache key that
+#: stands for a traced epilogue (api's trace cache and call signatures, integration/function.py's)
+TRACE_KNOBS: tuple[Knob, ...] = (DISABLE_PASSES, INTERMEDIATES)
+
+
+def trace_settings() -> tuple:
+    """The parsed values of ``TRACE_KNOBS``."""
+    return disabled_passes(), intermediates_mode()
+
+
+_trace_get, _TRACE_NAMES = raw_reader(*TRACE_KNOBS)
+
+
+def trace_knobs_text() -> tuple:
+    """The raw environment text of ``TRACE_KNOBS``, for call-signature keys on hot paths (a dict lookup each)."""
+    return tuple(_trace_get(k) for k in _TRACE_NAMES)

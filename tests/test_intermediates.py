@@ -1,0 +1,221 @@
+"""16-bit intermediates kept in float32 (EVTORCH_INTERMEDIATES=float32, passes/intermediates.py).
+
+The mode's contract: the epilogue computes what eager computes with every implicit 16-bit intermediate kept in
+float32 (the function run on its 16-bit inputs widened), except explicit casts and values that reach a comparison
+or a min/max, which round where eager rounds. Checked on the IR, on the reference executor, through the Triton
+interpreter, through autograd (whose forward and backward replay the forward's graph) and on random DAGs.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, note, settings
+
+import evtorch as evt
+from evtorch.codegen import fastmath
+from evtorch.examples import lincomb_relu, row_reduction
+from evtorch.passes.intermediates import reaching_discontinuities
+
+from helpers import assert_matches, as_tuple, expected_dtype
+from test_random_dags import dag_cases
+
+BF16, F16, F32 = torch.bfloat16, torch.float16, torch.float32
+M, N, K = 48, 40, 32
+
+
+def widened(fn):
+    """``fn`` with its 16-bit tensor inputs widened to float32 (exactly): eager with float32 intermediates."""
+    def run(acc, **kw):
+        return fn(acc, **{k: v.float() if isinstance(v, torch.Tensor) and v.dtype in (BF16, F16) else v
+                          for k, v in kw.items()})
+    return run
+
+
+def _nodes(ep):
+    return {n.name: n for n in ep.graph.nodes}
+
+
+def test_relabels_the_implicit_intermediates():
+    ep = evt.trace(row_reduction, acc=evt.spec((M, N)), C=evt.spec((M, N), BF16), alpha=0.5, beta=1.25,
+                   intermediates="float32")
+    nodes = _nodes(ep)
+    assert nodes["t1"].dtype == F32 and nodes["t1"].meta["eager_dtype"] == BF16  # beta * C
+    assert nodes["t2"].dtype == F32 and nodes["t2"].meta["eager_dtype"] == BF16  # tanh of it
+    assert "# eager: bf16" in str(ep.graph)
+    assert any(name == "float32_intermediates" for name, _ in ep.passes_log)
+    eager = evt.trace(row_reduction, acc=evt.spec((M, N)), C=evt.spec((M, N), BF16), alpha=0.5, beta=1.25,
+                      intermediates="eager")
+    assert _nodes(eager)["t1"].dtype == BF16 and not any("eager_dtype" in n.meta for n in eager.graph.nodes)
+    assert all(name != "float32_intermediates" for name, _ in eager.passes_log)
+
+
+def test_keeps_explicit_casts_comparisons_and_minmax():
+    def fn(acc, C):
+        cast = (acc * 3.0).to(torch.bfloat16)        # explicit: the user asked for this rounding
+        z = C * 2.5                                  # reaches a comparison: rounds as eager
+        w = torch.where(z > 0.5, z, acc)
+        m = (C * 0.75).amax(dim=1)                   # reaches a min/max: rounds as eager
+        free = torch.sigmoid(C * 1.5)                # reaches only arithmetic and an output: float32
+        return cast + w, m, free * acc
+    ep = evt.trace(fn, acc=evt.spec((M, N)), C=evt.spec((M, N), BF16), intermediates="float32")
+    by_target = {}
+    for n in ep.graph.nodes:
+        if n.op == "compute":
+            by_target.setdefault(n.target, []).append(n)
+    assert [n.dtype for n in by_target["cast"] if n.attrs["dtype"] == BF16] == [BF16]
+    muls = {n.args[0].target if n.args[0].op == "const" else n.args[1].target: n for n in by_target["mul"]
+            if any(a.op == "const" for a in n.args)}
+    assert muls[2.5].dtype == BF16 and "eager_dtype" not in muls[2.5].meta
+    assert muls[0.75].dtype == BF16
+    assert muls[1.5].dtype == F32 and muls[1.5].meta["eager_dtype"] == BF16
+    assert by_target["sigmoid"][0].dtype == F32
+    unsafe = reaching_discontinuities(ep.graph)
+    assert id(muls[2.5]) in unsafe and id(muls[0.75]) in unsafe and id(muls[1.5]) not in unsafe
+
+
+def test_rejects_an_unknown_mode(monkeypatch):
+    with pytest.raises(ValueError, match="intermediates must be one of eager, float32, got 'fp32'"):
+        evt.trace(row_reduction, acc=evt.spec((M, N)), C=evt.spec((M, N), BF16), alpha=0.5, beta=1.25,
+                  intermediates="fp32")
+    monkeypatch.setenv("EVTORCH_INTERMEDIATES", "fp32")
+    with pytest.raises(ValueError, match="EVTORCH_INTERMEDIATES='fp32' is not one of eager, float32"):
+        evt.trace(row_reduction, acc=evt.spec((M, N)), C=evt.spec((M, N), BF16), alpha=0.5, beta=1.25)
+
+
+def _operands(seed=0, dtype=BF16):
+    g = torch.Generator().manual_seed(seed)
+    A = torch.randn(M, K, generator=g).to(dtype)
+    B = torch.randn(K, N, generator=g).to(dtype)
+    C = torch.randn(M, N, generator=g).to(dtype)
+    return A, B, C
+
+
+@pytest.mark.parametrize("backend", ["reference", "triton"])
+def test_values_are_eager_on_widened_inputs(monkeypatch, backend):
+    """Under float32 the row sum equals eager's on the widened C to float32 accuracy, and differs from the
+    eager-rounding result by about an fp16 rounding: the mode is what runs (outputs poisoned: helpers)."""
+    A, B, C = _operands(dtype=F16)  # (the interpreter's tl.dot is wrong on bf16)
+    acc = A.float() @ B.float()
+    want_d, want_sum = widened(row_reduction)(acc, C=C, alpha=0.5, beta=1.25)
+    eager_d, eager_sum = row_reduction(acc, C=C, alpha=0.5, beta=1.25)
+    monkeypatch.setenv("EVTORCH_INTERMEDIATES", "float32")  # read at trace time; the trace cache keys on it
+    d, s = evt.gemm(A, B, row_reduction, C=C, alpha=0.5, beta=1.25, backend=backend)
+    torch.testing.assert_close(s, want_sum, rtol=2e-6, atol=2e-5)
+    torch.testing.assert_close(d, want_d.to(F16), rtol=1e-3, atol=0.0)  # one fp16 rounding, at the store
+    assert (s - eager_sum).abs().max() > 2e-4  # eager's roundings of beta*C and tanh, summed over 40 columns
+    monkeypatch.setenv("EVTORCH_INTERMEDIATES", "eager")
+    _, s_eager = evt.gemm(A, B, row_reduction, C=C, alpha=0.5, beta=1.25, backend=backend)
+    torch.testing.assert_close(s_eager, eager_sum, rtol=2e-6, atol=2e-5)
+
+
+def test_fast_math_still_counts_eager_roundings():
+    """tanh(beta * C) is rounded by eager: an approximation stays allowed when float32 keeps it unrounded."""
+    for mode in ("eager", "float32"):
+        ep = evt.trace(row_reduction, acc=evt.spec((M, N)), C=evt.spec((M, N), BF16), alpha=0.5, beta=1.25,
+                       intermediates=mode)
+        graph, fast = fastmath.plan(ep, BF16, "auto")
+        assert [graph.nodes[i].target for i in fast] == ["tanh"], mode
+
+
+def test_products_of_16_bit_values_fuse_into_fma():
+    """alpha * acc + beta * C: one product enters an fma, in both modes (a bf16 value widens exactly); only
+    its rounding differs."""
+    for mode, product in (("float32", F32), ("eager", BF16)):
+        ep = evt.trace(lincomb_relu, acc=evt.spec((M, N)), C=evt.spec((M, N), BF16), alpha=1.5, beta=0.5,
+                       intermediates=mode)
+        computes = [n for n in ep.graph.nodes if n.op == "compute"]
+        assert [n.target for n in computes] == ["mul", "fma", "relu"], mode
+        assert computes[0].dtype == product and computes[0].args[1].target == "C", mode
+
+
+def _gelu_mix(acc, C, s):
+    h = torch.relu(acc * 0.5 + C * 1.25) * torch.tanh(C * 0.75)
+    return h, h.sum(dim=1), (acc + C * 2.0).amax(dim=0) + s
+
+
+@pytest.mark.parametrize("backend", ["reference", "triton"])
+def test_autograd_replays_the_forwards_dtypes(monkeypatch, backend):
+    """The autograd forward (an epilogue replaying the optimized graph) returns bit for bit what the plain
+    forward returns, and the gradients are those of the widened function (amax's recomputed maxima included)."""
+    monkeypatch.setenv("EVTORCH_INTERMEDIATES", "float32")
+    A32, B32, C = _operands(3, dtype=F16)
+    A32, B32 = A32.float(), B32.float()
+    s = torch.randn(N)
+    plain = evt.gemm(A32, B32, _gelu_mix, C=C, s=s, backend=backend)
+    A, B = A32.clone().requires_grad_(), B32.clone().requires_grad_()
+    out = evt.gemm(A, B, _gelu_mix, C=C, s=s, backend=backend)
+    for p, o in zip(plain, out):
+        assert torch.equal(p, o.detach())
+    Ar, Br = A32.double().requires_grad_(), B32.double().requires_grad_()
+    ref = widened(_gelu_mix)(Ar @ Br, C=C, s=s.double())
+    ws = [torch.randn_like(r) for r in ref]
+    got = torch.autograd.grad(sum((o.double() * w).sum() for o, w in zip(out, ws)), (A, B))
+    want = torch.autograd.grad(sum((r * w).sum() for r, w in zip(ref, ws)), (Ar, Br))
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.double(), w, rtol=1e-4, atol=1e-4)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.filter_too_much])
+@given(case=dag_cases(dtypes=(torch.float16, torch.bfloat16)))
+def test_random_dags_match_eager_on_widened_inputs(case):
+    """Every element equals eager on the widened inputs, eager itself (where a comparison or a min/max kept
+    eager's rounding) or eager in float64, to the output dtype's tolerance."""
+    note(repr(case))
+    from helpers import eager_hi, upcast
+    acc = case.A.float() @ case.B.float() if case.A.dtype != torch.float64 else case.A @ case.B
+    ep = evt.api.get_epilogue(case.fn, tuple(acc.shape), acc.dtype, case.inputs)
+    ep32 = evt.Epilogue(case.fn, ep.acc_shape, ep.acc_dtype, ep.input_specs, intermediates="float32")
+    got = as_tuple(evt.gemm(case.A, case.B, ep32, backend="reference", **case.inputs))
+    refs = [as_tuple(widened(case.fn)(acc, **case.inputs)), as_tuple(case.fn(acc, **case.inputs))]
+    hi = eager_hi(case.fn, acc, **{k: upcast(v) for k, v in case.inputs.items()})
+    if hi is not None:
+        refs.append(hi)
+    for i, g in enumerate(got):
+        dtype = expected_dtype(ep32, i, refs[0][i], case.A.dtype)
+        failures = []
+        for ref in refs:
+            try:
+                assert_matches(g, ref[i].to(dtype), dtype=dtype, what=f"output {i}")
+                break
+            except AssertionError as e:
+                failures.append(str(e))
+        else:
+            # elementwise: each element may match a different reference (a comparison kept eager's rounding)
+            want = [r[i].to(dtype).double() for r in refs]
+            ok = torch.zeros(g.shape, dtype=torch.bool)
+            for w in want:
+                ok |= _elementwise_close(g.double(), w, dtype)
+            assert bool(ok.all()), "\n".join(failures)
+
+
+def _elementwise_close(g, w, dtype):
+    from helpers import TOLERANCES
+    rtol, atol = TOLERANCES.get(dtype, (0.0, 0.0))
+    same = (g == w) | (g.isnan() & w.isnan())
+    return same | (g.isfinite() & w.isfinite() & ((g - w).abs() <= atol + rtol * w.abs()))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.parametrize("name", ["lincomb_relu", "colbcast_leaky", "rowreduce_tanh", "bce_loss", "mixed_dag"])
+def test_gpu_workloads_match_the_widened_function(monkeypatch, name):
+    """bf16 on the GPU (the interpreter's tl.dot is wrong on bf16), every template the tuner may pick, outputs
+    poisoned: float32 intermediates against the widened function in float64, as tight as eager mode is."""
+    from benchmarks.workloads import WORKLOADS
+    w = WORKLOADS[name]
+    torch.manual_seed(7)
+    M_, N_, K_ = 512, 384, 256
+    A = (torch.randn(M_, K_, device="cuda") / K_ ** 0.25).to(BF16)
+    B = (torch.randn(K_, N_, device="cuda") / K_ ** 0.25).to(BF16)
+    kw = w.make_inputs(M_, N_, "cuda", BF16)
+    acc64 = A.double() @ B.double()
+    hi = as_tuple(widened(w.fn)(acc64, **{k: v.double() if isinstance(v, torch.Tensor) else v
+                                        for k, v in kw.items()}))
+    errs = {}
+    for mode in ("eager", "float32"):
+        monkeypatch.setenv("EVTORCH_INTERMEDIATES", mode)
+        got = as_tuple(evt.gemm(A, B, w.fn, **kw))
+        errs[mode] = max(((g.double() - h).abs().max() / h.abs().max().clamp_min(1e-30)).item()
+                         for g, h in zip(got, hi))
+    assert errs["float32"] <= max(errs["eager"] * 1.05, 8e-3), errs
