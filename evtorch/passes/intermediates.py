@@ -12,8 +12,8 @@ What it keeps 16-bit:
 - explicit casts (``x.to(torch.bfloat16)``, ``x.half()``): the user asked for that rounding;
 - values that reach, through any chain of ops, a comparison or another discontinuous op (floor/round/sign,
   casts to integer or bool, user ops) or a min/max reduction: a last-bit change can flip a comparison, and
-  autograd's backward compares recomputed values with the saved maxima (Inductor keeps roundings before
-  comparisons by default for the first reason since pytorch/pytorch#195223);
+  autograd's backward compares recomputed values with the saved maxima (a PyTorch pull request,
+  pytorch/pytorch#195223, proposed the same exception for comparisons in Inductor, for the first reason);
 - anything outside the tile stage (the vector stage computes on float32 reductions anyway).
 
 A relabeled node remembers the dtype eager gives it in ``meta['eager_dtype']``: the fast-math rule
