@@ -1,15 +1,17 @@
 """16-bit intermediates kept in float32 (EVTORCH_INTERMEDIATES=float32, passes/intermediates.py).
 
 The mode's contract: the epilogue computes what eager computes with every implicit 16-bit intermediate kept in
-float32 (the function run on its 16-bit inputs widened), except explicit casts and values that reach a comparison
-or a min/max, which round where eager rounds. Checked on the IR, on the reference executor, through the Triton
-interpreter, through autograd (whose forward and backward replay the forward's graph) and on random DAGs.
+float32 (``Float32Intermediates`` below; for a function without explicit casts, the function run on its 16-bit
+inputs widened), except explicit casts and values that reach a comparison or a min/max, which round where eager
+rounds. Checked on the IR, on the reference executor, through the Triton interpreter, through autograd (whose
+forward and backward replay the forward's graph), on every call path and on random DAGs.
 """
 from __future__ import annotations
 
 import pytest
 import torch
 from hypothesis import HealthCheck, given, note, settings
+from torch.overrides import TorchFunctionMode
 
 import evtorch as evt
 from evtorch.codegen import fastmath
@@ -23,8 +25,32 @@ BF16, F16, F32 = torch.bfloat16, torch.float16, torch.float32
 M, N, K = 48, 40, 32
 
 
+class Float32Intermediates(TorchFunctionMode):
+    """Eager PyTorch with float32 intermediates: an op whose result would be a 16-bit float (other than an
+    explicit cast) runs again on its 16-bit operands widened to float32 (exactly), as torch.compile computes it."""
+
+    CASTS = frozenset({torch.Tensor.to, torch.Tensor.half, torch.Tensor.bfloat16, torch.Tensor.float,
+                       torch.Tensor.double, torch.Tensor.type})
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if func in self.CASTS or not isinstance(out, torch.Tensor) or out.dtype not in (BF16, F16):
+            return out
+
+        def widen(a):
+            return a.float() if isinstance(a, torch.Tensor) and a.dtype in (BF16, F16) else a
+        return func(*[widen(a) for a in args], **{k: widen(v) for k, v in kwargs.items()})
+
+
+def float32_eager(fn, acc, **kw):
+    with Float32Intermediates():
+        return fn(acc, **kw)
+
+
 def widened(fn):
-    """``fn`` with its 16-bit tensor inputs widened to float32 (exactly): eager with float32 intermediates."""
+    """``fn`` with its 16-bit tensor inputs widened to float32 (exactly): eager with float32 intermediates, for a
+    function without explicit casts to 16 bits."""
     def run(acc, **kw):
         return fn(acc, **{k: v.float() if isinstance(v, torch.Tensor) and v.dtype in (BF16, F16) else v
                           for k, v in kw.items()})
@@ -155,11 +181,29 @@ def test_autograd_replays_the_forwards_dtypes(monkeypatch, backend):
         torch.testing.assert_close(g.double(), w, rtol=1e-4, atol=1e-4)
 
 
+def test_the_knob_is_honoured_by_every_call_path(monkeypatch):
+    """Switching EVTORCH_INTERMEDIATES between calls of one signature retraces, on the plain call, the autograd
+    call (whose plans are registered per signature) and evt.linear."""
+    A, B, C = _operands(5, dtype=F16)
+    A, B = A.float(), B.float()
+    acc = A @ B
+    want = {"float32": widened(row_reduction)(acc, C=C, alpha=0.5, beta=1.25)[1],
+            "eager": row_reduction(acc, C=C, alpha=0.5, beta=1.25)[1]}
+    assert (want["float32"] - want["eager"]).abs().max() > 2e-4
+    x, w = A.clone().requires_grad_(), B.t().contiguous().requires_grad_()
+    for mode in ("eager", "float32", "eager"):
+        monkeypatch.setenv("EVTORCH_INTERMEDIATES", mode)
+        for got in (evt.gemm(A, B, row_reduction, C=C, alpha=0.5, beta=1.25)[1],
+                    evt.gemm(x, B, row_reduction, C=C, alpha=0.5, beta=1.25)[1],
+                    evt.linear(x, w, row_reduction, C=C, alpha=0.5, beta=1.25)[1]):
+            torch.testing.assert_close(got.detach(), want[mode], rtol=2e-6, atol=2e-5, msg=mode)
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                  HealthCheck.filter_too_much])
 @given(case=dag_cases(dtypes=(torch.float16, torch.bfloat16)))
 def test_random_dags_match_eager_on_widened_inputs(case):
-    """Every element equals eager on the widened inputs, eager itself (where a comparison or a min/max kept
+    """Every element equals eager with float32 intermediates, eager itself (where a comparison or a min/max kept
     eager's rounding) or eager in float64, to the output dtype's tolerance."""
     note(repr(case))
     from helpers import eager_hi, upcast
@@ -167,7 +211,7 @@ def test_random_dags_match_eager_on_widened_inputs(case):
     ep = evt.api.get_epilogue(case.fn, tuple(acc.shape), acc.dtype, case.inputs)
     ep32 = evt.Epilogue(case.fn, ep.acc_shape, ep.acc_dtype, ep.input_specs, intermediates="float32")
     got = as_tuple(evt.gemm(case.A, case.B, ep32, backend="reference", **case.inputs))
-    refs = [as_tuple(widened(case.fn)(acc, **case.inputs)), as_tuple(case.fn(acc, **case.inputs))]
+    refs = [as_tuple(float32_eager(case.fn, acc, **case.inputs)), as_tuple(case.fn(acc, **case.inputs))]
     hi = eager_hi(case.fn, acc, **{k: upcast(v) for k, v in case.inputs.items()})
     if hi is not None:
         refs.append(hi)
