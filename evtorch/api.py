@@ -128,8 +128,6 @@ _calls: dict = {}
 _CALLS_LIMIT = 1024
 
 
-
-
 def _call_key(A, B, epilogue, out_dtype, backend, deterministic, allow_tf32, outputs, config, inputs) -> tuple:
     key = [epilogue, out_dtype, backend, deterministic, allow_tf32, tuple(outputs) if isinstance(outputs, list)
            else outputs, config, A.shape, A.dtype, A.device, B.shape, B.dtype, B.device, knobs.trace_knobs_text()]

@@ -5,6 +5,7 @@
 ``float32_intermediates`` runs only where the epilogue keeps 16-bit intermediates in float32
 (``EVTORCH_INTERMEDIATES=float32``, passes/intermediates.py); fma fusion after it then also fuses the products
 it relabeled.
+
 ``run_pipeline`` copies the graph, runs each pass, checks its promises in debug mode and, when asked,
 records the IR after each pass (``evtorch show`` prints that record).
 """

@@ -246,7 +246,7 @@ TRACE_KNOBS: tuple[Knob, ...] = (DISABLE_PASSES, INTERMEDIATES)
 
 def trace_settings() -> tuple:
     """The parsed values of ``TRACE_KNOBS``."""
-    return disabled_passes(), intermediates_mode()
+    return tuple(k.get() for k in TRACE_KNOBS)
 
 
 _trace_get, _TRACE_NAMES = raw_reader(*TRACE_KNOBS)
