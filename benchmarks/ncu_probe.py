@@ -120,7 +120,7 @@ def stall_summary(path: str) -> list[dict]:
 def range_summary(path: str, specs: list[str]) -> list[dict]:
     """Warp-stall samples summed over SASS row ranges, ``K:LO-HI`` (kernel K of the export, rows LO .. HI - 1 of
     its source page): a partition, or a phase of one (the main loop around the HGMMAs, the epilogue after it), to
-    split a warp-specialized kernel's samples (docs/benchmarks.md, "Where a ping-pong consumer's time goes")."""
+    split a warp-specialized kernel's samples (docs/benchmarks-log.md, "Where a ping-pong consumer's time goes")."""
     import collections
 
     kernels = _source_kernels(path)

@@ -6,7 +6,7 @@ Each bench row keeps the five rounds' times of every function it timed in interl
 cuBLAS and evtorch in phase 1; evtorch and torch.compile again beside cuBLAS in phase 2). Dividing each round by its
 row's median and averaging by round over many rows shows a disturbance tied to a place in the sequence, which a
 median per row hides: with 300 ms of settling, the eighth timing of every row, evtorch's, ran 2.9-8.8% slow over
-the H100 runs of 2026-11-25/26 (docs/benchmarks.md, "The bench's rounds"). Also counted: in how many rows each
+the H100 runs of 2026-11-25/26 (docs/benchmarks-log.md, "The bench's rounds"). Also counted: in how many rows each
 round was its function's slowest.
 """
 from __future__ import annotations

@@ -442,7 +442,7 @@ def shutdown_compile_workers() -> None:
     about 20 s, and with the pool shut down first the same compile took 10.4 s (H100, 2026-11-27: lincomb_relu at
     8192x4096x1024 after three graphs at 8192x8192x4096, ``benchmarks/compile_profile.py --pool``; a pool woken up
     and ready: 39.9 s). The compiled code is Inductor's either way; only where its kernels are compiled changes.
-    docs/benchmarks.md, "torch.compile's compiles in one process"."""
+    docs/benchmarks-log.md, "torch.compile's compiles in one process"."""
     from torch._inductor import async_compile
 
     if hasattr(async_compile, "shutdown_compile_workers"):

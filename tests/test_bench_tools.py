@@ -439,7 +439,7 @@ def test_rounds_profile_averages_each_round_over_its_rows_median(tmp_path, capsy
 
 
 def test_bench_shuts_the_compile_workers_down_before_each_torch_compile_row(monkeypatch):
-    """Inductor's live compile-worker pool made a process's later heavy compiles twice as slow (docs/benchmarks.md,
+    """Inductor's live compile-worker pool made a process's later heavy compiles twice as slow (docs/benchmarks-log.md,
     "torch.compile's compiles in one process"), so ``compile_rows`` shuts it down right before each row's first
     (compiling) call, and only then: the timed calls after it find the pool as the compile left it."""
     import types

@@ -565,7 +565,7 @@ _PINGPONG_16 = ((128, 128, 64, 3, 4),)
 # The consumers' epilogue as a loop over slices read back from one shared whole-tile buffer (flag EPI_SMEM = 1,
 # halves, 4 stages) was the fastest config of mixed_dag at 8192x4096x1024 in three H200 runs (1.87 / 1.82 / 1.85 x
 # cuBLAS against 1.98 / 1.95 / 1.99 for ping-pong halves and 2.07 / 2.12 for quarters without prefetch) and slower
-# for bce_loss (docs/benchmarks.md, "Epilogue loop from shared memory"); it follows the EPI_TMA config, so an
+# for bce_loss (docs/benchmarks-log.md, "Epilogue loop from shared memory"); it follows the EPI_TMA config, so an
 # epilogue without the loader's input (mixed_dag) times it among its first five instead of quarters.
 # The same loop on eighths (EPILOGUE_SUBTILE=8, 128x16 slices: ptxas then interleaves the per-element chains that
 # it schedules back to back on halves) is not offered: in the last of three H200 runs it was 4-62% slower than the
@@ -577,7 +577,7 @@ _PINGPONG_16 = ((128, 128, 64, 3, 4),)
 # consumer warpgroups").
 # Consumers of two warpgroups (num_warps = 8; quarters, the input through the loader, 4 stages): each scheduler runs
 # two warps of a consumer's epilogue and each thread holds 64 accumulator values (112 registers in all). On the
-# H200 (2026-11-22, docs/benchmarks.md, "Consumers of two warpgroups") this was bce_loss's fastest config at
+# H200 (2026-11-22, docs/benchmarks-log.md, "Consumers of two warpgroups") this was bce_loss's fastest config at
 # 8192x4096x1024 (1.37 x cuBLAS against 1.47 for the best other config) and ran within 1-2% of the best for
 # rowreduce_tanh / colbcast_leaky there, but 1-7% slower than the best config of every row at 8192x8192x4096. So
 # for short K loops (K <= _SHORT_K, where a tile's epilogue outlasts its main loop) it takes the place of ping-pong
@@ -585,7 +585,7 @@ _PINGPONG_16 = ((128, 128, 64, 3, 4),)
 # three rows' at 8192x8192x4096); for longer K loops it comes after the other ping-pong configs.
 # The consumers' epilogue as a runtime loop over slices carried in registers (flag EPI_LOOP) is not offered: on the
 # H200 it ran level with or slower than the same config with the slices inlined at 8192x4096x1024, and within the
-# run-to-run spread at 8192x8192x4096 (docs/benchmarks.md, "Three epilogue schedules that did not pay").
+# run-to-run spread at 8192x8192x4096 (docs/benchmarks-log.md, "Three epilogue schedules that did not pay").
 _SHORT_K = 2048  # between the two measured points, K = 1024 (a win) and K = 4096 (a loss)
 # A sixth ring stage for short K loops (ping-pong halves from registers, 6 x 32 KiB: 213 KB of shared memory with
 # the layout conversion's scratch). An epilogue's tile stores slow the other consumer's A / B copies (Nsight
@@ -765,7 +765,7 @@ def for_epilogue(candidates: list[GemmConfig], *, tma_input: bool, tile_stores: 
       ms, level with the rest).
     - A config whose added buffers do not fit in shared memory loses stages (``_fit_stages``).
 
-    Measured on the H200 (docs/benchmarks.md, "Tile outputs stored by TMA"; "The epilogue in the wgmma layout"):
+    Measured on the H200 (docs/benchmarks-log.md, "Tile outputs stored by TMA"; "The epilogue in the wgmma layout"):
     bce_loss 1.41 -> 1.33 x cuBLAS with EPI_MMA; with EPI_MMA + TMA_STORE at 8192x4096x1024 rowreduce_tanh 1.31 ->
     1.24, dgelu_bgrad 1.50 -> 1.42, bias_gelu_aux 1.28 -> 1.23, colbcast_leaky and lincomb_relu level. An epilogue
     loading M x N inputs itself loses in the wgmma layout (4-byte loads: mixed_dag 2.00 -> 2.04-2.62), so its other

@@ -9,7 +9,7 @@ The function has the template contract's signature (docs/ARCHITECTURE.md)::
 so that no row / column of any tile lies outside: the bounds masks are then constant true, and Triton folds them
 away (the masked loads and stores become plain ones, ``tl.where(mask, x, identity)`` becomes ``x``): 2-10% of
 a ping-pong consumer's epilogue instructions in sm_90 SASS, 2.5-7.6% of the H200's time at 8192x4096x1024
-(docs/codegen.md and docs/benchmarks.md, "Launch flags").
+(docs/codegen.md and docs/benchmarks-log.md, "Launch flags").
 ``INDEX_DTYPE`` (tl.int32 or tl.int64) is the type in which element offsets along M and N are computed: the
 launcher picks int32 where every epilogue tensor's offsets over the tiles' index range stay below 2^31 (one
 32-bit multiply-add per address instead of 64-bit arithmetic), int64 otherwise; batch and workspace-slot offsets

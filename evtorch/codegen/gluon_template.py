@@ -31,7 +31,7 @@ consumer stores its accumulator's slices into shared memory and runs the epilogu
 (``_epi_smem_loop``): one slice's epilogue code per consumer instead of one per slice. It removed the
 instruction-fetch stalls of long epilogues but added the round trip and, with one buffer for both consumers,
 serialized their epilogues: faster for mixed_dag (-5 to -7% at 8192x4096x1024), slower for bce_loss
-(docs/benchmarks.md, "Epilogue loop from shared memory").
+(docs/benchmarks-log.md, "Epilogue loop from shared memory").
 
 A second schedule in the same kernel, **EPI_WG = R** (the "epilogue warpgroup"): two MMA warpgroups
 (``_mma``, 8 warps) run the main loop of every 128 x 256 tile of the program and issue their own TMA copies
@@ -41,7 +41,7 @@ into EPILOGUE_SUBTILE slices and store each into the next of R fp32 shared-memor
 layout, frees its buffer and runs the epilogue. It keeps the persistent template's 128 x 256 tile (the ping-pong
 kernel's 128 x 128 tiles move 1.4x the L2 bytes) and still overlaps the epilogue. No separate loader warp: 16
 warps would cap every thread at 128 registers, too few for the m64n256 main loop (ptxas compiles the whole kernel
-under the launch cap). Measured on the H200 (docs/benchmarks.md, "Epilogue warpgroup schedule"): 6-38% slower
+under the launch cap). Measured on the H200 (docs/benchmarks-log.md, "Epilogue warpgroup schedule"): 6-38% slower
 than the other templates at 8192x8192x4096 and 12-111% at 8192x4096x1024, so the tuner does not offer it; it
 stays a config flag.
 
@@ -56,7 +56,7 @@ starts its main loop after consumer c - 1's (cyclically, one ``turn`` barrier ea
 each main loop, so an epilogue up to twice a tile's main loop would hide; but 16 warps leave the consumers 160
 registers (spills for heavy epilogues from registers), and the EPI_SMEM loop's ring of CONSUMERS - 1 whole-tile
 fp32 buffers leaves room for 3 A/B stages, which slow the main loop (H200: the identity at 1.21-1.35x cuBLAS;
-docs/benchmarks.md, "Three consumer warpgroups"). A flag the tuner does not offer.
+docs/benchmarks-log.md, "Three consumer warpgroups"). A flag the tuner does not offer.
 
 **Consumers of two warpgroups** (launched with num_warps = 8, the ping-pong pair only): the consumer partitions
 take their layouts from ``gl.num_warps()``, so each wgmma runs on 64 rows of the 128-row tile per warpgroup, each
@@ -64,12 +64,12 @@ thread holds 64 accumulator values and each scheduler runs two warps of a consum
 barrier over the partition's threads before every ``mbarrier.arrive``, so a ring slot is released only after both
 warpgroups' wgmma have read it. 20 warps (the loader's padded to a warpgroup) at MAXNREG8 leave each consumer
 CONSUMER_REGS8 = 112 registers. Measured on the H200: bce_loss 7% faster at 8192x4096x1024, the other rows no
-faster (docs/benchmarks.md, "Consumers of two warpgroups"); the tuner tries it for short K loops.
+faster (docs/benchmarks-log.md, "Consumers of two warpgroups"); the tuner tries it for short K loops.
 
 **EPI_LOOP**: the consumer keeps its slices in registers and runs the epilogue as a runtime loop that takes
 ``acc_s0`` and shifts the other slices down each iteration (``_epi_reg_loop``): one slice's epilogue code per
 consumer, as with EPI_SMEM, without the shared-memory round trip. Measured on the H200 level with or slower than
-the inlined slices (docs/benchmarks.md, "Three epilogue schedules that did not pay"): instruction fetch was not on
+the inlined slices (docs/benchmarks-log.md, "Three epilogue schedules that did not pay"): instruction fetch was not on
 the epilogue's critical path. A flag the tuner does not offer.
 
 **EPI_MMA**: the epilogue runs in the accumulator's own wgmma layout (``_EPI_LAYOUT``: an NVMMA distributed layout
@@ -715,7 +715,7 @@ def _epi_reg_loop(prefetch: int, tma: bool) -> str:
     moves: 64 per iteration on halves, 96 on quarters, beside the slice's epilogue). One slice's epilogue code per
     consumer instead of S inlined copies, without EPI_SMEM's round trip through shared memory. (Built because a
     consumer waited on instruction fetch for 30% of bce_loss's epilogue stall samples; the loop halved the code and
-    ran no faster on the H200: docs/benchmarks.md, "Three epilogue schedules that did not pay".) With PREFETCH = 1
+    ran no faster on the H200: docs/benchmarks-log.md, "Three epilogue schedules that did not pay".) With PREFETCH = 1
     the next slice's inputs load before this slice's epilogue (none after the last: row bound 0) and are carried
     as the next iteration's; with ``tma`` and EPI_TMA the input's slice comes from the loader's buffer
     (``_from_loader``)."""

@@ -93,7 +93,7 @@ def make_tune_key(A: torch.Tensor, B: torch.Tensor, epilogue_hash: str, template
 # A GPU that idled (say, through the compile of the candidate about to be timed) runs its first tens of
 # milliseconds of heavy work at a higher clock than under sustained load: on an H200, cuBLAS at 8192x8192x4096
 # took 0.70 ms timed cold and 0.82 ms as sustained graph replays, and a bench's tuner ranked ping-pong configs
-# 6-11% below what the same bench then measured (docs/benchmarks.md, "Reductions as floats"). So every candidate is
+# 6-11% below what the same bench then measured (docs/benchmarks-log.md, "Reductions as floats"). So every candidate is
 # timed after SETTLE_MS of running it: all of them in the sustained state.
 SETTLE_MS = 200
 
@@ -105,7 +105,7 @@ SETTLE_MS = 200
 # picked configs at 0.75-0.76 ms that the bench then measured at 0.87 ms, and with no other candidate within 5% of
 # such an outlier nothing was timed again.) A second look at every candidate within 20% of the fastest, in the
 # reverse order, was tried on an H100 (2026-11-26): its picks cost no less than these within the noise of the
-# re-timing, and it added ~2 s to every first call (docs/benchmarks.md, "The tuner's warm-up").
+# re-timing, and it added ~2 s to every first call (docs/benchmarks-log.md, "The tuner's warm-up").
 REFINE_MARGIN = 0.05
 REFINE_MAX = 3
 REFINE_ROUNDS = 2
@@ -149,7 +149,7 @@ FINAL_SETTLE_MS = 500.0
 # config, each following the others, put the persistent flattened halves 1.6% ahead (0.8719 against 0.8862 ms);
 # the bench, timing it after cuBLAS and torch.compile, then measured 0.8953 ms, 1.030 of torch.compile's time.
 # It doubles the final's timings: 1.9 -> 3.3 s per first call at that shape; the next bench picked ping-pong there,
-# 0.949 of torch.compile's time (docs/benchmarks.md, "Compiles under load, and the final's context").
+# 0.949 of torch.compile's time (docs/benchmarks-log.md, "Compiles under load, and the final's context").
 FINAL_BETWEEN = True
 
 # Before the first pass the GPU runs the first candidate for WARMUP_MS, untimed. The candidates' compile leaves it
@@ -210,7 +210,7 @@ def interleaved_ms(fns: Mapping[Hashable, Callable[[], object]], *, rounds: int 
     second. Then (``discard``) one round is timed and thrown away: the first timing after the settling still ran
     3.8% above its median on average (cuBLAS's first round over 16 rows on an H200). Round r starts with the
     functions rotated by r, so what is left of a disturbance at a fixed point of the sequence does not fall on one
-    function every time (docs/benchmarks.md, "The bench's rounds").
+    function every time (docs/benchmarks-log.md, "The bench's rounds").
 
     ``timer(fn) -> ms`` times one function once; default ``do_bench`` (L2 flushed before every run, median over
     FINAL_REP_MS of repeats). ``graph="auto"``: when the functions average under GRAPH_BELOW_MS per call while
