@@ -29,28 +29,31 @@ def _identity(acc):
 
 
 @functools.lru_cache(maxsize=512)
-def _cached_epilogue(fn, acc_shape, acc_dtype, specs, keep, trace_settings):
+def _cached_epilogue(fn, acc_shape, acc_dtype, specs, keep, trace_settings, intermediates):
     # trace_settings (knobs.trace_settings(): EVTORCH_DISABLE_PASSES, EVTORCH_INTERMEDIATES) is part of the key
-    # only: the Epilogue reads the knobs itself
-    return Epilogue(fn, acc_shape, acc_dtype, list(specs), keep=keep)
+    # only: the Epilogue reads the knobs itself, but for ``intermediates`` when an Epilogue object fixed it
+    return Epilogue(fn, acc_shape, acc_dtype, list(specs), keep=keep, intermediates=intermediates)
 
 
 def get_epilogue(fn_or_ep, acc_shape, acc_dtype, inputs: dict, keep=None) -> Epilogue:
-    """The traced, optimized epilogue for this signature (cached; tracing never depends on values)."""
+    """The traced, optimized epilogue for this signature (cached; tracing never depends on values). An
+    ``Epilogue`` traced for another signature is traced again with its own ``intermediates`` setting."""
     fn = fn_or_ep.fn if isinstance(fn_or_ep, Epilogue) else fn_or_ep
     if not callable(fn):
         raise EpilogueTypeError(f"epilogue must be a function or an evt.Epilogue, got {type(fn).__name__}")
     names = check_keywords(fn, inputs)
     specs = tuple(input_spec(n, inputs[n]) for n in names if n in inputs)
     keep = normalize_keep(keep)
-    if isinstance(fn_or_ep, Epilogue) and fn_or_ep.signature == (tuple(acc_shape), acc_dtype, tuple(
-            s.signature for s in specs), keep):
-        return fn_or_ep
+    intermediates = None
+    if isinstance(fn_or_ep, Epilogue):
+        if fn_or_ep.signature == (tuple(acc_shape), acc_dtype, tuple(s.signature for s in specs), keep):
+            return fn_or_ep
+        intermediates = fn_or_ep.intermediates
     try:
-        return _cached_epilogue(fn, tuple(acc_shape), acc_dtype, specs, keep, knobs.trace_settings())
+        return _cached_epilogue(fn, tuple(acc_shape), acc_dtype, specs, keep, knobs.trace_settings(), intermediates)
     except TypeError as e:
         if "unhashable" in str(e):
-            return Epilogue(fn, tuple(acc_shape), acc_dtype, list(specs), keep=keep)
+            return Epilogue(fn, tuple(acc_shape), acc_dtype, list(specs), keep=keep, intermediates=intermediates)
         raise
 
 

@@ -199,6 +199,19 @@ def test_the_knob_is_honoured_by_every_call_path(monkeypatch):
             torch.testing.assert_close(got.detach(), want[mode], rtol=2e-6, atol=2e-5, msg=mode)
 
 
+def test_a_traced_epilogue_keeps_its_setting_at_other_shapes(monkeypatch):
+    """evt.trace(..., intermediates='float32') passed to evt.gemm for another shape is traced again in float32,
+    whatever the environment says."""
+    monkeypatch.setenv("EVTORCH_INTERMEDIATES", "eager")
+    ep = evt.trace(row_reduction, acc=evt.spec((8, 8)), C=evt.spec((8, 8), F16), alpha=0.5, beta=1.25,
+                   intermediates="float32")
+    A, B, C = _operands(9, dtype=F16)
+    acc = A.float() @ B.float()
+    got = evt.gemm(A, B, ep, C=C, alpha=0.5, beta=1.25)[1]
+    torch.testing.assert_close(got, widened(row_reduction)(acc, C=C, alpha=0.5, beta=1.25)[1], rtol=2e-6, atol=2e-5)
+    assert (got - row_reduction(acc, C=C, alpha=0.5, beta=1.25)[1]).abs().max() > 2e-4
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                  HealthCheck.filter_too_much])
 @given(case=dag_cases(dtypes=(torch.float16, torch.bfloat16)))
