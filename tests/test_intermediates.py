@@ -212,6 +212,26 @@ def test_a_traced_epilogue_keeps_its_setting_at_other_shapes(monkeypatch):
     assert (got - row_reduction(acc, C=C, alpha=0.5, beta=1.25)[1]).abs().max() > 2e-4
 
 
+def test_compiled_calls_trace_in_float32(monkeypatch):
+    """torch.compile(fullgraph=True) of a function calling evt.gemm: the plan it registers at compile time is the
+    float32 one (the knob is read while Dynamo traces), with gradients."""
+    torch._dynamo.reset()
+    monkeypatch.setenv("EVTORCH_INTERMEDIATES", "float32")
+    A, B, C = _operands(11, dtype=F16)
+    A, B = A.float().requires_grad_(), B.float().requires_grad_()
+
+    def f(A, B, C):
+        d, s = evt.gemm(A, B, row_reduction, C=C, alpha=0.5, beta=1.25)
+        return s
+    got = torch.compile(f, fullgraph=True, backend="aot_eager")(A, B, C)
+    want = widened(row_reduction)(A @ B, C=C, alpha=0.5, beta=1.25)[1]
+    torch.testing.assert_close(got, want, rtol=2e-6, atol=2e-5)
+    g_got = torch.autograd.grad(got.sum(), (A, B))
+    g_want = torch.autograd.grad(want.sum(), (A, B))
+    for g, w in zip(g_got, g_want):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                  HealthCheck.filter_too_much])
 @given(case=dag_cases(dtypes=(torch.float16, torch.bfloat16)))
