@@ -165,13 +165,15 @@ def _meta(t):
 
 @st.composite
 def dag_cases(draw, *, batched=None, dtypes=(torch.float32, torch.float16, torch.bfloat16, torch.float64),
-              max_steps=10, max_outputs=3, edge=None, exclude_ops=frozenset(), n_range=(2, 9)) -> DagCase:
+              max_steps=10, max_outputs=3, edge=None, exclude_ops=frozenset(), n_range=(2, 9),
+              input_dtypes=None) -> DagCase:
     """A random epilogue DAG and the data to run it on (see the module docstring).
 
     ``batched``/``edge``: force batched problems / edge values in the inputs (None: drawn); ``dtypes``: of A and
     B; ``max_steps``: ops drawn; ``max_outputs``: 1..max outputs; ``exclude_ops``: registry names never drawn
     (``where``, ``clamp``, ``pow``, ``cast`` included); ``n_range``: the range N is drawn from (M stays 2..9: a
-    wider N puts several epilogue sub-tiles inside the problem)."""
+    wider N puts several epilogue sub-tiles inside the problem); ``input_dtypes``: what floating tensor inputs are
+    drawn in (default: the accumulator's dtype, or float16 one time in three)."""
     batched = draw(st.booleans()) if batched is None else batched
     dtype = draw(st.sampled_from(dtypes))
     M = draw(st.integers(2, 9))
@@ -203,7 +205,7 @@ def dag_cases(draw, *, batched=None, dtypes=(torch.float32, torch.float16, torch
         if role == "int":
             t = rand_int(roles["aux"] if draw(st.booleans()) else (M, 1), -3, 4, seed=seed + i)
         else:
-            in_dtype = draw(st.sampled_from([acc_dtype, acc_dtype, torch.float16]))
+            in_dtype = draw(st.sampled_from(list(input_dtypes or (acc_dtype, acc_dtype, torch.float16))))
             # no +-3e38 in chains of random ops: eager's kernels overflow inside (F.gelu(3e38) is inf in
             # float32 because torch computes x * (1 + erf) first), which says nothing about evtorch
             t = rand(roles[role], in_dtype, seed=seed + i, edge=edge, special=draw(st.booleans()), huge=False)
