@@ -106,6 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
                          "and each row's workload with its picked config (and cuBLAS between them) back to back for "
                          "SECONDS while nvidia-smi samples power and SM clock, then give each row its energy floor "
                          "(benchmarks/power_probe.py, benchmarks/energy_floor.py; default 0: off)")
+    ap.add_argument("--intermediates", choices=INTERMEDIATE_MODES, default=None,
+                    help="the epilogues' 16-bit intermediates: eager (rounded where eager rounds, evtorch's default) "
+                         "or float32 (as torch.compile keeps them); sets EVTORCH_INTERMEDIATES for the run "
+                         "(default: as the environment says); the JSON's settings record it")
     ap.add_argument("--deadline-s", type=float, default=560.0, help="stop starting new work after this many seconds "
                     "(the default leaves the last started item room within a 600 s device call: a torch.compile row "
                     "starts only with 40 s left; the longest measured took 56 s, 22 s since the compile-worker pool is "
@@ -677,6 +681,16 @@ def add_energy_floors(b: Bench, power: dict) -> None:
     b.save()
 
 
+#: evtorch.runtime.knobs.INTERMEDIATE_MODES, spelled here so the parser needs no evtorch import (a test keeps them equal)
+INTERMEDIATE_MODES = ("eager", "float32")
+
+
+def apply_intermediates(args) -> None:
+    """``--intermediates``: set EVTORCH_INTERMEDIATES for this process (read when each epilogue is traced)."""
+    if args.intermediates is not None:
+        os.environ["EVTORCH_INTERMEDIATES"] = args.intermediates
+
+
 def main(argv=None) -> int:
     """``evtorch bench [ARGS]``: the fused-GEMM workloads; ``evtorch bench training|scan [ARGS]``: the
     forward+backward (issue 6) and scan (issue 5) benchmarks, each with its own ``--help``."""
@@ -694,6 +708,7 @@ def main(argv=None) -> int:
         return subprocess.call([sys.executable, "-m", "benchmarks.run", *argv], env=env, cwd=root)
     if args.candidates is None:
         args.candidates = 2 if args.quick else 9
+    apply_intermediates(args)
     os.environ["EVTORCH_AUTOTUNE"] = "1"
     os.environ.setdefault("EVTORCH_CACHE_DIR", f"/tmp/evtorch_bench_{os.getpid()}")  # fresh: tuning is measured
     import torch

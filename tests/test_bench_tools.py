@@ -661,3 +661,21 @@ def test_ab_check_dry_run_interleaves_its_rounds(tmp_path, monkeypatch):
     with pytest.raises(SystemExit):
         ab_check.parse_args(["--out", "x", "--env", "A=1", "--rounds", "0"])
     assert ab_check.median_ratio([2.0, 4.0, 3.0], [1.0, None, 1.5]) == 3.0 / 1.25
+
+
+def test_bench_intermediates_flag_sets_the_knob(monkeypatch):
+    """``evtorch bench --intermediates float32`` runs the epilogues with float32 intermediates (the knob, read at
+    trace time, and recorded in the JSON's settings); without the flag the environment decides."""
+    from benchmarks import run
+    from evtorch.runtime import knobs
+
+    assert run.INTERMEDIATE_MODES == knobs.INTERMEDIATE_MODES
+    monkeypatch.delenv("EVTORCH_INTERMEDIATES", raising=False)
+    run.apply_intermediates(run.build_parser().parse_args([]))
+    assert knobs.intermediates_mode() == "eager"
+    run.apply_intermediates(run.build_parser().parse_args(["--intermediates", "float32"]))
+    assert knobs.intermediates_mode() == "float32"
+    monkeypatch.delenv("EVTORCH_INTERMEDIATES")
+    with pytest.raises(SystemExit):
+        run.build_parser().parse_args(["--intermediates", "fp32"])
+
