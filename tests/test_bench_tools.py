@@ -670,12 +670,10 @@ def test_bench_intermediates_flag_sets_the_knob(monkeypatch):
     from evtorch.runtime import knobs
 
     assert run.INTERMEDIATE_MODES == knobs.INTERMEDIATE_MODES
-    monkeypatch.delenv("EVTORCH_INTERMEDIATES", raising=False)
+    monkeypatch.setenv("EVTORCH_INTERMEDIATES", "eager")  # restored, whatever apply_intermediates writes
     run.apply_intermediates(run.build_parser().parse_args([]))
     assert knobs.intermediates_mode() == "eager"
     run.apply_intermediates(run.build_parser().parse_args(["--intermediates", "float32"]))
     assert knobs.intermediates_mode() == "float32"
-    monkeypatch.delenv("EVTORCH_INTERMEDIATES")
     with pytest.raises(SystemExit):
         run.build_parser().parse_args(["--intermediates", "fp32"])
-
