@@ -29,8 +29,8 @@ def _identity(acc):
 
 
 @functools.lru_cache(maxsize=512)
-def _cached_epilogue(fn, acc_shape, acc_dtype, specs, keep, trace_settings, intermediates):
-    # trace_settings (knobs.trace_settings(): EVTORCH_DISABLE_PASSES, EVTORCH_INTERMEDIATES) is part of the key
+def _cached_epilogue(fn, acc_shape, acc_dtype, specs, keep, trace_knobs, intermediates):
+    # trace_knobs (knobs.trace_knobs_text(): EVTORCH_DISABLE_PASSES, EVTORCH_INTERMEDIATES) is part of the key
     # only: the Epilogue reads the knobs itself, but for ``intermediates`` when an Epilogue object fixed it
     return Epilogue(fn, acc_shape, acc_dtype, list(specs), keep=keep, intermediates=intermediates)
 
@@ -50,7 +50,7 @@ def get_epilogue(fn_or_ep, acc_shape, acc_dtype, inputs: dict, keep=None) -> Epi
             return fn_or_ep
         intermediates = fn_or_ep.intermediates
     try:
-        return _cached_epilogue(fn, tuple(acc_shape), acc_dtype, specs, keep, knobs.trace_settings(), intermediates)
+        return _cached_epilogue(fn, tuple(acc_shape), acc_dtype, specs, keep, knobs.trace_knobs_text(), intermediates)
     except TypeError as e:
         if "unhashable" in str(e):
             return Epilogue(fn, tuple(acc_shape), acc_dtype, list(specs), keep=keep, intermediates=intermediates)

@@ -57,7 +57,7 @@ def _plan(fn, a_shape, a_dtype, b_shape, specs, wrt, out_dtype, backend, determi
         return Entry(plan, wrt_A, wrt_B, out_dtype or a_dtype, backend, deterministic, allow_tf32, config,
                      scalar_types, a_dtype, layout[0], layout[1], len(b_shape) == 3)
     signature = (fn, a_shape, a_dtype, b_shape, specs, wrt, out_dtype, backend, deterministic, allow_tf32, keep,
-                 config, policy, layout, knobs.trace_settings())  # the traced epilogue depends on the trace knobs
+                 config, policy, layout, knobs.trace_knobs_text())  # the traced epilogue depends on them
     key = register(signature, build)
     from .ops import entry
     return (key,) + entry(key).static

@@ -239,19 +239,14 @@ def intermediates_mode() -> str:
     return INTERMEDIATES.get()
 
 
-#: the knobs an epilogue's trace reads (its optimized graph depends on them): part of every cache key that
-#: stands for a traced epilogue (api's trace cache and call signatures, integration/function.py's)
+#: the knobs an epilogue's trace reads (its optimized graph depends on them): their text is part of every cache
+#: key that stands for a traced epilogue (api's trace cache and call signatures, integration/function.py's plans)
 TRACE_KNOBS: tuple[Knob, ...] = (DISABLE_PASSES, INTERMEDIATES)
-
-
-def trace_settings() -> tuple:
-    """The parsed values of ``TRACE_KNOBS``."""
-    return tuple(k.get() for k in TRACE_KNOBS)
-
 
 _trace_get, _TRACE_NAMES = raw_reader(*TRACE_KNOBS)
 
 
 def trace_knobs_text() -> tuple:
-    """The raw environment text of ``TRACE_KNOBS``, for call-signature keys on hot paths (a dict lookup each)."""
+    """The raw environment text of ``TRACE_KNOBS`` (a dict lookup each: cheap enough for per-call keys). The
+    Epilogue parses the knobs itself, so a bad value is refused where it is traced."""
     return tuple(_trace_get(k) for k in _TRACE_NAMES)
