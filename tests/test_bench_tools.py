@@ -1,5 +1,6 @@
 """The benchmark tools that run without a GPU: report summaries (Nsight Compute, power), the paired timer, the bench's
 rows and torch.compile phase, the ablation, probe and tuner-timing helpers."""
+import os
 import sys
 from pathlib import Path
 
@@ -677,3 +678,20 @@ def test_bench_intermediates_flag_sets_the_knob(monkeypatch):
     assert knobs.intermediates_mode() == "float32"
     with pytest.raises(SystemExit):
         run.build_parser().parse_args(["--intermediates", "fp32"])
+
+
+def test_bench_points_every_compile_cache_at_a_fresh_directory(monkeypatch):
+    """The bench measures first calls (evtorch's tuning, torch.compile's max-autotune): each on-disk cache they read
+    is a directory of the bench's process, unless the caller named one, which is kept and recorded."""
+    from benchmarks import run
+
+    for var in run.COMPILE_CACHES:  # setenv first: the undo then restores the variable, set or not
+        monkeypatch.setenv(var, "x")
+        monkeypatch.delenv(var)
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/somewhere/triton")
+    caches = run.fresh_compile_caches()
+    assert set(caches) == {"EVTORCH_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"}
+    assert caches["TRITON_CACHE_DIR"] == "/somewhere/triton"
+    fresh = [caches["EVTORCH_CACHE_DIR"], caches["TORCHINDUCTOR_CACHE_DIR"]]
+    assert all(str(os.getpid()) in path for path in fresh) and len(set(fresh)) == 2
+    assert all(os.environ[var] == path for var, path in caches.items())
