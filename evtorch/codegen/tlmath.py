@@ -70,15 +70,7 @@ def logsigmoid(x):
         t = log1p(u)
     else:
         t = _atanh2(u / (2.0 + u))
-    return _min0(x) - t
-
-
-@triton.jit
-def _min0(x):
-    # min(x, 0) as one min instruction (a compare and a select before): minnum returns 0 for a NaN x, as the
-    # select did, and the NaN comes through the log1p term anyway; a -0.0 it may return instead of 0.0 is
-    # followed by a subtraction of a positive term
-    return tl.minimum(x, 0.0)
+    return tl.where(x < 0, x, 0.0) - t
 
 
 @triton.jit
@@ -210,4 +202,4 @@ def logsigmoid_approx(x):
     # to zero
     x = x.to(tl.float32)
     u = _ex2_ftz(tl.abs(x) * -1.4426950408889634)
-    return _min0(x) - _atanh2(u * _rcp_ftz(2.0 + u))
+    return tl.where(x < 0, x, 0.0) - _atanh2(u * _rcp_ftz(2.0 + u))
