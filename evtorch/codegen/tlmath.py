@@ -50,7 +50,9 @@ def _atanh2(s):
     # 2 atanh(s) = log((1 + s) / (1 - s)) for 0 <= s <= 1/3 as s * p(s^2), p the degree-4 polynomial of least
     # maximum relative error against 2 atanh(s) / s on s^2 in [0, 1/9] (fitted in float64: 4.0e-9 relative). In
     # float32 it gives 1.22e-7 max relative error over (0, 1/3], where the odd series to s^13 it replaces (two more
-    # FFMAs, truncation < 2e-8) gave 1.18e-7: the float32 evaluation, not the polynomial, sets the error
+    # FFMAs, truncation < 2e-8) gave 1.18e-7: the float32 evaluation, not the polynomial, sets the error. log1p(u)
+    # as a degree-9 polynomial in u (no reciprocal, as accurate) measured 1.0-1.8% slower on bce_loss at
+    # 8192x4096x1024 (H100, 2026-11-27, docs/benchmarks-log.md "log1p by a polynomial in u")
     s2 = s * s
     p = 0.2817833125591278 * s2 + 0.27960604429244995
     p = p * s2 + 0.40024909377098083
