@@ -8,7 +8,13 @@ Every job is compiled and run once first (outside the profiled range), then each
 ``cudaProfilerStart`` / ``cudaProfilerStop``, so Nsight Compute sees exactly one launch of every job's kernels
 (the poison fills and reduction finalizers are filtered out by ``-k``). A job is ``workload:config`` (a bench
 workload, or a member of ``benchmarks.ablation``'s families) with a config name from ``configs()`` (or
-``cublas``: ``torch.matmul`` alone). ``python -m benchmarks.ncu_probe --summarize REPORT.txt`` turns a saved report into a markdown table (duration, L2 / DRAM bytes and throughput, SM
+``cublas``: ``torch.matmul`` alone), optionally followed by ``@NAME=VALUE``: that job's epilogue is traced and
+called with the environment variable set (a knob read at trace time, ``EVTORCH_INTERMEDIATES=float32``,
+``EVTORCH_FAST_MATH=never``, ``EVTORCH_DISABLE_PASSES=reassociate``), so variants of one kernel are profiled
+side by side in one call, as ``benchmarks.ab_check`` times them:
+``bce_loss:mma_h_tma bce_loss:mma_h_tma@EVTORCH_INTERMEDIATES=float32``. evtorch's per-call caches are keyed by
+the trace knobs (``evtorch.runtime.knobs.TRACE_KNOBS``), so a switch of a device-only patch must be added there,
+or the second job reuses the first's kernel. ``python -m benchmarks.ncu_probe --summarize REPORT.txt`` turns a saved report into a markdown table (duration, L2 / DRAM bytes and throughput, SM
 throughput and clock, spills), one row per kernel in launch order. Without ncu it prints each job's time
 (median, L2 flushed; with ``--graph`` also the tuner's measure: CUDA-graph replays, no flush) so the same command
 also works as a quick timing check.
@@ -30,6 +36,7 @@ def configs() -> dict:
         "g_h_p0": gl(5, 2, PREFETCH=0),
         "g_q4_p0": gl(5, 4, PREFETCH=0),
         "g_h_tma": gl(4, 2, EPI_TMA=True),
+        "mma_h_tma": gl(4, 2, EPI_MMA=True, EPI_TMA=True),  # the tuner's pick for bce_loss on the H100 and H200
         "g_q4_tma": gl(4, 4, EPI_TMA=True),
         "es1_h": gl(4, 2, EPI_SMEM=1),
         "es2_q4": gl(4, 4, EPI_SMEM=2),
@@ -138,6 +145,32 @@ def range_summary(path: str, specs: list[str]) -> list[dict]:
     return out
 
 
+def split_job(job: str) -> tuple[tuple[str, str, str], tuple[str, str] | None]:
+    """``workload:config[@NAME=VALUE]`` -> ((workload, ':', config), (NAME, VALUE) or None); ``("", "")`` for an
+    ``@`` without a ``NAME=`` (refused by ``main``)."""
+    base, at, setting = job.partition("@")
+    env = None
+    if at:
+        name, eq, value = setting.partition("=")
+        env = (name, value) if name and eq else ("", "")
+    return base.partition(":"), env
+
+
+def with_env(env, call):
+    """``call`` run with the environment variable ``env`` = (NAME, VALUE) set around it (the old value restored),
+    every time: its first call traces the epilogue under the setting, and later calls must find that trace
+    (evtorch's per-call caches are keyed by the trace knobs)."""
+    if env is None:
+        return call
+    from benchmarks.experiment import environ
+
+    def run():
+        with environ(*env):
+            return call()
+
+    return run
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shape", default="8192,4096,1024", help="M,N,K")
@@ -185,10 +218,10 @@ def main(argv=None) -> int:
     cfgs = configs()
     known = ["identity", *WORKLOADS, *MEMBERS]
     for job in args.jobs:
-        name, _, cname = job.partition(":")
-        if job != "cublas" and (name not in known or cname not in cfgs):
-            ap.error(f"job {job!r}: expected cublas or WORKLOAD:CONFIG with WORKLOAD one of {known} (bench "
-                     f"workloads and benchmarks.ablation's members) and CONFIG one of {sorted(cfgs)}")
+        (name, _, cname), env = split_job(job)
+        if job != "cublas" and (name not in known or cname not in cfgs or env == ("", "")):
+            ap.error(f"job {job!r}: expected cublas or WORKLOAD:CONFIG[@NAME=VALUE] with WORKLOAD one of {known} "
+                     f"(bench workloads and benchmarks.ablation's members) and CONFIG one of {sorted(cfgs)}")
     M, N, K = (int(x) for x in args.shape.split(","))
     torch.manual_seed(0)
     A = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
@@ -198,10 +231,11 @@ def main(argv=None) -> int:
         if job == "cublas":
             calls.append((job, lambda: torch.matmul(A, B)))
             continue
-        name, _, cname = job.partition(":")
+        (name, _, cname), env = split_job(job)
         fn, mk = named_epilogue(name)
         inputs = mk(M, N, "cuda", A.dtype)
-        calls.append((job, lambda fn=fn, inputs=inputs, cfg=cfgs[cname]: evt.gemm(A, B, fn, config=cfg, **inputs)))
+        calls.append((job, with_env(env, lambda fn=fn, inputs=inputs, cfg=cfgs[cname]:
+                                    evt.gemm(A, B, fn, config=cfg, **inputs))))
     for _, call in calls:  # compile and warm up outside the profiled range
         call()
     torch.cuda.synchronize()

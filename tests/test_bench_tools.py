@@ -35,6 +35,27 @@ def test_bad_jobs_are_named(capsys):
     with pytest.raises(SystemExit):
         ncu_probe.main([])
     assert "give at least one job" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        ncu_probe.main(["bce_loss:mma_h_tma@EVTORCH_INTERMEDIATES"])  # a setting needs NAME=VALUE
+    assert "WORKLOAD:CONFIG[@NAME=VALUE]" in capsys.readouterr().err
+
+
+def test_ncu_job_variants_run_under_their_setting(monkeypatch):
+    """``workload:config@NAME=VALUE``: the job's calls (its first, which traces, and the profiled one) see the
+    variable set, and the environment is as before around them."""
+    assert ncu_probe.split_job("bce_loss:mma_h_tma") == (("bce_loss", ":", "mma_h_tma"), None)
+    assert ncu_probe.split_job("bce_loss:g_h@EVTORCH_INTERMEDIATES=float32") == (
+        ("bce_loss", ":", "g_h"), ("EVTORCH_INTERMEDIATES", "float32"))
+    assert ncu_probe.split_job("bce_loss:g_h@X=") == (("bce_loss", ":", "g_h"), ("X", ""))
+    monkeypatch.setenv("EVT_PROBE_X", "outside")
+    seen = []
+    call = ncu_probe.with_env(("EVT_PROBE_X", "inside"), lambda: seen.append(os.environ["EVT_PROBE_X"]))
+    call()
+    call()
+    assert seen == ["inside", "inside"] and os.environ["EVT_PROBE_X"] == "outside"
+    plain = lambda: None  # noqa: E731
+    assert ncu_probe.with_env(None, plain) is plain
+    assert "mma_h_tma" in ncu_probe.configs()
 
 
 def _source_export(path, kernels):
