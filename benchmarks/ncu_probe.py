@@ -13,8 +13,9 @@ called with the environment variable set (a knob read at trace time, ``EVTORCH_I
 ``EVTORCH_FAST_MATH=never``, ``EVTORCH_DISABLE_PASSES=reassociate``), so variants of one kernel are profiled
 side by side in one call, as ``benchmarks.ab_check`` times them:
 ``bce_loss:mma_h_tma bce_loss:mma_h_tma@EVTORCH_INTERMEDIATES=float32``. evtorch's per-call caches are keyed by
-the trace knobs (``evtorch.runtime.knobs.TRACE_KNOBS``), so a switch of a device-only patch must be added there,
-or the second job reuses the first's kernel. ``python -m benchmarks.ncu_probe --summarize REPORT.txt`` turns a saved report into a markdown table (duration, L2 / DRAM bytes and throughput, SM
+the trace knobs (``evtorch.runtime.knobs.TRACE_KNOBS``) and its programs by their IR's hash, so a device-only
+patch's switch that changes the emission alone must join both (the knobs, and ``fastmath.program_hash``, as the
+lab notebook's logsigmoid A/Bs did), or the second job reuses the first's kernel. ``python -m benchmarks.ncu_probe --summarize REPORT.txt`` turns a saved report into a markdown table (duration, L2 / DRAM bytes and throughput, SM
 throughput and clock, spills), one row per kernel in launch order. Without ncu it prints each job's time
 (median, L2 flushed; with ``--graph`` also the tuner's measure: CUDA-graph replays, no flush) so the same command
 also works as a quick timing check.
