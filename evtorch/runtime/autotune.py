@@ -354,7 +354,7 @@ def store(key: str, best: GemmConfig, timings: dict[str, float],
     ``candidates``, its whole config and their timing order (so the file says what was tried: ``stored_records``);
     ``label`` says in words what was tuned (the key names the epilogue by a hash and the shape by its bucket).
     ``samples``: every timing of each candidate in the order taken (first pass, then any one-by-one re-timings), so that
-    a pick can be traced to the timings behind it (docs/benchmarks.md, next step 0). ``final``: the finalists'
+    a pick can be traced to the timings behind it (docs/benchmarks-log.md, "The tuner's final"). ``final``: the finalists'
     round times when the final (FINAL_ROUNDS) picked ``best``. ``phases``: the tuning's phases in seconds
     (``pick_config``)."""
     def finite(ms: float) -> float | None:
