@@ -22,9 +22,9 @@ from ..frontend import dims as D
 from ..frontend.proxy import TracedTensor
 from ..ir.graph import Graph
 from ..ir.node import Node
+from ..ir.types import HALF_DTYPES
 from ..ops import REGISTRY
 from ..ops.registry import OpDef
-from ..passes.intermediates import HALF_DTYPES
 from .canonical import canonical_shape
 
 

@@ -29,7 +29,7 @@ import torch
 from ..ir.graph import Graph
 from ..ir.layouts import output_base_axes
 from ..ir.node import Node
-from ..ir.types import Stage
+from ..ir.types import HALF_DTYPES, Stage
 from .expr import TL_DTYPE, compute_expr, literal
 from .params import ParamList
 from .reductions import IDENTITY, ReductionPlan, key_params
@@ -99,7 +99,7 @@ class EpilogueCode:
         if self.prefetch != 1:
             return None
         entry = self.prefetch_inputs[0]
-        return entry if set(entry[1]) == {"M", "N"} and entry[3] in (torch.float16, torch.bfloat16) else None
+        return entry if set(entry[1]) == {"M", "N"} and entry[3] in HALF_DTYPES else None
 
 
 class EpilogueEmitter:

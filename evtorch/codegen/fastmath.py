@@ -40,9 +40,9 @@ import hashlib
 import torch
 
 from ..ir.graph import Graph
-from ..ir.types import Stage
+from ..ir.types import HALF_DTYPES, Stage
 from ..ops import REGISTRY
-from ..passes.intermediates import HALF_DTYPES, continuous, eager_dtype, reaching_discontinuities
+from ..passes.intermediates import continuous, eager_dtype, reaching_discontinuities
 from ..passes.reassociate import arithmetic, reassociate
 from ..runtime import knobs
 

@@ -21,7 +21,7 @@ import torch
 from ..errors import (EpilogueError, EpilogueTypeError, ShapeError, UnsupportedOpError)
 from ..ir.graph import Graph
 from ..ir.node import Node
-from ..ir.types import FLOAT_DTYPES, SUPPORTED_DTYPES, Stage, canonical, dtype_name, is_float
+from ..ir.types import FLOAT_DTYPES, HALF_DTYPES, SUPPORTED_DTYPES, Stage, canonical, dtype_name, is_float
 from ..ops import REGISTRY
 from ..ops.registry import BOOL_ONLY, CAST, FLOAT_ONLY, REDUCTION, OpDef
 from . import dims as D
@@ -187,7 +187,7 @@ class Tracer:
         """A composite op traced as its decomposition. Eager evaluates a composite on float16/bfloat16 in float32
         and rounds once (``F.gelu(x16)``), so here too: upcast, decompose, round back; step-by-step rounding
         would be off by several ulps."""
-        low = [v for v in operands if isinstance(v, TracedTensor) and v.dtype in (torch.float16, torch.bfloat16)]
+        low = [v for v in operands if isinstance(v, TracedTensor) and v.dtype in HALF_DTYPES]
         if not low:
             return op.decompose(*operands, **attrs)
         tensors = [v for v in operands if isinstance(v, TracedTensor)]

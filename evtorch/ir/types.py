@@ -48,7 +48,9 @@ def role_of(axes) -> str:
     return "scalar"
 
 
-FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+#: the 16-bit float dtypes: eager rounds every op's result on them to 16 bits; kernels compute in float32
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+FLOAT_DTYPES = HALF_DTYPES + (torch.float32, torch.float64)
 INT_DTYPES = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
 SUPPORTED_DTYPES = FLOAT_DTYPES + INT_DTYPES + (torch.bool,)
 

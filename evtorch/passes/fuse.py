@@ -7,6 +7,7 @@ one rounding fma saves) and neither is an output by itself. Requires ``cse`` (so
 from __future__ import annotations
 
 from ..ir.graph import Graph
+from ..ir.types import HALF_DTYPES
 from .base import Pass, fact
 
 
@@ -38,7 +39,7 @@ def _matches(x, dtype) -> bool:
     epilogue fuse like ``C * acc``)."""
     if x.dtype == dtype:
         return True
-    if dtype == torch.float32 and x.dtype in (torch.float16, torch.bfloat16):
+    if dtype == torch.float32 and x.dtype in HALF_DTYPES:
         return True
     return x.op in ("const", "scalar") and x.dtype in (torch.float32, torch.int64)
 

@@ -27,12 +27,11 @@ import torch
 
 from ..ir.graph import Graph
 from ..ir.node import Node
-from ..ir.types import Stage
+from ..ir.types import HALF_DTYPES, Stage
 from ..ops import REGISTRY
 from ..ops.registry import BOOL_ONLY, CAST, COMPARE
 from .base import Pass
 
-HALF_DTYPES = (torch.float16, torch.bfloat16)
 # float ops whose result does not move continuously with their operands: a last-bit change can flip them
 DISCONTINUOUS = frozenset({"floor", "ceil", "round", "sign"})
 MINMAX_REDUCTIONS = frozenset({"amax", "amin"})
@@ -96,4 +95,4 @@ class Float32Intermediates(Pass):
 
 
 __all__ = ["Float32Intermediates", "continuous", "reaching_discontinuities", "eager_dtype", "relabel",
-           "DISCONTINUOUS", "HALF_DTYPES"]
+           "DISCONTINUOUS"]
