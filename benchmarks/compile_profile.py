@@ -1,4 +1,5 @@
-"""Where torch.compile's max-autotune spends a bench row's compile (issue 4, benchmarks.md next step 0).
+"""Where torch.compile's max-autotune spends a bench row's compile (issue 4; docs/benchmarks-log.md, "Next steps
+as they stood on 2026-11-27", item 0).
 
 At 8192 x 4096 x 1024 the bench's three pointwise rows take 39-66 s each to compile, the same graphs 5-18 s at
 8192 x 8192 x 4096; the bench's fit in one device call hangs on those seconds. This compiles one workload as the

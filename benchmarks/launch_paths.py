@@ -4,7 +4,8 @@ tuner's own timing for short calls (``autotune.time_ms(graph=True)``: one call's
 
 Why: the tuner ranks candidates by graph replays, the bench reports the public call; in three runs of
 2026-11-22 the persistent TMA kernel's public call for bias_gelu_aux at 8192x8192x4096 ran 2.3-3.8% over its
-graph-replayed time, ping-pong rows -1.5% to +2% (docs/benchmarks.md, next step 0)::
+graph-replayed time, ping-pong rows -1.5% to +2% (docs/benchmarks-log.md, "Next steps as they stood on
+2026-11-27", item 0)::
 
     python -m benchmarks.launch_paths --out $OUT --from benchmarks/results/bench_h200.json \\
         --rows bias_gelu_aux,identity,lincomb_relu --shape 8192x8192x4096 --extra 'bias_gelu_aux={"template": ...}'

@@ -7,7 +7,8 @@
 Why: at 8192x8192x4096 the tuner has taken the persistent kernel for bias_gelu_aux, 0.3-1.1% ahead of the best
 ping-pong config in its own timings, and the bench has then measured that pick 4-6% behind the ping-pong picks of
 other runs; re-timed a minute after tuning, every settled timing mode ranked the ping-pong config ahead
-(docs/benchmarks-log.md, "The bench's rounds", next step 0). What differs is the state of the GPU: a first call times
+(docs/benchmarks-log.md, "The bench's rounds"; "Next steps as they stood on 2026-11-27", item 0). What differs
+is the state of the GPU: a first call times
 its candidates seconds after their compile left the GPU idle; the bench times them after minutes of load.
 
 Per row: one public call tunes with a fresh cache directory (the tuner's record names every candidate and its

@@ -8,7 +8,8 @@ Why: at 8192x4096x1024 the tuner timed calls as graph replays back to back, with
 between runs. In the 2026-11-25 17:47 H100 run its time for bias_gelu_aux's pick was 6% above the bench's (0.134
 against 0.126 ms), and it ranked the sixth ring stage, 6% faster than the 5-stage ring in a forced A/B with L2
 flushed, 5% behind that pick (docs/benchmarks-log.md, "The tuner's timing conditions"). At 8192x8192x4096 the persistent kernel has won
-bias_gelu_aux's tuning by 1-2% and then measured 2-4% slower in the bench's sustained rounds (next step 0).
+bias_gelu_aux's tuning by 1-2% and then measured 2-4% slower in the bench's sustained rounds (docs/benchmarks-log.md,
+"Next steps as they stood on 2026-11-27", item 0).
 
 Per (shape, workload): one public call tunes with a fresh cache directory (the tuner's record,
 ``autotune.stored_records``, names every candidate and its timings); then R rounds, in each of which every mode of
