@@ -104,6 +104,10 @@ PINGPONG_CONFIGS.update({f"pp_{name}": dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64
                                                                  ("mma_ts_q4", 5, 4, 0, 0, True),
                                                                  ("mma_ts_q4_tma", 4, 4, 0, 1, True))})
 
+# the same in a runtime loop over the register-carried slices (EPI_LOOP): one slice's epilogue code per consumer
+PINGPONG_CONFIGS.update({f"pp_mma_el_{name[len('pp_mma_'):]}": dict(PINGPONG_CONFIGS[name], EPI_LOOP=True)
+                         for name in ("pp_mma_h_tma", "pp_mma_q4_tma", "pp_mma_ts_h_tma", "pp_mma_ts_q4_tma")})
+
 
 def _tool(name):
     return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)

@@ -117,6 +117,23 @@ def configs() -> dict:
             "w_el_q4": gl(5, 4, 8, EPI_LOOP=True),
             "w_el_q4_tma": gl(4, 4, 8, EPI_LOOP=True, EPI_TMA=True),
         }
+    if CONFIG_SET == "mmaloop":  # the register loop (EPI_LOOP) in the wgmma layout, against the tuner's picks
+        return {
+            **_references(),
+            "mma_h_tma": gl(4, 2, EPI_MMA=True, EPI_TMA=True),
+            "mma_h_tma_ts": gl(4, 2, EPI_MMA=True, EPI_TMA=True, TMA_STORE=2),
+            "mma_el_q4_tma_ts": gl(4, 4, EPI_MMA=True, EPI_TMA=True, EPI_LOOP=True, TMA_STORE=2),
+            "mma_el_h_tma": gl(4, 2, EPI_MMA=True, EPI_TMA=True, EPI_LOOP=True),
+            "mma_el_h_tma_ts": gl(4, 2, EPI_MMA=True, EPI_TMA=True, EPI_LOOP=True, TMA_STORE=2),
+        }
+    if CONFIG_SET == "mmastages":  # the wgmma-layout configs with the loader's input ring on a fifth ring stage
+        return {
+            **_references(),
+            "mma_h_tma": gl(4, 2, EPI_MMA=True, EPI_TMA=True),
+            "mma_h_tma_ts1": gl(4, 2, EPI_MMA=True, EPI_TMA=True, TMA_STORE=1),
+            "mma_h_tma_s5": gl(5, 2, EPI_MMA=True, EPI_TMA=True),
+            "mma_h_tma_ts1_s5": gl(5, 2, EPI_MMA=True, EPI_TMA=True, TMA_STORE=1),
+        }
     if CONFIG_SET == "mma":  # the consumers' epilogue in the accumulator's wgmma layout (EPI_MMA)
         return {
             **_references(),

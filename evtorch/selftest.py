@@ -100,11 +100,15 @@ def run(sizes=((257, 193, 129, 3), (1024, 768, 512, 2)), dtypes=("float32", "flo
                             (("EPILOGUE_SUBTILE", 4), ("EPI_TMA", True), ("EPI_LOOP", True))),
                  GemmConfig("pingpong", 128, 128, 64, 8, 1, 8, 5, (("EPILOGUE_SUBTILE", 4), ("EPI_LOOP", True))),
                  # the epilogue in the accumulator's wgmma layout, with the loader's input ring (the tuner's
-                 # configs for epilogues that store no M x N tile), on halves and two-warpgroup quarters
-                 GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 4,
+                 # configs for epilogues that store no M x N tile), on halves and two-warpgroup quarters, five
+                 # ring stages as the tuner runs them (configs.MMA_TMA_STAGES: 2 KiB left for barriers and
+                 # reduction scratch); and as a runtime loop over the register-carried halves
+                 GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 5,
                             (("EPILOGUE_SUBTILE", True), ("EPI_TMA", True), ("EPI_MMA", True))),
-                 GemmConfig("pingpong", 128, 128, 64, 8, 1, 8, 4,
+                 GemmConfig("pingpong", 128, 128, 64, 8, 1, 8, 5,
                             (("EPILOGUE_SUBTILE", 4), ("EPI_TMA", True), ("EPI_MMA", True))),
+                 GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 5,
+                            (("EPILOGUE_SUBTILE", True), ("EPI_TMA", True), ("EPI_MMA", True), ("EPI_LOOP", True))),
                  # tile outputs stored by TMA from shared buffers: in the wgmma layout with the loader's input ring
                  # (output 0 in the input's slice buffer), and from the blocked layout on quarters
                  GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 4,

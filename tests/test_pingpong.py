@@ -17,8 +17,8 @@ import torch
 
 import evtorch as evt
 from evtorch.codegen import gluon_template
-from evtorch.codegen.configs import (DEEP_RING_STAGES, DeviceInfo, GemmConfig, candidate_configs, fits_smem,
-                                     for_epilogue)
+from evtorch.codegen.configs import (DEEP_RING_STAGES, MMA_TMA_STAGES, DeviceInfo, GemmConfig, candidate_configs,
+                                     fits_smem, for_epilogue)
 from evtorch.examples import EXAMPLES, eager_reference
 from evtorch.runtime.gemm_launch import grid_tiles, resolve_config
 
@@ -148,7 +148,8 @@ def test_epilogue_register_loop_config_rules():
 
 def test_epilogue_in_mma_layout_config_rules():
     """EPI_MMA: a ping-pong flag (the epilogue in the accumulator's wgmma layout) for slices from registers, with
-    any slicing, EPI_TMA and two-warpgroup consumers; not with the EPI_SMEM / EPI_LOOP loops or the EPI_WG schedule;
+    any slicing, EPI_TMA, two-warpgroup consumers and the register loop (EPI_LOOP); not with the EPI_SMEM loop or
+    the EPI_WG schedule;
     no shared memory of its own (it saves the conversion's scratch); dropped by the fallback."""
     mma = pp(2, EPI_MMA=True, EPI_TMA=True)
     assert mma.short() == "pingpong_128x128x64_g8_w4_s5_epilogue_subtile_epi_mma_epi_tma"
@@ -160,9 +161,9 @@ def test_epilogue_in_mma_layout_config_rules():
     assert all(f"{name}: gl.constexpr" in kernel for name in PINGPONG_KERNEL_DEFAULTS)
     assert pp(2, EPI_MMA=False) == pp(2) and mma.smem_bytes(2) == pp(2, EPI_TMA=True).smem_bytes(2)
     assert GemmConfig("pingpong", 128, 128, 64, 8, 1, 8, 4, (("EPILOGUE_SUBTILE", 4), ("EPI_MMA", True))).flag("EPI_MMA")
-    for other in (dict(EPI_SMEM=1), dict(EPI_LOOP=True)):
-        with pytest.raises(ValueError, match="EPI_MMA .* not with EPI_SMEM, EPI_WG or EPI_LOOP"):
-            pp(2, EPI_MMA=True, **other)
+    with pytest.raises(ValueError, match="EPI_MMA .* not with EPI_SMEM or EPI_WG"):
+        pp(2, EPI_MMA=True, EPI_SMEM=1)
+    assert pp(2, EPI_MMA=True, EPI_TMA=True, EPI_LOOP=True).flag("EPI_LOOP")
     with pytest.raises(ValueError, match="EPI_MMA only applies"):
         GemmConfig("persistent_tma", 128, 256, 64, 8, 1, 8, 3, (("EPI_MMA", True),))
     fell = resolve_config(torch.randn(64, 32), torch.randn(32, 64), mma)
@@ -188,8 +189,8 @@ def test_tile_stores_says_whether_the_epilogue_writes_an_m_by_n_tile():
 
 def test_tma_store_config_rules():
     """TMA_STORE = T: a ping-pong flag (the consumers' T tile outputs stored by TMA) for slices from registers,
-    with any slicing, EPI_TMA, EPI_MMA and two-warpgroup consumers; not with the EPI_SMEM / EPI_LOOP loops or the
-    EPI_WG schedule; a 16-bit slice buffer per consumer and output, but the one output that takes the EPI_TMA
+    with any slicing, EPI_TMA, EPI_MMA, two-warpgroup consumers and the register loop (EPI_LOOP); not with the
+    EPI_SMEM loop or the EPI_WG schedule; a 16-bit slice buffer per consumer and output, but the one output that takes the EPI_TMA
     input's slice buffer; passed to the kernel as a constexpr; dropped by the fallback."""
     ts = pp(2, EPI_MMA=True, TMA_STORE=2)
     assert ts.short() == "pingpong_128x128x64_g8_w4_s5_epilogue_subtile_epi_mma_tma_store2"
@@ -200,10 +201,10 @@ def test_tma_store_config_rules():
     with_input = pp(2, EPI_TMA=True)
     assert pp(2, EPI_TMA=True, TMA_STORE=1).smem_bytes(2) == with_input.smem_bytes(2)
     assert pp(2, EPI_TMA=True, TMA_STORE=2).smem_bytes(2) == with_input.smem_bytes(2) + slice_bytes
-    for other in (dict(EPI_SMEM=1), dict(EPI_LOOP=True)):
-        with pytest.raises(ValueError, match="TMA_STORE=1 .* not with EPI_SMEM, EPI_WG or EPI_LOOP"):
-            pp(2, TMA_STORE=1, **other)
-    with pytest.raises(ValueError, match="TMA_STORE=1 .* not with EPI_SMEM, EPI_WG or EPI_LOOP"):
+    with pytest.raises(ValueError, match="TMA_STORE=1 .* not with EPI_SMEM or EPI_WG"):
+        pp(2, TMA_STORE=1, EPI_SMEM=1)
+    assert pp(4, EPI_MMA=True, TMA_STORE=1, EPI_LOOP=True).smem_bytes(2) == pp(4, TMA_STORE=1).smem_bytes(2)
+    with pytest.raises(ValueError, match="TMA_STORE=1 .* not with EPI_SMEM or EPI_WG"):
         GemmConfig("pingpong", 128, 256, 64, 8, 1, 4, 3, (("EPILOGUE_SUBTILE", 4), ("EPI_WG", 2), ("TMA_STORE", 1)))
     with pytest.raises(ValueError, match=r"TMA_STORE'\] must be one of"):
         pp(2, TMA_STORE=9)
@@ -331,10 +332,19 @@ def test_candidates_offer_pingpong_only_where_it_runs():
                                                       if c.num_stages == DEEP_RING_STAGES)
         assert [c for c in long_k if c.template == "pingpong"][-1] == wide
         assert pp(4, PREFETCH=0) in for_epilogue(long_k, tma_input=False, tile_inputs=2)[5:]
-        # an epilogue that stores no M x N tile (a loss) runs its EPI_TMA configs in the wgmma layout, in place
+        # an epilogue that stores no M x N tile (a loss) runs its EPI_TMA configs in the wgmma layout, in place, on
+        # a fifth ring stage (no conversion scratch: MMA_TMA_STAGES fit beside the input slices with 2 KiB left)
         mma = for_epilogue(cands, tma_input=True, tile_stores=False)
         assert len(mma) == len(cands) and [c.flag("EPI_MMA") for c in mma] == [c.flag("EPI_TMA") for c in cands]
-        assert [dataclasses.replace(c, extra=tuple(x for x in c.extra if x[0] != "EPI_MMA")) for c in mma] == cands
+        assert [c.num_stages == MMA_TMA_STAGES for c in mma if c.flag("EPI_MMA")] == [True, True]
+        assert [dataclasses.replace(c, extra=tuple(x for x in c.extra if x[0] != "EPI_MMA"),
+                                    num_stages=c.num_stages if not c.flag("EPI_MMA") else d.num_stages)
+                for c, d in zip(mma, cands)] == cands
+        assert for_epilogue(cands, tma_input=True, tile_stores=False, dtype=torch.bfloat16, info=H200) == mma
+        assert all(fits_smem(c, torch.bfloat16, H200) for c in mma)
+        # the headroom: five stages with the input slices fit in the wgmma layout, not with a conversion's scratch
+        assert fits_smem(pp(2, EPI_TMA=True, EPI_MMA=True), torch.bfloat16, H200)
+        assert not fits_smem(pp(2, EPI_TMA=True), torch.bfloat16, H200)
         assert for_epilogue(cands, tma_input=False, tile_stores=False, tile_inputs=2) == without
         # an epilogue that reduces drops the persistent flattened loop on halves (several times slower with a
         # reduction on an H100), and only that config: quarters keep the flattened loop
@@ -359,7 +369,8 @@ def test_candidates_offer_pingpong_only_where_it_runs():
             assert not c.flag("PREFETCH", None) and fits_smem(c, torch.bfloat16, H200)
         assert len(none_in) == len(set(none_in)) < len(cands)  # the PREFETCH=0 twins merged
         assert any(c.flag("PREFETCH", None) == 0 for c in cands)
-        assert dataclasses.replace(pp(2, EPI_MMA=True, TMA_STORE=2), num_stages=4) in none_in[:5]
+        # the wgmma layout's 2 KiB headroom fits the halves' five stages beside two outputs' TMA buffers
+        assert pp(2, EPI_MMA=True, TMA_STORE=2) in none_in[:3]
         two_in = for_epilogue(cands, tma_input=False, tma_outputs=2, tile_inputs=2, dtype=torch.bfloat16, info=H200)
         assert two_in == without
     A100 = DeviceInfo("cuda", "A100", (8, 0), 108, 166912)

@@ -265,6 +265,24 @@ def test_epilogue_register_loop(name):
 
 @needs_hopper
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_register_loop_in_mma_layout(name):
+    """EPI_LOOP with EPI_MMA (and TMA_STORE): the runtime loop over register-carried slices in the wgmma layout,
+    every epilogue kind: ragged halves with the prefetch rule; the loader's input ring in fp16, deterministic;
+    tile outputs stored by TMA from the loop (output 0 into the input's slice buffer) on quarters with many tiles
+    per program and column-major B; TMA stores without the loader; consumers of two warpgroups; fewer tiles than
+    programs."""
+    _check(name, 1000, 776, 520, pp(2, 5, EPI_LOOP=True, EPI_MMA=True))
+    _check(name, 4096, 3000, 1000, pp(2, 4, EPI_LOOP=True, EPI_MMA=True, EPI_TMA=True), dtype=torch.float16,
+           seed=2, deterministic=True)
+    _check(name, 4096, 4096, 768, pp(4, 4, EPI_LOOP=True, EPI_MMA=True, EPI_TMA=True, TMA_STORE=2), b_col=True,
+           seed=1)
+    _check(name, 1000, 776, 520, pp(2, 4, EPI_LOOP=True, EPI_MMA=True, TMA_STORE=2), seed=3)
+    _check(name, 1000, 776, 520, pp(4, 4, warps=8, EPI_LOOP=True, EPI_MMA=True, EPI_TMA=True), seed=4)
+    _check(name, 300, 200, 64, pp(2, 5, EPI_LOOP=True, EPI_MMA=True), seed=5)
+
+
+@needs_hopper
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
 def test_epilogue_in_mma_layout(name):
     """EPI_MMA: every epilogue kind computed in the accumulator's wgmma layout (its loads, stores, broadcasts,
     reductions and atomics in that layout): ragged halves with the prefetch rule; many tiles with column-major B

@@ -72,10 +72,11 @@ _FLAG_VALUES: dict[str, tuple[Any, ...]] = {"EPILOGUE_SUBTILE": (False, True, 1,
 
 
 def _from_registers(extra: dict[str, Any]) -> bool:
-    """Whether a ping-pong config's consumers run the epilogue on slices straight from registers: none of the
-    schedules that move the accumulator first (EPI_SMEM: through shared memory, EPI_WG: to epilogue warpgroups,
-    EPI_LOOP: a loop over register-carried slices). EPI_MMA and TMA_STORE apply only then."""
-    return not (extra.get("EPI_SMEM") or extra.get("EPI_WG") or extra.get("EPI_LOOP"))
+    """Whether a ping-pong config's consumers run the epilogue on slices straight from their registers, inlined or
+    in a runtime loop over the register-carried slices (EPI_LOOP), rather than in one of the schedules that move the
+    accumulator first (EPI_SMEM: through shared memory, EPI_WG: to epilogue warpgroups). EPI_MMA and TMA_STORE
+    apply only then."""
+    return not (extra.get("EPI_SMEM") or extra.get("EPI_WG"))
 
 
 # flags of the Gluon template alone (a fallback to persistent_tma drops them: gemm_launch.resolve_config)
@@ -232,8 +233,8 @@ class GemmConfig:
                                                  "stored by TMA)")):
                     if extra.get(flag):
                         raise ValueError(f"GemmConfig.extra {what} applies to slices from registers: not with "
-                                         f"EPI_SMEM, EPI_WG or EPI_LOOP, got EPI_SMEM={extra.get('EPI_SMEM', 0)}, "
-                                         f"EPI_WG={extra.get('EPI_WG', 0)}, EPI_LOOP={extra.get('EPI_LOOP', False)}")
+                                         f"EPI_SMEM or EPI_WG, got EPI_SMEM={extra.get('EPI_SMEM', 0)}, "
+                                         f"EPI_WG={extra.get('EPI_WG', 0)}")
         elif extra and self.template != "persistent_tma":
             raise ValueError(f"GemmConfig.extra flags {sorted(extra)} only apply to template='persistent_tma'")
         elif PINGPONG_ONLY_FLAGS & set(extra):
@@ -439,13 +440,25 @@ def interpreter_config(M: int, N: int, K: int) -> GemmConfig:
     return GemmConfig("portable", bm, bn, bk, GROUP_M=8, num_warps=4, num_stages=1)
 
 
+# Shared memory a kernel needs beyond ``GemmConfig.smem_bytes``: layout conversions' scratch (an fp32 accumulator
+# slice on its way to the epilogue's layout), barriers, cross-warp reductions. A ping-pong config whose epilogue
+# runs in the accumulator's wgmma layout (EPI_MMA) converts nothing: its barriers and reduction scratch took
+# 360-700 bytes in sm_90 compiles of the bench's epilogues (Triton 3.9, 2026-11-27: bce_loss, rowreduce_tanh,
+# lincomb_relu 360 / 392, dgelu_bgrad's column sum 664 / 696 on 4 / 5 ring stages), so 2 KiB is kept for it.
+SMEM_HEADROOM = 8192
+SMEM_HEADROOM_MMA = 2048
+
+
 def fits_smem(config: GemmConfig, dtype: torch.dtype, info: DeviceInfo) -> bool:
-    """Operand pipeline buffers fit, keeping ~8 KiB for Triton's barriers and layout conversions; with
+    """Operand pipeline buffers fit, keeping ``SMEM_HEADROOM`` for Triton's barriers and layout conversions
+    (``SMEM_HEADROOM_MMA`` for a ping-pong epilogue in the wgmma layout, which converts nothing); with
     PROGRAMS_PER_SM = p, p programs (each with that headroom and the 1 KiB the hardware reserves per block)
-    fit in one SM's shared memory (the per-block opt-in limit + 1 KiB: 228 KiB on Hopper)."""
+    fit in one SM's shared memory (the per-block opt-in limit + 1 KiB: 228 KiB on Hopper). A kernel that still
+    needs more (an epilogue with unusually large reduction scratch) fails to compile: the tuner skips it."""
     if info.kind != "cuda":
         return True
-    need = config.smem_bytes(_elem_bytes(dtype)) + 8192
+    mma = config.template == "pingpong" and config.flag("EPI_MMA")
+    need = config.smem_bytes(_elem_bytes(dtype)) + (SMEM_HEADROOM_MMA if mma else SMEM_HEADROOM)
     pps = config.programs_per_sm
     if pps == 1:
         return need <= info.smem_bytes
@@ -595,6 +608,12 @@ _SHORT_K = 2048  # between the two measured points, K = 1024 (a win) and K = 409
 # one_input 1.113 -> 1.154; at 8192x8192x4096 slower (bias_gelu_aux 1.035 -> 1.112), so short K loops only.
 # ``for_epilogue`` keeps it in the blocked layout: TMA store buffers would cost the stage it is there for.
 DEEP_RING_STAGES = 6
+# Ring stages of an EPI_TMA config whose epilogue runs in the wgmma layout (``for_epilogue``): five 32 KiB stages
+# beside the two consumers' 64 KiB of input slices (230 KB of the H100's 227 KiB opt-in: no conversion scratch).
+# On an H100 (2026-11-27, docs/benchmarks-log.md, "A fifth ring stage beside the loader's input"; CUDA-graph
+# replay, 4 rounds) against four stages: at 8192x4096x1024 bce_loss 1.299 -> 1.266 x cuBLAS, rowreduce_tanh
+# 1.304 -> 1.247, dgelu_bgrad 1.372 -> 1.312; at 8192x8192x4096 1.099 -> 1.067, 1.108 -> 1.064, 1.123 -> 1.099.
+MMA_TMA_STAGES = 5
 _PINGPONG_DEEP = (128, 128, 64, DEEP_RING_STAGES, 2, None, False, 0, 4)
 # (BM, BN, BK, stages, subtile, PREFETCH or None, EPI_TMA, EPI_SMEM, warps)
 _PINGPONG_GLUON_16 = ((128, 128, 64, 5, 2, None, False, 0, 4), (128, 128, 64, 5, 2, 0, False, 0, 4),
@@ -776,7 +795,10 @@ def for_epilogue(candidates: list[GemmConfig], *, tma_input: bool, tile_stores: 
     def converted(c: GemmConfig, *, keep_tma: bool) -> GemmConfig:
         extra = {k: v for k, v in c.extra if keep_tma or k != "EPI_TMA"}
         extra.update(EPI_MMA=True, **({"TMA_STORE": stored} if stored else {}))
-        c = dataclasses.replace(c, extra=tuple(extra.items()))
+        # the wgmma layout needs no conversion scratch, which leaves room for a fifth ring stage beside the
+        # loader's input slices (MMA_TMA_STAGES)
+        stages = max(c.num_stages, MMA_TMA_STAGES) if keep_tma and c.flag("EPI_TMA") else c.num_stages
+        c = dataclasses.replace(c, extra=tuple(extra.items()), num_stages=stages)
         return c if info is None else _fit_stages(c, dtype, info)
 
     no_inputs = tile_inputs == 0 and not tma_input

@@ -496,8 +496,9 @@ def _o_ring(tma_outputs, tma_input) -> str:
     return _indent("\n".join(lines), 4)
 
 
-def _tma_stores(i: int, count: int, c_slot: str | None) -> list[str]:
-    """TMA_STORE: the lines after slice ``i``'s ``_st`` call that store its ``count`` returned outputs ``o0 ..``:
+def _tma_stores(i: int | str, count: int, c_slot: str | None) -> list[str]:
+    """TMA_STORE: the lines after slice ``i``'s ``_st`` call (``i`` a number, or the EPI_LOOP's loop variable) that
+    store its ``count`` returned outputs ``o0 ..``:
     each written into its shared buffer (once the previous slice's TMA store of that output has read it: the
     stores complete in issue order, ``count`` per slice) and copied out by TMA, which clips rows and columns past
     M and N. ``c_slot``: the input's slice buffer that output 0 takes (EPI_TMA), read by every warp just before."""
@@ -530,7 +531,7 @@ def _store_drain(stores: int) -> str:
     return _indent("if TMA_STORE:\n    tma.store_wait(0)\n", 4) if stores else ""
 
 
-def _call(fn: str, args: str, stores: int, i: int, c_slot: str | None = None, plain_first=()) -> list[str]:
+def _call(fn: str, args: str, stores: int, i: int | str, c_slot: str | None = None, plain_first=()) -> list[str]:
     """The epilogue call ``fn`` on ``acc_e`` with ``args`` (after the lines ``plain_first``); with ``stores``
     TMA-stored outputs, under TMA_STORE its ``_st`` twin instead, whose returned values ``_tma_stores`` writes out
     (slice ``i``; ``c_slot``: see there)."""
@@ -598,7 +599,7 @@ def _prefetch_call(s: str | None, rows: str = "M") -> str:
     return f"__EPILOGUE___prefetch(offs_m, {cols}, 0, {rows}, N, L, {flags}__PARAMS_CALL__)"
 
 
-def _from_loader(slot: str, args: str, stores: int = 0, i: int = 0) -> list[str]:
+def _from_loader(slot: str, args: str, stores: int = 0, i: int | str = 0) -> list[str]:
     """EPI_TMA: the epilogue call on ``acc_e`` with its input's slice read from the loader's buffer ``slot`` (once
     the copy has landed; the buffer is released right after the read) instead of loaded from global memory. With
     ``stores`` TMA-stored outputs (slice ``i``), under TMA_STORE the buffer takes output 0 and is released later
@@ -709,29 +710,35 @@ def _epi_smem_loop(prefetch: int) -> str:
     return _indent("\n".join(head) + "\n" + split + "\n".join(loop), 12)
 
 
-def _epi_reg_loop(prefetch: int, tma: bool) -> str:
+def _epi_reg_loop(prefetch: int, tma: bool, stores: int = 0) -> str:
     """EPI_LOOP: the consumer's epilogue as a runtime loop over its accumulator's EPILOGUE_SUBTILE (2 or 4) slices,
     carried in registers: each iteration takes slice ``acc_s0`` and shifts the others down one place (register
     moves: 64 per iteration on halves, 96 on quarters, beside the slice's epilogue). One slice's epilogue code per
     consumer instead of S inlined copies, without EPI_SMEM's round trip through shared memory. (Built because a
-    consumer waited on instruction fetch for 30% of bce_loss's epilogue stall samples; the loop halved the code and
-    ran no faster on the H200: docs/benchmarks-log.md, "Three epilogue schedules that did not pay".) With PREFETCH = 1
-    the next slice's inputs load before this slice's epilogue (none after the last: row bound 0) and are carried
-    as the next iteration's; with ``tma`` and EPI_TMA the input's slice comes from the loader's buffer
-    (``_from_loader``)."""
+    consumer waited on instruction fetch for 30% of bce_loss's epilogue stall samples; in the blocked layout the
+    loop halved the code and ran no faster on the H200: docs/benchmarks-log.md, "Three epilogue schedules that did
+    not pay". With EPI_MMA and the input through the loader, the tuner's configs since, instruction fetch is again
+    the largest stall of one consumer's epilogue: "The epilogue loop in the wgmma layout".) With PREFETCH = 1 the
+    next slice's inputs load before this slice's epilogue (none after the last: row bound 0) and are carried as the
+    next iteration's; with ``tma`` and EPI_TMA the input's slice comes from the loader's buffer (``_from_loader``);
+    with ``stores`` TMA-stored outputs and TMA_STORE, slice s's outputs are stored by TMA (``_call``); with EPI_MMA
+    the slice is in the wgmma layout already (the layout conversion is a no-op)."""
     args = _slice_args("s", "EPILOGUE_SUBTILE")
+
     def body(n: int) -> list[str]:
         names = [f"acc_s{i}" for i in range(n)]
         rotate = f"{', '.join(names)} = {', '.join(names[1:] + names[-1:])}"
         lines = ["for s in range(EPILOGUE_SUBTILE):", "    acc_e = gl.convert_layout(acc_s0, epi_layout)"]
-        call = [f"__EPILOGUE__(acc_e, {args})"]
+        call = _call("__EPILOGUE__", args, stores, "s")
         if prefetch:
             cur, nxt = _pf_names(0, prefetch), _pf_names(1, prefetch)
             ahead = _prefetch_call("(s + 1)", "M * (s + 1 < EPILOGUE_SUBTILE)")
-            call = ["if PREFETCH > 0:", f"    {nxt} = {ahead}", f"    __EPILOGUE___pf(acc_e, {args}, {cur})",
-                    f"    {cur} = {nxt}", "else:", f"    __EPILOGUE__(acc_e, {args})"]
+            call = (["if PREFETCH > 0:", f"    {nxt} = {ahead}"]
+                    + ["    " + c for c in _call("__EPILOGUE___pf", f"{args}, {cur}", stores, "s")]
+                    + [f"    {cur} = {nxt}", "else:"] + ["    " + c for c in call])
             if tma:
-                call = (["if EPI_TMA:"] + ["    " + c for c in _from_loader("WHICH * EPILOGUE_SUBTILE + s", args)]
+                call = (["if EPI_TMA:"]
+                        + ["    " + c for c in _from_loader("WHICH * EPILOGUE_SUBTILE + s", args, stores, "s")]
                         + ["else:"] + ["    " + c for c in call])
         return _split_lines(n) + lines + ["    " + c for c in call] + ["    " + rotate]
     out = (["if EPILOGUE_SUBTILE == 4:"] + ["    " + line for line in body(4)]
@@ -791,7 +798,7 @@ def render_pingpong(kernel_name: str, epilogue_fn: str, epilogue_params: list[st
             .replace("__O_RING__", _o_ring(tma_outputs, tma_input))
             .replace("__TMA_OUT__", tma_out_args)
             .replace("__EPI_SMEM_LOOP__", _epi_smem_loop(prefetch))
-            .replace("__EPI_REG_LOOP__", _epi_reg_loop(prefetch, tma_input is not None))
+            .replace("__EPI_REG_LOOP__", _epi_reg_loop(prefetch, tma_input is not None, stores))
             .replace("__EPI_WG_CALLS__", _epilogue_calls(prefetch, False, from_smem=True))
             .replace("__HANDOFF_STORES__", _handoff_stores())
             .replace("__PREFETCH_TOP__", _prefetch_top(prefetch))
