@@ -24,7 +24,9 @@ def _cases():
 
 
 def run(sizes=((257, 193, 129, 3), (1024, 768, 512, 2)), dtypes=("float32", "float16", "bfloat16"),
-        deterministic=(False, True), verbose=False, shard=(0, 1)) -> dict:
+        deterministic=(False, True), verbose=False, shard=(0, 1), only: str | None = None) -> dict:
+    """Every check, or (``only``) those whose name contains that text, e.g. a template config's short name;
+    ``shard`` = (i, n): every n-th of them from the i-th."""
     from .codegen.configs import DEEP_RING_STAGES, GemmConfig
     from .examples import EXAMPLES
     from .testing import Case, check
@@ -36,6 +38,8 @@ def run(sizes=((257, 193, 129, 3), (1024, 768, 512, 2)), dtypes=("float32", "flo
     counter = [0]
 
     def record(name, fn):
+        if only is not None and only not in name:
+            return
         counter[0] += 1
         if (counter[0] - 1) % shard[1] != shard[0]:  # another process runs this one
             return
@@ -152,6 +156,8 @@ def main(argv=None) -> int:
     p.add_argument("--verbose", "-v", action="store_true")
     p.add_argument("--json", help="write the summary here")
     p.add_argument("--shard", default="0/1", help="i/n: run every n-th check starting at i (parallel compiles)")
+    p.add_argument("--only", metavar="TEXT", help="only the checks whose name contains TEXT (a template config's "
+                   "short name, e.g. epi_mma; an op or example name)")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("evtorch selftest needs a CUDA GPU (the CPU suite is `python -m pytest tests`).")
@@ -159,7 +165,7 @@ def main(argv=None) -> int:
     t0 = time.time()
     sizes = ((257, 193, 129, 3),) if args.quick else ((257, 193, 129, 3), (1024, 768, 512, 2))
     i, n = (int(x) for x in args.shard.split("/"))
-    res = run(sizes=sizes, verbose=args.verbose, shard=(i, n))
+    res = run(sizes=sizes, verbose=args.verbose, shard=(i, n), only=args.only)
     import triton
     res.update(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
                seconds=round(time.time() - t0, 1))

@@ -282,6 +282,36 @@ def test_delegates_pass_arguments(monkeypatch, command, module):
     assert seen == [["--quick", "x"]]
 
 
+def test_selftest_only_selects_checks_by_name(monkeypatch):
+    """``selftest --only TEXT``: only the checks whose name contains TEXT run (and are split into shards); the
+    others are neither run nor counted. The case checks are stubbed (no GPU), and every selection below leaves out
+    the template checks, which need one."""
+    from evtorch import selftest, testing
+
+    ran = []
+
+    def fake_check(case, M, N, K, L, device, dtype, deterministic=False):
+        ran.append(case.name)
+        return [0.0]
+
+    monkeypatch.setattr(testing, "check", fake_check)
+
+    def run(only, shard=(0, 1)):
+        ran.clear()
+        return selftest.run(sizes=((8, 8, 8, 1),), dtypes=("float16",), deterministic=(False,), only=only,
+                            shard=shard)
+
+    cases = run("|float16|8x8x8|")
+    names = list(ran)
+    assert cases["passed"] == len(names) > 10 and cases["failed"] == 0
+    pick = names[len(names) // 2]
+    one = run(f"{pick}|float16|8x8x8|")
+    assert ran == [pick] and one["passed"] == 1
+    halves = [run("|float16|8x8x8|", shard=(i, 2))["passed"] for i in range(2)]
+    assert sum(halves) == len(names) and min(halves) == len(names) // 2
+    assert run("no such check")["passed"] == 0 and ran == []
+
+
 def test_delegate_without_arguments_gets_sys_argv(monkeypatch):
     fake = types.ModuleType("evtorch.selftest")
     fake.main = lambda: 0 if sys.argv[1:] == ["-v"] else 5
