@@ -598,7 +598,9 @@ _PINGPONG_16 = ((128, 128, 64, 3, 4),)
 # three rows' at 8192x8192x4096); for longer K loops it comes after the other ping-pong configs.
 # The consumers' epilogue as a runtime loop over slices carried in registers (flag EPI_LOOP) is not offered: on the
 # H200 it ran level with or slower than the same config with the slices inlined at 8192x4096x1024, and within the
-# run-to-run spread at 8192x8192x4096 (docs/benchmarks-log.md, "Three epilogue schedules that did not pay").
+# run-to-run spread at 8192x8192x4096 (docs/benchmarks-log.md, "Three epilogue schedules that did not pay"); in the
+# wgmma layout with the loader's input (the tuner's configs for one-input epilogues) level for rowreduce_tanh and
+# dgelu_bgrad and 17% slower for bce_loss at 8192x4096x1024 on an H100 ("The epilogue loop in the wgmma layout").
 _SHORT_K = 2048  # between the two measured points, K = 1024 (a win) and K = 4096 (a loss)
 # A sixth ring stage for short K loops (ping-pong halves from registers, 6 x 32 KiB: 213 KB of shared memory with
 # the layout conversion's scratch). An epilogue's tile stores slow the other consumer's A / B copies (Nsight

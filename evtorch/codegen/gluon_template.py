@@ -68,16 +68,19 @@ faster (docs/benchmarks-log.md, "Consumers of two warpgroups"); the tuner tries 
 
 **EPI_LOOP**: the consumer keeps its slices in registers and runs the epilogue as a runtime loop that takes
 ``acc_s0`` and shifts the other slices down each iteration (``_epi_reg_loop``): one slice's epilogue code per
-consumer, as with EPI_SMEM, without the shared-memory round trip. Measured on the H200 level with or slower than
-the inlined slices (docs/benchmarks-log.md, "Three epilogue schedules that did not pay"): instruction fetch was not on
-the epilogue's critical path. A flag the tuner does not offer.
+consumer, as with EPI_SMEM, without the shared-memory round trip; in either layout (EPI_MMA), with the loader's
+input and TMA stores. Measured level with or slower than the inlined slices, in the blocked layout on the H200
+(docs/benchmarks-log.md, "Three epilogue schedules that did not pay") and in the wgmma layout on an H100 ("The
+epilogue loop in the wgmma layout": bce_loss 17% slower): instruction fetch is where a consumer's epilogue waits,
+not what sets its length. A flag the tuner does not offer.
 
 **EPI_MMA**: the epilogue runs in the accumulator's own wgmma layout (``_EPI_LAYOUT``: an NVMMA distributed layout
 of the slice's width), so moving a slice to it is a no-op instead of a round trip through shared memory; the
 epilogue's global loads and stores are then 4-byte pieces instead of 16-byte vectors. On the H200 that paid where
 the epilogue stores no M x N tile and its input comes through the loader (bce_loss at 8192x4096x1024: 1.41 ->
 1.33 x cuBLAS) and lost 6-40% where it stores tiles, so ``configs.for_epilogue`` turns it on for the EPI_TMA
-candidates of epilogues without tile stores.
+candidates of epilogues without tile stores. Converting nothing, it needs no shared-memory scratch either, which
+leaves room for a fifth A / B ring stage beside the loader's input slices (``configs.MMA_TMA_STAGES``).
 
 **TMA_STORE = T**: the epilogue's T M x N outputs come back from ``<fn>_st`` / ``<fn>_pf_st`` instead of being
 stored by it; the consumer writes each slice's value into a shared buffer (output 0 into the EPI_TMA input's slice
