@@ -611,7 +611,8 @@ _SHORT_K = 2048  # between the two measured points, K = 1024 (a win) and K = 409
 # ``for_epilogue`` keeps it in the blocked layout: TMA store buffers would cost the stage it is there for.
 DEEP_RING_STAGES = 6
 # Ring stages of an EPI_TMA config whose epilogue runs in the wgmma layout (``for_epilogue``): five 32 KiB stages
-# beside the two consumers' 64 KiB of input slices (230 KB of the H100's 227 KiB opt-in: no conversion scratch).
+# beside the two consumers' 64 KiB of input slices, 224 KiB (229,768-230,072 bytes compiled for the bench's
+# epilogues, of the Hopper opt-in limit's 232,448: no conversion scratch; ``_fit_stages`` lowers it elsewhere).
 # On an H100 (2026-11-27, docs/benchmarks-log.md, "A fifth ring stage beside the loader's input"; CUDA-graph
 # replay, 4 rounds) against four stages: at 8192x4096x1024 bce_loss 1.299 -> 1.266 x cuBLAS, rowreduce_tanh
 # 1.304 -> 1.247, dgelu_bgrad 1.372 -> 1.312; at 8192x8192x4096 1.099 -> 1.067, 1.108 -> 1.064, 1.123 -> 1.099.
