@@ -287,13 +287,15 @@ def test_epilogue_in_mma_layout(name):
     """EPI_MMA: every epilogue kind computed in the accumulator's wgmma layout (its loads, stores, broadcasts,
     reductions and atomics in that layout): ragged halves with the prefetch rule; many tiles with column-major B
     on quarters; the loader's input ring (EPI_TMA, the tuner's use) in fp16, deterministic; consumers of two
-    warpgroups; fewer tiles than programs."""
+    warpgroups; fewer tiles than programs; the tuner's config (the loader's ring on five stages,
+    configs.MMA_TMA_STAGES) on ragged tiles with column-major B, deterministic."""
     _check(name, 1000, 776, 520, pp(2, 5, EPI_MMA=True))
     _check(name, 4096, 4096, 768, pp(4, 5, EPI_MMA=True, PREFETCH=0), b_col=True, seed=1)
     _check(name, 4096, 3000, 1000, pp(2, 4, EPI_MMA=True, EPI_TMA=True), dtype=torch.float16, seed=2,
            deterministic=True)
     _check(name, 1000, 776, 520, pp(4, 4, warps=8, EPI_MMA=True, EPI_TMA=True), seed=3)
     _check(name, 300, 200, 64, pp(2, 5, EPI_MMA=True), seed=4)
+    _check(name, 4096, 3000, 1000, pp(2, 5, EPI_MMA=True, EPI_TMA=True), b_col=True, seed=6, deterministic=True)
 
 
 def _launch_flags(name, A, B, cfg, **inputs) -> dict:
