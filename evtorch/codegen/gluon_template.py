@@ -488,7 +488,7 @@ def _o_ring(tma_outputs, tma_input) -> str:
              "    o_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=O_SWIZZLE, element_bitwidth=16, rank=2)"]
     for k, (ptr, stride_m) in enumerate(tma_outputs):
         lines += [f"    o_desc{k} = tma.make_tensor_descriptor({ptr}, shape=[M, N], strides=[{stride_m}, 1],",
-                  f"                                        block_shape=[BLOCK_M, O_N], layout=o_smem)"]
+                  "                                        block_shape=[BLOCK_M, O_N], layout=o_smem)"]
         alloc = f"gl.allocate_shared_memory({ptr}.dtype.element_ty, [CONSUMERS, BLOCK_M, O_N], o_smem)"
         if k == 0 and tma_input is not None:
             lines += ["    if EPI_TMA:", "        o_bufs0 = a_bufs", "    else:", f"        o_bufs0 = {alloc}"]
