@@ -800,7 +800,7 @@ def for_epilogue(candidates: list[GemmConfig], *, tma_input: bool, tile_stores: 
         extra.update(EPI_MMA=True, **({"TMA_STORE": stored} if stored else {}))
         # the wgmma layout needs no conversion scratch, which leaves room for a fifth ring stage beside the
         # loader's input slices (MMA_TMA_STAGES)
-        stages = max(c.num_stages, MMA_TMA_STAGES) if keep_tma and c.flag("EPI_TMA") else c.num_stages
+        stages = max(c.num_stages, MMA_TMA_STAGES) if keep_tma else c.num_stages
         c = dataclasses.replace(c, extra=tuple(extra.items()), num_stages=stages)
         return c if info is None else _fit_stages(c, dtype, info)
 

@@ -612,6 +612,13 @@ def _from_loader(slot: str, args: str, stores: int = 0, i: int | str = 0) -> lis
             + _call("__EPILOGUE___pf", f"{args}, pf_t", stores, i, c_slot=slot, plain_first=release))
 
 
+def _or_from_loader(slot: str, args: str, stores: int, i: int | str, plain: list[str]) -> list[str]:
+    """Under EPI_TMA the epilogue call on the loader's buffer ``slot`` (``_from_loader``), else the lines
+    ``plain`` (the call on inputs the consumer loads itself)."""
+    return (["if EPI_TMA:"] + ["    " + c for c in _from_loader(slot, args, stores, i)]
+            + ["else:"] + ["    " + c for c in plain])
+
+
 def _epilogue_calls(prefetch: int, tma: bool, from_smem: bool = False, indent: int = 8, stores: int = 0) -> str:
     """The S-way split of the accumulator, each slice moved to the epilogue's layout and handed to the epilogue;
     with ``prefetch`` M x N inputs and PREFETCH = 1, slice i + 1's inputs are loaded before slice i runs (slice 0's
@@ -632,8 +639,7 @@ def _epilogue_calls(prefetch: int, tma: bool, from_smem: bool = False, indent: i
                   + ["else:"] + ["    " + c for c in _call("__EPILOGUE__", args, stores, i)])
         if not tma:
             return body + plain
-        loader = _from_loader(f"WHICH * EPILOGUE_SUBTILE + {i}", args, stores, i)
-        return body + ["if EPI_TMA:"] + ["    " + c for c in loader] + ["else:"] + ["    " + line for line in plain]
+        return body + _or_from_loader(f"WHICH * EPILOGUE_SUBTILE + {i}", args, stores, i, plain)
 
     return _per_subtiling(slice_lines, split=not from_smem, indent=indent)
 
@@ -740,9 +746,7 @@ def _epi_reg_loop(prefetch: int, tma: bool, stores: int = 0) -> str:
                     + ["    " + c for c in _call("__EPILOGUE___pf", f"{args}, {cur}", stores, "s")]
                     + [f"    {cur} = {nxt}", "else:"] + ["    " + c for c in call])
             if tma:
-                call = (["if EPI_TMA:"]
-                        + ["    " + c for c in _from_loader("WHICH * EPILOGUE_SUBTILE + s", args, stores, "s")]
-                        + ["else:"] + ["    " + c for c in call])
+                call = _or_from_loader("WHICH * EPILOGUE_SUBTILE + s", args, stores, "s", call)
         return _split_lines(n) + lines + ["    " + c for c in call] + ["    " + rotate]
     out = (["if EPILOGUE_SUBTILE == 4:"] + ["    " + line for line in body(4)]
            + ["else:"] + ["    " + line for line in body(2)])
