@@ -326,10 +326,21 @@ def test_candidates_offer_pingpong_only_where_it_runs():
         long_k = candidate_configs(8192, 4096, 4096, torch.bfloat16, H200, tma_ok=True)
         assert long_k[2] == pp(2, PREFETCH=0) and wide in long_k[5:] and deep not in long_k
         # an epilogue with no M x N input converts its ping-pong configs from registers to the wgmma layout with
-        # TMA stores, but the deep ring stays as it is (output buffers would cost the stage it is there for)
-        bias_gelu = for_epilogue(cands, tma_input=False, tma_outputs=2, dtype=torch.bfloat16, info=H200)
-        assert deep in bias_gelu[:3] and not any(c.flag("EPI_MMA") for c in bias_gelu
-                                                      if c.num_stages == DEEP_RING_STAGES)
+        # TMA stores; the deep ring keeps its six stages there on the fewest slices whose output buffers fit
+        # beside them (one output: halves; two: quarters), and stays as it is where even quarters do not fit
+        for outputs, slices in ((1, 2), (2, 4), (3, None)):
+            for info in (H200, None):
+                got = for_epilogue(cands, tma_input=False, tma_outputs=outputs, dtype=torch.bfloat16, info=info)
+                (deep_got,) = [c for c in got if c.num_stages == DEEP_RING_STAGES]
+                assert got.index(deep_got) == cands.index(deep), (outputs, got)
+                if slices is None:
+                    assert deep_got == deep
+                else:
+                    assert deep_got == dataclasses.replace(pp(slices, EPI_MMA=True, TMA_STORE=outputs),
+                                                           num_stages=DEEP_RING_STAGES)
+                    assert fits_smem(deep_got, torch.bfloat16, H200)
+                    assert not fits_smem(dataclasses.replace(deep_got, extra=tuple(
+                        dict(deep_got.extra, EPILOGUE_SUBTILE=slices // 2).items())), torch.bfloat16, H200)
         assert [c for c in long_k if c.template == "pingpong"][-1] == wide
         assert pp(4, PREFETCH=0) in for_epilogue(long_k, tma_input=False, tile_inputs=2)[5:]
         # an epilogue that stores no M x N tile (a loss) runs its EPI_TMA configs in the wgmma layout, in place, on
@@ -355,7 +366,8 @@ def test_candidates_offer_pingpong_only_where_it_runs():
         reducing = for_epilogue(cands, tma_input=True, tile_inputs=1, reductions=True)
         assert reducing == [c for c in with_tma if c != flat_halves]
         # an epilogue whose tile outputs TMA stores: its EPI_TMA configs also store them by TMA (in place); with no
-        # M x N input at all, every ping-pong config from registers runs so (EPI_TMA dropped), with stages cut
+        # M x N input at all, every ping-pong config from registers runs so (EPI_TMA dropped; the deep ring too, on
+        # quarters for two outputs), with stages cut
         # where the output buffers would not fit, and PREFETCH dropped (nothing to prefetch: a config and its
         # PREFETCH=0 twin are one kernel, timed once); an epilogue loading inputs itself keeps the blocked layout
         ts = for_epilogue(cands, tma_input=True, tma_outputs=1, tile_inputs=1, dtype=torch.bfloat16, info=H200)
@@ -363,8 +375,7 @@ def test_candidates_offer_pingpong_only_where_it_runs():
         assert [c.flag("EPI_MMA") for c in ts] == [c.flag("EPI_TMA") for c in cands]
         none_in = for_epilogue(cands, tma_input=False, tma_outputs=2, dtype=torch.bfloat16, info=H200)
         for c in none_in:
-            plain = (c.template == "pingpong" and not (c.flag("EPI_SMEM") or c.flag("EPI_LOOP"))
-                     and c.num_stages < DEEP_RING_STAGES)
+            plain = c.template == "pingpong" and not (c.flag("EPI_SMEM") or c.flag("EPI_LOOP"))
             assert not c.flag("EPI_TMA") and c.flag("TMA_STORE") == (2 if plain else 0) and c.flag("EPI_MMA") == plain
             assert not c.flag("PREFETCH", None) and fits_smem(c, torch.bfloat16, H200)
         assert len(none_in) == len(set(none_in)) < len(cands)  # the PREFETCH=0 twins merged

@@ -326,6 +326,28 @@ def test_tile_outputs_stored_by_tma(name):
 
 
 @needs_hopper
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_deep_ring_in_mma_layout(name):
+    """The deep ring (DEEP_RING_STAGES) as the tuner runs it for an epilogue without M x N inputs whose outputs TMA
+    stores (``configs.for_epilogue``): in the wgmma layout on the fewest slices whose output buffers fit beside
+    six stages (one output: halves; two: quarters), every epilogue kind forced onto it (those with inputs load
+    them in the wgmma layout), on ragged tiles, many per program, with column-major B; fp16, deterministic."""
+    from evtorch.api import get_epilogue
+    from evtorch.codegen.configs import DEEP_RING_STAGES, for_epilogue
+    from evtorch.codegen.program import build_program
+
+    ex = EXAMPLES[name]
+    inputs = ex.make_inputs(64, 64, "cpu", torch.bfloat16)
+    code = build_program(get_epilogue(ex.fn, (64, 64), torch.float32, inputs), out_dtype=torch.bfloat16).epilogue
+    (cfg,) = for_epilogue([pp(2, DEEP_RING_STAGES)], tma_input=False, tile_stores=code.tile_stores,
+                          tma_outputs=max(1, len(code.tma_outputs)), dtype=torch.bfloat16, info=device_info())
+    assert cfg.num_stages == DEEP_RING_STAGES and cfg.flag("EPI_MMA"), cfg
+    assert cfg.epilogue_subtiles == (2 if len(code.tma_outputs) <= 1 else 4), cfg
+    _check(name, 4096, 3000, 1000, cfg, b_col=True, seed=7)
+    _check(name, 1000, 776, 520, cfg, dtype=torch.float16, seed=8, deterministic=True)
+
+
+@needs_hopper
 def test_tma_store_only_where_the_outputs_allow():
     """The launcher keeps TMA_STORE (and, for a tile-storing epilogue, EPI_MMA) only where every TMA-stored output
     has a 16-byte row pitch: N = 1001 (column-major B keeps the operands TMA-able) runs without both, correctly;

@@ -382,6 +382,8 @@ class DeviceInfo:
 
 # Max opt-in shared memory per block by compute capability, used only if the runtime cannot tell us.
 _SMEM_BY_CAPABILITY = {(9, 0): 232448, (8, 0): 166912, (8, 7): 166912, (8, 6): 101376, (8, 9): 101376}
+# The shared memory a Hopper-only choice is sized against where no device is given (``for_epilogue``).
+_HOPPER = DeviceInfo("cuda", "Hopper", (9, 0), 132, _SMEM_BY_CAPABILITY[(9, 0)])
 
 
 @functools.lru_cache(maxsize=None)
@@ -608,7 +610,8 @@ _SHORT_K = 2048  # between the two measured points, K = 1024 (a win) and K = 409
 # epilogues taken apart"); a deeper ring hides part of that. On an H100 at 8192x4096x1024 (same rounds, CUDA-graph
 # replay): bias_gelu_aux 1.237 -> 1.165 x cuBLAS, bias_two_stores 1.153 -> 1.097, dgelu_bgrad 1.510 -> 1.473,
 # one_input 1.113 -> 1.154; at 8192x8192x4096 slower (bias_gelu_aux 1.035 -> 1.112), so short K loops only.
-# ``for_epilogue`` keeps it in the blocked layout: TMA store buffers would cost the stage it is there for.
+# ``for_epilogue`` keeps all six stages: where TMA stores an input-less epilogue's outputs, in the wgmma layout on
+# slices small enough for the output buffers to fit beside them (``_deep_in_mma_layout``), else in the blocked layout.
 DEEP_RING_STAGES = 6
 # Ring stages of an EPI_TMA config whose epilogue runs in the wgmma layout (``for_epilogue``): five 32 KiB stages
 # beside the two consumers' 64 KiB of input slices, 224 KiB (229,768-230,072 bytes compiled for the bench's
@@ -772,8 +775,8 @@ def for_epilogue(candidates: list[GemmConfig], *, tma_input: bool, tile_stores: 
       the EPI_TMA configs as EPI_MMA + TMA_STORE instead, and so does every other ping-pong config from registers;
       otherwise an EPI_TMA config would run as the ping-pong halves before it at one stage fewer, a near-copy that
       would spend a tuning slot, so it is dropped and the next candidate moves up (mixed_dag, with two inputs:
-      ping-pong quarters without prefetch). The deep-ring config (DEEP_RING_STAGES) stays in the blocked layout:
-      its sixth stage is what it is for, and output buffers would not fit beside it.
+      ping-pong quarters without prefetch). The deep-ring config (DEEP_RING_STAGES) keeps its sixth stage: in the
+      wgmma layout on the fewest slices whose output buffers fit beside it (``_deep_in_mma_layout``), else as it is.
     - An epilogue with no M x N input has nothing to prefetch: its configs drop PREFETCH, so a config and its
       PREFETCH=0 twin (the same kernel: bias_gelu_aux's ping-pong halves were timed twice) take one tuning slot,
       and the next distinct candidate moves up.
@@ -795,14 +798,14 @@ def for_epilogue(candidates: list[GemmConfig], *, tma_input: bool, tile_stores: 
     stored = tma_outputs if tile_stores else 0
     mma_ok = not tile_stores or stored > 0
 
-    def converted(c: GemmConfig, *, keep_tma: bool) -> GemmConfig:
+    def converted(c: GemmConfig, *, keep_tma: bool, fit: bool = True) -> GemmConfig:
         extra = {k: v for k, v in c.extra if keep_tma or k != "EPI_TMA"}
         extra.update(EPI_MMA=True, **({"TMA_STORE": stored} if stored else {}))
         # the wgmma layout needs no conversion scratch, which leaves room for a fifth ring stage beside the
         # loader's input slices (MMA_TMA_STAGES)
         stages = max(c.num_stages, MMA_TMA_STAGES) if keep_tma else c.num_stages
         c = dataclasses.replace(c, extra=tuple(extra.items()), num_stages=stages)
-        return c if info is None else _fit_stages(c, dtype, info)
+        return c if info is None or not fit else _fit_stages(c, dtype, info)
 
     no_inputs = tile_inputs == 0 and not tma_input
     out = []
@@ -819,9 +822,28 @@ def for_epilogue(candidates: list[GemmConfig], *, tma_input: bool, tile_stores: 
                 out.append(converted(c, keep_tma=False))
         elif from_registers and tile_inputs == 0 and stored and c.num_stages < DEEP_RING_STAGES:
             out.append(converted(c, keep_tma=False))
+        elif from_registers and tile_inputs == 0 and stored:
+            out.append(_deep_in_mma_layout(converted(c, keep_tma=False, fit=False), c, dtype, info))
         else:
             out.append(c)
     return _dedupe(out)
+
+
+def _deep_in_mma_layout(mma: GemmConfig, deep: GemmConfig, dtype: torch.dtype,
+                        info: DeviceInfo | None) -> GemmConfig:
+    """The deep ring (``deep``: DEEP_RING_STAGES, from registers) as ``mma`` runs it, in the wgmma layout with its
+    tile outputs stored by TMA, on the fewest slices (at most quarters) whose output buffers fit beside all of its
+    stages: the layout's 2 KiB of headroom leaves 32 KiB beside six 32 KiB stages, one output's halves or two
+    outputs' quarters (229,656 and 229,688 bytes compiled for sm_90). Where even quarters do not fit, ``deep``
+    itself: its stage is what it is for. On an H100 at 8192x4096x1024 (2026-11-28, docs/benchmarks-log.md, "The
+    deep ring in the wgmma layout"; CUDA-graph replay, 4 rounds) the identity 1.028 -> 1.005 x cuBLAS on halves
+    and bias_gelu_aux 1.212 -> 1.172 on quarters, against the deep ring in the blocked layout."""
+    limit = info if info is not None and info.kind == "cuda" else _HOPPER
+    cfg = mma
+    while not fits_smem(cfg, dtype, limit) and cfg.epilogue_subtiles < 4:
+        extra = dict(cfg.extra, EPILOGUE_SUBTILE=2 * cfg.epilogue_subtiles)
+        cfg = dataclasses.replace(cfg, extra=tuple(extra.items()))
+    return cfg if fits_smem(cfg, dtype, limit) else deep
 
 
 def _fills_gpu(config: GemmConfig, M: int, N: int, L: int, info: DeviceInfo) -> bool:
