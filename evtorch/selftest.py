@@ -119,6 +119,10 @@ def run(sizes=((257, 193, 129, 3), (1024, 768, 512, 2)), dtypes=("float32", "flo
                             (("EPILOGUE_SUBTILE", True), ("EPI_TMA", True), ("EPI_MMA", True), ("TMA_STORE", 2))),
                  GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 5,
                             (("EPILOGUE_SUBTILE", 4), ("PREFETCH", 0), ("TMA_STORE", 2))),
+                 # ... and on the deep ring in the wgmma layout (the tuner's short-K config for two outputs and no
+                 # M x N input: quarters, whose output buffers fit beside six stages)
+                 GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, DEEP_RING_STAGES,
+                            (("EPILOGUE_SUBTILE", 4), ("EPI_MMA", True), ("TMA_STORE", 2))),
                  # the epilogue-warpgroup schedule: 128x256 tiles, quarters handed off through two fp32 buffers
                  GemmConfig("pingpong", 128, 256, 64, 8, 1, 4, 3, (("EPILOGUE_SUBTILE", 4), ("EPI_WG", 2)))]
     import evtorch as evt

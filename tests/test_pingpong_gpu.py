@@ -325,26 +325,57 @@ def test_tile_outputs_stored_by_tma(name):
     _check(name, 300, 200, 64, pp(2, 4, EPI_MMA=True, TMA_STORE=2), seed=5)
 
 
+def _bias_gelu_aux(acc, bias):
+    pre = acc + bias
+    return torch.nn.functional.gelu(pre, approximate="tanh"), pre
+
+
+# epilogues without M x N inputs, whose tile outputs the tuner stores by TMA: (fn, inputs of (M, N, dtype))
+_INPUTLESS = {"identity": (lambda acc: acc, lambda M, N, dtype: {}),
+              "bias_gelu_aux": (_bias_gelu_aux, lambda M, N, dtype: {"bias": torch.randn(N, device="cuda",
+                                                                                      dtype=dtype)})}
+
+
 @needs_hopper
-@pytest.mark.parametrize("name", sorted(EXAMPLES))
+@pytest.mark.parametrize("name", sorted(_INPUTLESS) + sorted(EXAMPLES))
 def test_deep_ring_in_mma_layout(name):
-    """The deep ring (DEEP_RING_STAGES) as the tuner runs it for an epilogue without M x N inputs whose outputs TMA
-    stores (``configs.for_epilogue``): in the wgmma layout on the fewest slices whose output buffers fit beside
-    six stages (one output: halves; two: quarters), every epilogue kind forced onto it (those with inputs load
-    them in the wgmma layout), on ragged tiles, many per program, with column-major B; fp16, deterministic."""
+    """The deep ring (DEEP_RING_STAGES) in the wgmma layout with TMA-stored outputs on the fewest slices whose
+    output buffers fit beside six stages (one output: halves; two: quarters): for an epilogue without M x N inputs,
+    the config the tuner converts it to (``configs.for_epilogue``), on ragged tiles, many per program, with
+    column-major B, and in fp16, deterministic; every example forced onto it too (those with M x N inputs load
+    them in the wgmma layout)."""
     from evtorch.api import get_epilogue
     from evtorch.codegen.configs import DEEP_RING_STAGES, for_epilogue
     from evtorch.codegen.program import build_program
 
-    ex = EXAMPLES[name]
-    inputs = ex.make_inputs(64, 64, "cpu", torch.bfloat16)
-    code = build_program(get_epilogue(ex.fn, (64, 64), torch.float32, inputs), out_dtype=torch.bfloat16).epilogue
-    (cfg,) = for_epilogue([pp(2, DEEP_RING_STAGES)], tma_input=False, tile_stores=code.tile_stores,
-                          tma_outputs=max(1, len(code.tma_outputs)), dtype=torch.bfloat16, info=device_info())
-    assert cfg.num_stages == DEEP_RING_STAGES and cfg.flag("EPI_MMA"), cfg
-    assert cfg.epilogue_subtiles == (2 if len(code.tma_outputs) <= 1 else 4), cfg
-    _check(name, 4096, 3000, 1000, cfg, b_col=True, seed=7)
-    _check(name, 1000, 776, 520, cfg, dtype=torch.float16, seed=8, deterministic=True)
+    fn, make = _INPUTLESS[name] if name in _INPUTLESS else (EXAMPLES[name].fn, None)
+    small = make(64, 64, torch.bfloat16) if make else EXAMPLES[name].make_inputs(64, 64, "cuda", torch.bfloat16)
+    code = build_program(get_epilogue(fn, (64, 64), torch.float32, small), out_dtype=torch.bfloat16).epilogue
+    stored = len(code.tma_outputs)
+    cfg = pp(2 if stored <= 1 else 4, DEEP_RING_STAGES, EPI_MMA=True, TMA_STORE=max(1, stored))
+    if make is not None:  # the tuner's own conversion of the deep ring
+        (tuned,) = for_epilogue([pp(2, DEEP_RING_STAGES)], tma_input=False, tile_stores=code.tile_stores,
+                                tma_outputs=stored, tile_inputs=code.prefetch, dtype=torch.bfloat16,
+                                info=device_info())
+        assert tuned == cfg, (tuned, cfg)
+    for M, N, K, dtype, b_col, det, seed in ((4096, 3000, 1000, torch.bfloat16, True, False, 7),
+                                             (1000, 776, 520, torch.float16, False, True, 8)):
+        if make is None:
+            _check(name, M, N, K, cfg, dtype=dtype, b_col=b_col, seed=seed, deterministic=det)
+            continue
+        torch.manual_seed(seed)
+        A, B = operands(M, N, K, "cuda", dtype)
+        if b_col:
+            B = B.t().contiguous().t()
+        inputs = make(M, N, dtype)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("EVTORCH_POISON", "1")
+            out = evt.gemm(A, B, fn, config=cfg, deterministic=det, **inputs)
+        ref = fn((A.float() @ B.float()), **{k: v.float() for k, v in inputs.items()})
+        out, ref = (out, ref) if isinstance(out, tuple) else ((out,), (ref,))
+        for i, (o, r) in enumerate(zip(out, ref)):
+            assert not torch.isnan(o).any(), f"{name} output {i}: unwritten elements"
+            assert rel_error(o, r.to(o.dtype)) < 1e-2, (name, i, M, N, K)
 
 
 @needs_hopper
