@@ -389,6 +389,23 @@ def test_candidates_offer_pingpong_only_where_it_runs():
                                                                     tma_ok=True)}
 
 
+def test_many_tma_outputs_keep_valid_configs():
+    """An epilogue without M x N inputs and with many TMA-storable tile outputs (the selftest's op_pow: six): a
+    conversion whose output buffers do not fit beside even two ring stages leaves the config from registers as
+    it was (and drops the EPI_TMA config, which without its input would be a near-copy of halves) instead of
+    cutting BLOCK_K below the ping-pong template's 64 (a ValueError on every such call before 2026-11-28);
+    everything offered fits and, where the tuner keeps converting, stores by TMA."""
+    cands = candidate_configs(1024, 768, 512, torch.bfloat16, H200, tma_ok=True)
+    for outputs in range(1, 9):
+        got = for_epilogue(cands, tma_input=False, tma_outputs=outputs, dtype=torch.bfloat16, info=H200)
+        assert all(fits_smem(c, torch.bfloat16, H200) and c.BLOCK_K == 64 for c in got if c.template == "pingpong")
+        assert not any(c.flag("EPI_TMA") for c in got)
+        assert all(c.flag("TMA_STORE") == outputs for c in got if c.flag("EPI_MMA"))
+        if outputs >= 6:  # six halves' buffers (192 KiB) leave no room for two stages: halves stay as they were
+            assert pp(2) in got
+            assert any(c.flag("EPI_MMA") and c.epilogue_subtiles == 4 for c in got)  # quarters still convert
+
+
 def test_render_validates_and_names_partitions():
     text = gluon_template.render_pingpong("k", "epi", ["in_C", "s_C_M"], prefetch=1)
     for name in ("def k(", "def k_load(", "def k_consume(", "def k_consume0(", "def k_consume1(", "epi_prefetch(",

@@ -798,14 +798,20 @@ def for_epilogue(candidates: list[GemmConfig], *, tma_input: bool, tile_stores: 
     stored = tma_outputs if tile_stores else 0
     mma_ok = not tile_stores or stored > 0
 
-    def converted(c: GemmConfig, *, keep_tma: bool, fit: bool = True) -> GemmConfig:
+    def converted(c: GemmConfig, *, keep_tma: bool, fit: bool = True) -> GemmConfig | None:
+        """``c`` in the wgmma layout (TMA-stored outputs where the epilogue has them), with ``fit`` its stages
+        cut to fit ``info``'s shared memory; None where even two stages do not fit beside its buffers (an
+        epilogue with many TMA-stored outputs: six halves' buffers alone take 192 KiB)."""
         extra = {k: v for k, v in c.extra if keep_tma or k != "EPI_TMA"}
         extra.update(EPI_MMA=True, **({"TMA_STORE": stored} if stored else {}))
         # the wgmma layout needs no conversion scratch, which leaves room for a fifth ring stage beside the
         # loader's input slices (MMA_TMA_STAGES)
         stages = max(c.num_stages, MMA_TMA_STAGES) if keep_tma else c.num_stages
         c = dataclasses.replace(c, extra=tuple(extra.items()), num_stages=stages)
-        return c if info is None or not fit else _fit_stages(c, dtype, info)
+        if info is None or not fit:
+            return c
+        c = _fit_stages(c, dtype, info)
+        return c if fits_smem(c, dtype, info) else None
 
     no_inputs = tile_inputs == 0 and not tma_input
     out = []
@@ -815,18 +821,20 @@ def for_epilogue(candidates: list[GemmConfig], *, tma_input: bool, tile_stores: 
         if no_inputs and "PREFETCH" in dict(c.extra):  # nothing to prefetch: the rule's config
             c = dataclasses.replace(c, extra=tuple(x for x in c.extra if x[0] != "PREFETCH"))
         from_registers = c.template == "pingpong" and _from_registers(dict(c.extra))
+        # a conversion that does not fit leaves the config as it was (a from-registers config, or an EPI_TMA one
+        # with its input) or drops it (an EPI_TMA config without that input would run as a near-copy of halves)
         if c.flag("EPI_TMA"):
             if tma_input:
-                out.append(converted(c, keep_tma=True) if mma_ok else c)
+                out.append((converted(c, keep_tma=True) or c) if mma_ok else c)
             elif tile_inputs == 0 and stored:
                 out.append(converted(c, keep_tma=False))
         elif from_registers and tile_inputs == 0 and stored and c.num_stages < DEEP_RING_STAGES:
-            out.append(converted(c, keep_tma=False))
+            out.append(converted(c, keep_tma=False) or c)
         elif from_registers and tile_inputs == 0 and stored:
             out.append(_deep_in_mma_layout(converted(c, keep_tma=False, fit=False), c, dtype, info))
         else:
             out.append(c)
-    return _dedupe(out)
+    return _dedupe([c for c in out if c is not None])
 
 
 def _deep_in_mma_layout(mma: GemmConfig, deep: GemmConfig, dtype: torch.dtype,
@@ -852,12 +860,15 @@ def _fills_gpu(config: GemmConfig, M: int, N: int, L: int, info: DeviceInfo) -> 
 
 
 def _fit_stages(config: GemmConfig, dtype: torch.dtype, info: DeviceInfo) -> GemmConfig:
-    """Lower num_stages (then BLOCK_K) until the operand buffers fit in shared memory."""
+    """Lower num_stages (then BLOCK_K) until the operand buffers fit in shared memory; the result may still not
+    fit (callers that can drop a config check ``fits_smem``). A ping-pong config keeps BLOCK_K = 64 (its TMA tiles
+    are 128-byte swizzled), so it loses stages only."""
     cfg = config
+    min_k = 64 if cfg.template == "pingpong" else 16
     while not fits_smem(cfg, dtype, info):
         if cfg.num_stages > 2:
             cfg = dataclasses.replace(cfg, num_stages=cfg.num_stages - 1)
-        elif cfg.BLOCK_K > 16:
+        elif cfg.BLOCK_K > min_k:
             cfg = dataclasses.replace(cfg, BLOCK_K=cfg.BLOCK_K // 2)
         else:
             break
