@@ -393,7 +393,7 @@ def test_many_tma_outputs_keep_valid_configs():
     """An epilogue without M x N inputs and with many TMA-storable tile outputs (the selftest's op_pow: six): a
     conversion whose output buffers do not fit beside even two ring stages leaves the config from registers as
     it was (and drops the EPI_TMA config, which without its input would be a near-copy of halves) instead of
-    cutting BLOCK_K below the ping-pong template's 64 (a ValueError on every such call before 2026-11-28);
+    cutting BLOCK_K below the ping-pong template's 64 (a ValueError on every such call before 2026-11-27);
     everything offered fits and, where the tuner keeps converting, stores by TMA."""
     cands = candidate_configs(1024, 768, 512, torch.bfloat16, H200, tma_ok=True)
     for outputs in range(1, 9):

@@ -843,7 +843,7 @@ def _deep_in_mma_layout(mma: GemmConfig, deep: GemmConfig, dtype: torch.dtype,
     tile outputs stored by TMA, on the fewest slices (at most quarters) whose output buffers fit beside all of its
     stages: the layout's 2 KiB of headroom leaves 32 KiB beside six 32 KiB stages, one output's halves or two
     outputs' quarters (229,656 and 229,688 bytes compiled for sm_90). Where even quarters do not fit, ``deep``
-    itself: its stage is what it is for. On an H100 at 8192x4096x1024 (2026-11-28, docs/benchmarks-log.md, "The
+    itself: its stage is what it is for. On an H100 at 8192x4096x1024 (2026-11-27, docs/benchmarks-log.md, "The
     deep ring in the wgmma layout"; CUDA-graph replay, 4 rounds) the identity 1.028 -> 1.005 x cuBLAS on halves
     and bias_gelu_aux 1.212 -> 1.172 on quarters, against the deep ring in the blocked layout."""
     limit = info if info is not None and info.kind == "cuda" else _HOPPER
