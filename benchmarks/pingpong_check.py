@@ -134,6 +134,14 @@ def configs() -> dict:
             "mma_h_tma_s5": gl(5, 2, EPI_MMA=True, EPI_TMA=True),
             "mma_h_tma_ts1_s5": gl(5, 2, EPI_MMA=True, EPI_TMA=True, TMA_STORE=1),
         }
+    if CONFIG_SET == "prefetch2pp":  # two M x N inputs (mixed_dag) prefetched a slice ahead in the ping-pong loop
+        return {  # (the rule prefetches one input only: two spilled on the persistent template)
+            "es1_h": gl(4, 2, EPI_SMEM=1),  # the tuner's pick at 8192x4096x1024 (no prefetch by the rule)
+            "es1_q4": gl(4, 4, EPI_SMEM=1, PREFETCH=0),
+            "es1_q4_pf1": gl(4, 4, EPI_SMEM=1, PREFETCH=1),  # no spills offline (sm_90, Triton 3.9)
+            "es1_h_pf1": gl(4, 2, EPI_SMEM=1, PREFETCH=1),  # 144 bytes of stack offline
+            "g_q4_pf1": gl(5, 4, PREFETCH=1),  # 56 bytes of stack offline
+        }
     if CONFIG_SET in ("mmadeep1", "mmadeep2"):
         # TMA-stored tile outputs in the wgmma layout (1: identity; 2: bias_gelu_aux) on a sixth ring stage: the
         # layout's 2 KiB of headroom leaves room for six 32 KiB stages beside 32 KiB of output buffers
