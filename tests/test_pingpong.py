@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import evtorch as evt
 from evtorch.codegen import gluon_template
@@ -404,6 +406,30 @@ def test_many_tma_outputs_keep_valid_configs():
         if outputs >= 6:  # six halves' buffers (192 KiB) leave no room for two stages: halves stay as they were
             assert pp(2) in got
             assert any(c.flag("EPI_MMA") and c.epilogue_subtiles == 4 for c in got)  # quarters still convert
+
+
+@settings(max_examples=200, deadline=None)
+@given(M=st.sampled_from([128, 1000, 4096, 8192]), N=st.sampled_from([128, 776, 4096, 8192]),
+       K=st.sampled_from([64, 1024, 4096]), dtype=st.sampled_from([torch.float16, torch.bfloat16]),
+       tma_input=st.booleans(), tile_stores=st.booleans(), tma_outputs=st.integers(0, 8),
+       tile_inputs=st.integers(0, 3), reductions=st.booleans(), info=st.sampled_from([H200, None]))
+def test_for_epilogue_offers_only_valid_configs(M, N, K, dtype, tma_input, tile_stores, tma_outputs, tile_inputs,
+                                                reductions, info):
+    """Whatever the epilogue (its input through the loader or not, tile stores, TMA-storable outputs, inputs it
+    loads itself, reductions) and the shape, ``for_epilogue`` returns configs that construct, fit Hopper's shared
+    memory, keep a ping-pong BLOCK_K of 64, store by TMA only as many outputs as there are, take the loader's
+    input only where there is one, and repeat none; at least one candidate is left."""
+    tile_inputs = max(tile_inputs, int(tma_input))  # the loader's input is one of the epilogue's M x N inputs
+    cands = candidate_configs(M, N, K, dtype, H200, tma_ok=True)
+    got = for_epilogue(cands, tma_input=tma_input, tile_stores=tile_stores, tma_outputs=tma_outputs,
+                       tile_inputs=tile_inputs, reductions=reductions, dtype=dtype, info=info)
+    assert got and len(got) == len(set(got))
+    for c in got:
+        assert fits_smem(c, dtype, H200), c
+        if c.template == "pingpong":
+            assert c.BLOCK_K == 64, c
+            assert c.flag("TMA_STORE") in (0, tma_outputs if tile_stores else 0), c
+            assert not c.flag("EPI_TMA") or tma_input, c
 
 
 def test_render_validates_and_names_partitions():

@@ -382,7 +382,7 @@ class DeviceInfo:
 
 # Max opt-in shared memory per block by compute capability, used only if the runtime cannot tell us.
 _SMEM_BY_CAPABILITY = {(9, 0): 232448, (8, 0): 166912, (8, 7): 166912, (8, 6): 101376, (8, 9): 101376}
-# The shared memory a Hopper-only choice is sized against where no device is given (``for_epilogue``).
+# The device a Hopper-only choice is sized for where none is given (``for_epilogue``).
 _HOPPER = DeviceInfo("cuda", "Hopper", (9, 0), 132, _SMEM_BY_CAPABILITY[(9, 0)])
 
 
@@ -765,7 +765,8 @@ def candidate_configs(
 def for_epilogue(candidates: list[GemmConfig], *, tma_input: bool, tile_stores: bool = True, tma_outputs: int = 0,
                  tile_inputs: int = 0, reductions: bool = False, dtype: torch.dtype = torch.float16,
                  info: DeviceInfo | None = None) -> list[GemmConfig]:
-    """``candidates`` as this epilogue can use them (``info``: the device whose shared memory they must fit).
+    """``candidates`` as this epilogue can use them (``info``: the device whose shared memory they must fit; None:
+    a Hopper GPU's, the only devices whose candidate lists hold the configs this changes).
 
     - EPI_TMA needs the epilogue's one 16-bit M x N input (``EpilogueCode.tma_input``). With it, such a config runs
       in the accumulator's wgmma layout (EPI_MMA: no layout conversion through shared memory) where the epilogue
@@ -795,6 +796,7 @@ def for_epilogue(candidates: list[GemmConfig], *, tma_input: bool, tile_stores: 
     1.24, dgelu_bgrad 1.50 -> 1.42, bias_gelu_aux 1.28 -> 1.23, colbcast_leaky and lincomb_relu level. An epilogue
     loading M x N inputs itself loses in the wgmma layout (4-byte loads: mixed_dag 2.00 -> 2.04-2.62), so its other
     configs keep the blocked layout."""
+    info = _HOPPER if info is None or info.kind != "cuda" else info
     stored = tma_outputs if tile_stores else 0
     mma_ok = not tile_stores or stored > 0
 
@@ -808,7 +810,7 @@ def for_epilogue(candidates: list[GemmConfig], *, tma_input: bool, tile_stores: 
         # loader's input slices (MMA_TMA_STAGES)
         stages = max(c.num_stages, MMA_TMA_STAGES) if keep_tma else c.num_stages
         c = dataclasses.replace(c, extra=tuple(extra.items()), num_stages=stages)
-        if info is None or not fit:
+        if not fit:
             return c
         c = _fit_stages(c, dtype, info)
         return c if fits_smem(c, dtype, info) else None
@@ -837,8 +839,7 @@ def for_epilogue(candidates: list[GemmConfig], *, tma_input: bool, tile_stores: 
     return _dedupe([c for c in out if c is not None])
 
 
-def _deep_in_mma_layout(mma: GemmConfig, deep: GemmConfig, dtype: torch.dtype,
-                        info: DeviceInfo | None) -> GemmConfig:
+def _deep_in_mma_layout(mma: GemmConfig, deep: GemmConfig, dtype: torch.dtype, info: DeviceInfo) -> GemmConfig:
     """The deep ring (``deep``: DEEP_RING_STAGES, from registers) as ``mma`` runs it, in the wgmma layout with its
     tile outputs stored by TMA, on the fewest slices (at most quarters) whose output buffers fit beside all of its
     stages: the layout's 2 KiB of headroom leaves 32 KiB beside six 32 KiB stages, one output's halves or two
@@ -846,12 +847,11 @@ def _deep_in_mma_layout(mma: GemmConfig, deep: GemmConfig, dtype: torch.dtype,
     itself: its stage is what it is for. On an H100 at 8192x4096x1024 (2026-11-27, docs/benchmarks-log.md, "The
     deep ring in the wgmma layout"; CUDA-graph replay, 4 rounds) the identity 1.028 -> 1.005 x cuBLAS on halves
     and bias_gelu_aux 1.212 -> 1.172 on quarters, against the deep ring in the blocked layout."""
-    limit = info if info is not None and info.kind == "cuda" else _HOPPER
     cfg = mma
-    while not fits_smem(cfg, dtype, limit) and cfg.epilogue_subtiles < 4:
+    while not fits_smem(cfg, dtype, info) and cfg.epilogue_subtiles < 4:
         extra = dict(cfg.extra, EPILOGUE_SUBTILE=2 * cfg.epilogue_subtiles)
         cfg = dataclasses.replace(cfg, extra=tuple(extra.items()))
-    return cfg if fits_smem(cfg, dtype, limit) else deep
+    return cfg if fits_smem(cfg, dtype, info) else deep
 
 
 def _fills_gpu(config: GemmConfig, M: int, N: int, L: int, info: DeviceInfo) -> bool:
