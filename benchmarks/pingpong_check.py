@@ -515,6 +515,7 @@ def phase2(args, b, results) -> None:
 
     cfgs = configs()
     order = ["base"] + [c for c in cfgs if c != "base"] + ["base#2"] if "base" in cfgs else list(cfgs)
+    first = next(iter(cfgs))  # a set without "base" configs measures against its first config
     shapes = SHAPES if not args.dry_run else ((64, 64, 32),)
     names = WORKLOADS if not args.dry_run else ("identity", "mixed_dag")
     kw = {} if b.cuda else {"backend": "triton"}
@@ -536,8 +537,6 @@ def phase2(args, b, results) -> None:
                     row.setdefault("errors", {})[cname] = f"{type(exc).__name__}: {exc}"[:300]
                 row["ms"][cname] = ms
             row["cublas_ms_after"] = b.timer(lambda: torch.matmul(A, B))
-        # a set without "base" configs measures against its first config
-        first = next(iter(cfgs))
         base = min((v for k, v in row["ms"].items() if k.startswith("base") and v), default=row["ms"].get(first))
         best = min((v, k) for k, v in row["ms"].items() if v)
         b.log(f"{name:15s} {M}x{N}x{K} cuBLAS {row['cublas_ms']:.4f} | " + " ".join(

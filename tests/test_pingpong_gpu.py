@@ -12,7 +12,7 @@ import torch
 
 import evtorch as evt
 from evtorch.codegen.configs import GemmConfig, device_info
-from evtorch.examples import EXAMPLES, eager_reference, operands
+from evtorch.examples import EXAMPLES, Example, eager_reference, operands
 from evtorch.runtime.gemm_launch import pingpong_eligible, resolve_config
 from evtorch.testing import rel_error
 
@@ -36,9 +36,10 @@ def pp(sub: int, stages: int = 5, warps: int = 4, **flags) -> GemmConfig:
                       (("EPILOGUE_SUBTILE", sub),) + tuple(flags.items()))
 
 
-def _check(name, M, N, K, cfg, dtype=torch.bfloat16, b_col=False, seed=0, deterministic=False):
+def _check(name, M, N, K, cfg, dtype=torch.bfloat16, b_col=False, seed=0, deterministic=False, ex=None):
+    """``EXAMPLES[name]`` (or the ``Example`` ``ex``) through ``cfg`` with outputs poisoned, against eager."""
     torch.manual_seed(seed)
-    ex = EXAMPLES[name]
+    ex = ex or EXAMPLES[name]
     A, B = operands(M, N, K, "cuda", dtype)
     if b_col:
         B = B.t().contiguous().t()
@@ -330,10 +331,10 @@ def _bias_gelu_aux(acc, bias):
     return torch.nn.functional.gelu(pre, approximate="tanh"), pre
 
 
-# epilogues without M x N inputs, whose tile outputs the tuner stores by TMA: (fn, inputs of (M, N, dtype))
-_INPUTLESS = {"identity": (lambda acc: acc, lambda M, N, dtype: {}),
-              "bias_gelu_aux": (_bias_gelu_aux, lambda M, N, dtype: {"bias": torch.randn(N, device="cuda",
-                                                                                      dtype=dtype)})}
+# epilogues without M x N inputs, whose tile outputs the tuner stores by TMA
+_INPUTLESS = {"identity": Example(lambda acc: acc, lambda M, N, device, dtype: {}),
+              "bias_gelu_aux": Example(_bias_gelu_aux, lambda M, N, device, dtype: {
+                  "bias": torch.randn(N, device=device, dtype=dtype)})}
 
 
 @needs_hopper
@@ -348,34 +349,18 @@ def test_deep_ring_in_mma_layout(name):
     from evtorch.codegen.configs import DEEP_RING_STAGES, for_epilogue
     from evtorch.codegen.program import build_program
 
-    fn, make = _INPUTLESS[name] if name in _INPUTLESS else (EXAMPLES[name].fn, None)
-    small = make(64, 64, torch.bfloat16) if make else EXAMPLES[name].make_inputs(64, 64, "cuda", torch.bfloat16)
-    code = build_program(get_epilogue(fn, (64, 64), torch.float32, small), out_dtype=torch.bfloat16).epilogue
+    ex = _INPUTLESS.get(name) or EXAMPLES[name]
+    small = ex.make_inputs(64, 64, "cuda", torch.bfloat16)
+    code = build_program(get_epilogue(ex.fn, (64, 64), torch.float32, small), out_dtype=torch.bfloat16).epilogue
     stored = len(code.tma_outputs)
     cfg = pp(2 if stored <= 1 else 4, DEEP_RING_STAGES, EPI_MMA=True, TMA_STORE=max(1, stored))
-    if make is not None:  # the tuner's own conversion of the deep ring
+    if name in _INPUTLESS:  # the tuner's own conversion of the deep ring
         (tuned,) = for_epilogue([pp(2, DEEP_RING_STAGES)], tma_input=False, tile_stores=code.tile_stores,
                                 tma_outputs=stored, tile_inputs=code.prefetch, dtype=torch.bfloat16,
                                 info=device_info())
         assert tuned == cfg, (tuned, cfg)
-    for M, N, K, dtype, b_col, det, seed in ((4096, 3000, 1000, torch.bfloat16, True, False, 7),
-                                             (1000, 776, 520, torch.float16, False, True, 8)):
-        if make is None:
-            _check(name, M, N, K, cfg, dtype=dtype, b_col=b_col, seed=seed, deterministic=det)
-            continue
-        torch.manual_seed(seed)
-        A, B = operands(M, N, K, "cuda", dtype)
-        if b_col:
-            B = B.t().contiguous().t()
-        inputs = make(M, N, dtype)
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setenv("EVTORCH_POISON", "1")
-            out = evt.gemm(A, B, fn, config=cfg, deterministic=det, **inputs)
-        ref = fn((A.float() @ B.float()), **{k: v.float() for k, v in inputs.items()})
-        out, ref = (out, ref) if isinstance(out, tuple) else ((out,), (ref,))
-        for i, (o, r) in enumerate(zip(out, ref)):
-            assert not torch.isnan(o).any(), f"{name} output {i}: unwritten elements"
-            assert rel_error(o, r.to(o.dtype)) < 1e-2, (name, i, M, N, K)
+    _check(name, 4096, 3000, 1000, cfg, b_col=True, seed=7, ex=ex)
+    _check(name, 1000, 776, 520, cfg, dtype=torch.float16, seed=8, deterministic=True, ex=ex)
 
 
 @needs_hopper
