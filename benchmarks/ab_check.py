@@ -7,9 +7,11 @@ Variant A is the environment as it is, variant B the same with ``--env NAME=VALU
 ``EVTORCH_DISABLE_PASSES``, or ``EVTORCH_FAST_MATH=never``). Per shape and workload:
 
 1. correctness of each variant: one call with outputs poisoned (``EVTORCH_POISON=1``), max error over the fp32
-   reference (as ``evtorch bench``) and over the float64 one;
+   reference (as ``evtorch bench``) and over the float64 one (the tuner's pick, or with ``--from-bench`` the
+   recorded config);
 2. the forced configs (``--config``, comma-separated; default the 128x256 persistent halves kernel; also the
-   ping-pong halves from registers, through the loader or from shared memory) of each variant, CUDA-graph replay
+   ping-pong halves from registers, through the loader or from shared memory; with ``--from-bench JSON`` each row's
+   config as that bench run picked it, 'bench') of each variant, CUDA-graph replay
    (do_bench median, L2 flushed), in ``--rounds`` interleaved rounds A, B (default 3): the spread of a variant's
    rounds is the noise, and the log's ``A/B`` is the ratio of the two medians. Both variants are compiled first,
    and before each round the GPU runs cuBLAS back to back for ``--settle-ms`` (default 1000): a round right after
@@ -49,8 +51,12 @@ def parse_args(argv=None):
     ap.add_argument("--env", required=True, help="NAME=VALUE set for variant B")
     ap.add_argument("--workloads", default="bce_loss,identity")
     ap.add_argument("--shapes", default="8192x8192x4096,8192x4096x1024")
-    ap.add_argument("--config", default="tma_128x256_halves",
-                    help=f"forced configs, comma-separated, of {sorted(FORCED)}")
+    ap.add_argument("--config", default=None,
+                    help=f"forced configs, comma-separated, of {sorted(FORCED)} (default tma_128x256_halves, or none "
+                         "with --from-bench)")
+    ap.add_argument("--from-bench", metavar="JSON",
+                    help="also force each row's config as that bench run recorded it (forced config 'bench'; rows "
+                         "the run has no config for are skipped)")
     ap.add_argument("--no-tune", action="store_true", help="forced configs only (no tuned default)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved A, B rounds per config (default 3)")
     ap.add_argument("--settle-ms", type=float, default=1000.0,
@@ -67,7 +73,13 @@ def parse_args(argv=None):
         ap.error(f"--rounds must be at least 1, got {args.rounds}")
     if args.settle_ms < 0:
         ap.error(f"--settle-ms must be >= 0, got {args.settle_ms}")
-    args.configs = args.config.split(",")
+    args.configs = (args.config or ("" if args.from_bench else "tma_128x256_halves")).split(",")
+    args.configs = [c for c in args.configs if c]
+    args.bench_configs = {}
+    if args.from_bench:
+        bench = json.loads(Path(args.from_bench).read_text())
+        args.bench_configs = {(r["workload"], tuple(r["shape"])): r["config_dict"] for r in bench.get("rows", [])
+                              if r.get("config_dict")}
     unknown = [c for c in args.configs if c not in FORCED]
     if unknown:
         ap.error(f"--config: unknown {unknown}; known: {sorted(FORCED)}")
@@ -172,16 +184,27 @@ def main(argv=None) -> int:
     forced = {c: FORCED[c]() for c in args.configs}
     timer = b.graph_timer if cuda else b.timer
     for M, N, K, A, B, name, fn, inputs in workload_rows(b, shapes, args.workloads.split(","), workload, skip_s=30):
+        row_forced = dict(forced)
+        if args.from_bench:
+            recorded = args.bench_configs.get((name, (M, N, K)))
+            if recorded is None:
+                b.log(f"{name} {M}x{N}x{K}: no config in {args.from_bench}; skipped")
+                continue
+            from evtorch.codegen.configs import GemmConfig
+
+            row_forced["bench"] = GemmConfig.from_dict(recorded)
         row = {"workload": name, "shape": [M, N, K], "check": {},
-               "forced": {c: {"A": [], "B": []} for c in args.configs}, "tuned": {"A": [], "B": []},
-               "tuned_config": {}}
+               "forced": {c: {"A": [], "B": []} for c in row_forced}, "tuned": {"A": [], "B": []},
+               "tuned_config": {}, "bench_config": row_forced["bench"].short() if "bench" in row_forced else None}
         results["rows"].append(row)
         settle_gpu = _settler(cuda, args.settle_ms, lambda: torch.matmul(A, B))
         settle_gpu()
         row["cublas_ms"] = b.timer(lambda: torch.matmul(A, B))
-        for which in "AB":  # (also compiles both variants' default kernels)
-            row["check"][which] = check(variant, which, A, B, fn, inputs, kw)
-        for cname, cfg in forced.items():
+        # (also compiles both variants' default kernels; with --from-bench, the recorded config's: no tuning)
+        check_kw = dict(kw, config=row_forced["bench"]) if "bench" in row_forced else kw
+        for which in "AB":
+            row["check"][which] = check(variant, which, A, B, fn, inputs, check_kw)
+        for cname, cfg in row_forced.items():
             call = lambda: evt.gemm(A, B, fn, config=cfg, **kw, **inputs)  # noqa: E731
             for which in "AB":  # compiled before the first timed round
                 variant.run(which, call)

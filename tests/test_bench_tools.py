@@ -685,6 +685,32 @@ def test_ab_check_dry_run_interleaves_its_rounds(tmp_path, monkeypatch):
     assert ab_check.median_ratio([2.0, 4.0, 3.0], [1.0, None, 1.5]) == 3.0 / 1.25
 
 
+def test_ab_check_takes_each_rows_config_from_a_bench_run(tmp_path, monkeypatch):
+    """``--from-bench``: each row's config as the bench JSON recorded it is forced as 'bench' (alone, without
+    --config); a row the run has no config for is skipped."""
+    import json
+
+    from benchmarks import ab_check
+
+    cfg = {"template": "portable", "BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "SPLIT_K": 1,
+           "num_warps": 4, "num_stages": 2, "extra": {}}
+    bench = {"rows": [{"workload": "bias_gelu_aux", "shape": [64, 64, 32], "config_dict": cfg},
+                      {"workload": "lincomb_relu", "shape": [64, 64, 32], "config_dict": None}]}
+    (tmp_path / "bench.json").write_text(json.dumps(bench))
+    monkeypatch.setenv("EVTORCH_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    out = tmp_path / "out"
+    assert ab_check.main(["--dry-run", "--out", str(out), "--env", "EVTORCH_DISABLE_PASSES=reassociate",
+                          "--workloads", "bias_gelu_aux,lincomb_relu", "--rounds", "1", "--no-tune",
+                          "--from-bench", str(tmp_path / "bench.json")]) == 0
+    row, = json.loads((out / "ab.json").read_text())["rows"]
+    assert row["workload"] == "bias_gelu_aux" and list(row["forced"]) == ["bench"]
+    assert row["bench_config"].startswith("portable_32x32x32")
+    assert len(row["forced"]["bench"]["A"]) == 1 and row["check"]["B"]["max_err_fp64"] < 2e-2
+    assert "lincomb_relu 64x64x32: no config" in (out / "ab_log.txt").read_text()
+    assert ab_check.parse_args(["--out", "x", "--env", "A=1"]).configs == ["tma_128x256_halves"]
+
+
 def test_bench_intermediates_flag_sets_the_knob(monkeypatch):
     """``evtorch bench --intermediates float32`` runs the epilogues with float32 intermediates (the knob, read at
     trace time, and recorded in the JSON's settings); without the flag the environment decides."""
