@@ -72,6 +72,9 @@ def run(sizes=((257, 193, 129, 3), (1024, 768, 512, 2)), dtypes=("float32", "flo
     templates = [GemmConfig("portable", 64, 64, 32, 8, 1, 4, 3),
                  GemmConfig("splitk", 64, 64, 64, 8, 4, 4, 3),
                  GemmConfig("persistent_tma", 128, 128, 64, 8, 1, 8, 3, (("EPILOGUE_SUBTILE", True),)),
+                 # few output tiles (configs._FEW_ROWS_16): small tiles on deep rings, BLOCK_K 128 included
+                 GemmConfig("persistent_tma", 64, 64, 128, 8, 1, 4, 6),
+                 GemmConfig("persistent_tma", 128, 64, 64, 8, 1, 4, 8),
                  # Gluon ping-pong (Hopper, fp16/bf16; elsewhere it runs as persistent_tma): halves with the
                  # prefetch rule, quarters without prefetch, and halves with the epilogue's one M x N input
                  # through the loader (EPI_TMA, a tuner candidate; epilogues without such an input run it as
@@ -129,10 +132,16 @@ def run(sizes=((257, 193, 129, 3), (1024, 768, 512, 2)), dtypes=("float32", "flo
     # whole 128 x 128 (and 64 x 64) tiles, where the launcher sets EVEN_M / EVEN_N and the epilogue's bounds masks
     # fold away, in every dtype; ragged rows and columns (masks kept; TMA-aligned rows) in bfloat16
     shapes = [(512, 384, d) for d in dtypes] + [(520, 376, d) for d in dtypes if d == "bfloat16"]
+    from .codegen.configs import device_info, fits_smem
+    info = device_info(device)
     for cfg in templates:
         for name, ex in EXAMPLES.items():
             for tm, tn, dname in shapes:
                 dtype = getattr(torch, dname)
+                # a persistent_tma config sized for 16-bit operands may not fit wider ones (64x64x128 on six stages
+                # in float32: 384 KiB), which the tuner never offers unscaled (configs._scale_for_dtype)
+                if cfg.template == "persistent_tma" and not fits_smem(cfg, dtype, info):
+                    continue
                 case = Case(f"template_{cfg.short()}_{name}", ex.fn,
                             lambda M, N, L, d, t, ex=ex: ex.make_inputs(M, N, d, t))
 

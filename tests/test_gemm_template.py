@@ -385,6 +385,44 @@ def test_programs_per_sm_pruning():
     assert cfgmod.fits_registers(pp(128, 3, 8, pps=1))
 
 
+@pytest.mark.parametrize("shape, tile", [
+    ((128, 4096, 4096), (64, 64, 128, 6)),     # 128 tiles of 64x64 fill the GPU; nothing larger does
+    ((64, 4096, 4096), (64, 64, 128, 6)),      # none fills: still the TMA kernel (no long K for split-K)
+    ((256, 4096, 4096), (128, 64, 64, 8)),     # 128 tiles of 128x64
+    ((512, 4096, 4096), (128, 128, 64, 4)),    # 128 tiles of 128x128: most of a wave
+    ((128, 14336, 4096), (128, 128, 64, 4)),
+    ((128, 4096, 14336), (64, 64, 128, 6)),    # a long K, but 64x64 tiles fill the GPU: no split-K
+    ((64, 14336, 4096), (64, 128, 64, 8)),     # 128x128 would fill it too, with half its rows empty
+])
+def test_few_rows_heuristic_takes_the_largest_tma_tile_that_fills_the_gpu(shape, tile):
+    """Fewer than a wave of 128x128 tiles on Hopper (inference batches): the persistent TMA kernel on the largest
+    tile whose tiles fill three quarters of the SMs, small tiles on deep rings (configs._FEW_ROWS_16), where the
+    portable and split-K picks ran 1.2-1.5x slower (benchmarks/skinny_probe.py, H100); those tiles are also in
+    the tuner's list."""
+    M, N, K = shape
+    cfg = heuristic_config(M, N, K, torch.bfloat16, H100, tma_ok=True)
+    assert cfg.template == "persistent_tma" and (cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K, cfg.num_stages) == tile
+    assert cfgmod.fits_smem(cfg, torch.bfloat16, H100)
+    listed = candidate_configs(M, N, K, torch.bfloat16, H100, tma_ok=True)
+    assert listed[0] == cfg
+    few = {(c.BLOCK_M, c.BLOCK_N, c.BLOCK_K, c.num_stages) for c in listed if c.template == "persistent_tma"}
+    assert (64, 64, 128, 6) in few
+
+
+def test_few_rows_heuristic_leaves_other_problems_alone():
+    # a wave of 128x128 tiles: the 128x256 kernel; too few tiles for anything and a long K: split-K; fewer than 64
+    # rows: portable; without TMA operands or off Hopper: the portable heuristic
+    assert heuristic_config(4096, 4096, 4096, torch.bfloat16, H100, tma_ok=True).BLOCK_N == 256
+    assert heuristic_config(256, 256, 16384, torch.bfloat16, H100, tma_ok=True).template == "splitk"
+    assert heuristic_config(16, 4096, 4096, torch.bfloat16, H100, tma_ok=True).template == "portable"
+    assert heuristic_config(128, 4096, 4096, torch.bfloat16, H100, tma_ok=False).template == "portable"
+    assert heuristic_config(128, 4096, 4096, torch.bfloat16, A100, tma_ok=True).template == "portable"
+    # float32 with TF32 scales the tile's K step to the same bytes, and it still fits
+    cfg = heuristic_config(128, 4096, 4096, torch.float32, H100, tma_ok=True, allow_tf32=True)
+    assert cfg.template == "persistent_tma" and cfg.BLOCK_K == 64
+    assert cfgmod.fits_smem(cfg, torch.float32, H100)
+
+
 def test_interpreter_uses_small_config():
     assert cfgmod.device_info("cpu").kind == "interpreter"
     cfg = heuristic_config(4096, 4096, 4096, torch.float16, "cpu")

@@ -533,6 +533,18 @@ _SPLITK_16 = ((64, 64, 64, 3, 4), (128, 64, 64, 3, 4), (64, 128, 64, 3, 4), (32,
 # for epilogues with one M x N input, which it prefetches whole before the K loop (PREFETCH rule; prefetch run:
 # rowreduce_tanh 1.08 -> 1.05 / 1.63 -> 1.53, bce_loss 1.18 -> 1.13 / 2.08 -> 1.91, dgelu_bgrad 1.84 -> 1.68 at
 # 8192x8192x4096 / 8192x4096x1024), displacing halves + warp_specialize (within noise of halves).
+# Few output tiles (M of 64-512 against N, K in the thousands: inference batches): small tiles on deep rings, which
+# keep enough TMA copies in flight to stream B at the copy rate where 128x256 or 128x128 tiles leave most SMs idle.
+# On an H100 (2026-11-27, benchmarks/skinny_probe.py, identity, x cuBLAS, do_bench with L2 flushed): 64x64x128 on six
+# stages 1.083 / 1.065 / 0.931 at 128x4096x4096 / 64x4096x4096 / 128x4096x14336 (the tuner's picks before: 1.50
+# ping-pong, 1.23 portable 16x64, 1.02 split-K), 64x64x64 on twelve 1.111 / 1.121 / 0.960; 128x64 and 64x128 on
+# eight 1.011 / 1.014 at 256x4096x4096 against 1.25 / 1.23 on four (the stage count they had) and 1.10 / 1.09 on
+# six. (BM, BN, BK, stages, warps, subtile, warp_specialize, flatten), best first.
+_FEW_ROWS_16 = (
+    (64, 64, 128, 6, 4, False, False, False),
+    (128, 64, 64, 8, 4, False, False, False),
+    (64, 128, 64, 8, 4, False, False, False),
+)
 _PERSISTENT_16 = (
     (128, 256, 64, 3, 8, True, False, False),
     (128, 256, 64, 3, 8, True, False, True),
@@ -545,8 +557,7 @@ _PERSISTENT_16 = (
     (128, 128, 64, 4, 4, True, False, False),
     (128, 128, 64, 4, 8, False, False, False),
     (128, 128, 128, 3, 8, False, False, False),
-    (128, 64, 64, 4, 4, False, False, False),
-    (64, 128, 64, 4, 4, False, False, False),
+    *_FEW_ROWS_16,
 )
 
 # Ping-pong on the persistent TMA template (PROGRAMS_PER_SM=2, 128x128x64, 4 warps, 3 stages: two programs co-resident
@@ -654,9 +665,9 @@ def _portable_space(dtype: torch.dtype, template: str) -> list[GemmConfig]:
     return out
 
 
-def _persistent_space(dtype: torch.dtype) -> list[GemmConfig]:
+def _persistent_space(dtype: torch.dtype, table=_PERSISTENT_16) -> list[GemmConfig]:
     out = []
-    for bm, bn, bk, stages, warps, subtile, ws, flat in _PERSISTENT_16:
+    for bm, bn, bk, stages, warps, subtile, ws, flat in table:
         bm, bn, bk, stages = _scale_for_dtype(bm, bn, bk, stages, dtype)
         extra = (("EPILOGUE_SUBTILE", subtile), ("FLATTEN", flat), ("WARP_SPECIALIZE", ws))
         out.append(GemmConfig("persistent_tma", bm, bn, bk, 8, 1, warps, stages, extra))
@@ -679,6 +690,28 @@ def tma_template_allowed(dtype: torch.dtype, info: DeviceInfo, tma_ok: bool, all
     if dtype == torch.float32 and not allow_tf32:
         return False
     return tma_ok and info.is_hopper and dtype in TMA_DTYPES
+
+
+def _few_rows_config(M: int, N: int, L: int, dtype: torch.dtype, info: DeviceInfo, tma_ok: bool,
+                     allow_tf32: bool) -> tuple[GemmConfig, bool] | None:
+    """The heuristic's persistent_tma config for a problem with fewer than a wave of 128x128 tiles but at least 64
+    rows and columns, and whether its tiles fill three quarters of the SMs: the largest tile not taller or wider
+    than the problem (64x14336x4096: 64x128, not 128x128 with half its rows empty) that does, of 128x128
+    on four stages (128x14336x4096: 112 tiles, 1.00 x cuBLAS against 1.09 for 128x64), 128x64 or 64x128 on eight
+    and 64x64x128 on six (``_FEW_ROWS_16``), else 64x64x128 (64x4096x4096: 64 tiles, 1.10-1.13 x cuBLAS against
+    1.23 for the portable pick). None where the TMA template is not allowed, the problem is narrower than 64 or
+    has a wave of 128x128 tiles."""
+    if not tma_template_allowed(dtype, info, tma_ok, allow_tf32) or min(M, N) < 64:
+        return None
+    if cdiv(M, 128) * cdiv(N, 128) * L >= info.num_sms:
+        return None
+    table = ((128, 128, 64, 4, 4, True, False, False),) + _FEW_ROWS_16
+    space = sorted(_persistent_space(dtype, table), key=lambda c: -c.BLOCK_M * c.BLOCK_N)  # larger first
+    space = [c for c in space if fits_shape(c, M, N, c.BLOCK_K)] or space[-1:]  # no rows of MMA work wasted
+    for cfg in space:
+        if _fills_gpu(cfg, M, N, L, info):
+            return _fit_stages(cfg, dtype, info), True
+    return _fit_stages(space[-1], dtype, info), False
 
 
 def _fits_precision(config: GemmConfig, dtype: torch.dtype, allow_tf32: bool) -> bool:
@@ -893,7 +926,11 @@ def heuristic_config(
       tiles: persistent_tma 128x256x64 (fp32: BK 32), 3 stages, 8 warps, epilogue sub-tiling: 98% of
       torch.matmul (cuBLAS) on an H200 at 4096^3 and 8192x8192x4096 bf16 (690 / 668 TFLOP/s vs 703 / 684);
       the flatten / warp_specialize variants were within run-to-run noise (~2%) and are left to the tuner;
-    - few output tiles and a long K: split-K over 64x64 tiles;
+    - the same operands with fewer tiles, but at least 64 rows and columns: persistent_tma on the largest tile
+      that fills the GPU, down to 64x64x128 on six stages (``_few_rows_config``);
+    - few output tiles and a long K: split-K over 64x64 tiles (256x256x16384 on an H100: 1.49-1.85 x cuBLAS
+      against 2.07 for 64x64x128; at 64x1024x8192 the reverse, 1.55-2.06 against 1.36);
+    - too few tiles for any of those to fill the GPU, at least 64 rows and columns: 64x64x128 on six stages;
     - otherwise portable tiles sized to the problem: on Hopper 16-bit up to 128x256x64 (627 TFLOP/s at
       8192x8192x4096 bf16 vs 459 for 128x128x32), elsewhere up to 128x128x32 with 4 stages; fp32 without
       TF32 (FMA path) at most 64x64; fp64 at most 64x64.
@@ -908,11 +945,16 @@ def heuristic_config(
         bm, bn, bk, stages = _scale_for_dtype(128, 256 if N >= 256 else 128, 64, 3, dtype)
         cfg = GemmConfig("persistent_tma", bm, bn, bk, 8, 1, 8, stages, (("EPILOGUE_SUBTILE", True),))
         return _fit_stages(cfg, dtype, info)
+    few_rows = _few_rows_config(M, N, L, dtype, info, tma_ok, allow_tf32)
+    if few_rows is not None and few_rows[1]:
+        return few_rows[0]
     if splitk_worthwhile(M, N, K, L, info):
         bm, bn, bk, stages = _scale_for_dtype(64, 64, 64, 3, dtype)
         base = GemmConfig("splitk", bm, bn, bk, 8, 1, 4, stages)
         split = choose_split_k(M, N, K, L, base, info)
         return _fit_stages(GemmConfig("splitk", bm, bn, bk, 8, split, 4, stages), dtype, info)
+    if few_rows is not None:
+        return few_rows[0]
     ieee_fp32 = dtype == torch.float32 and not allow_tf32
     cap_m, cap_n = (64, 64) if ieee_fp32 else (128, 128)
     if info.is_hopper and DTYPE_BYTES[dtype] == 2:

@@ -1,0 +1,156 @@
+"""Forced configs on GEMMs whose output tiles cannot fill the GPU (few rows: inference batches, split-K territory).
+
+    python -m benchmarks.skinny_probe --out $OUT [--shapes 128x4096x4096,...] [--workloads identity,bias_gelu_aux]
+
+Per shape and workload: cuBLAS (``torch.matmul``) and each config of ``configs()`` forced through ``evt.gemm``
+(``triton.testing.do_bench``, median, L2 flushed; the public call), the max error over the fp32 reference (outputs
+poisoned), and the tuner's pick with a fresh cache. For choosing the candidates ``configs.candidate_configs`` offers
+in that regime (docs/benchmarks.md, "Few rows"); writes skinny.json under --out.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+SHAPES = "16x4096x4096,128x4096x4096,256x4096x4096,128x14336x4096,128x4096x14336"
+
+
+def configs(M: int, N: int, K: int) -> dict:
+    """Name -> GemmConfig: the current small-tile portable picks, the TMA templates' small tiles, and split-K over
+    portable tiles at 2, 4 and 8 slices."""
+    from evtorch.codegen.configs import GemmConfig
+
+    out = {
+        "portable_32x32x64_w2": GemmConfig("portable", 32, 32, 64, 8, 1, 2, 4),
+        "portable_64x64x64_w4": GemmConfig("portable", 64, 64, 64, 8, 1, 4, 3),
+        "portable_128x64x64_w4": GemmConfig("portable", 128, 64, 64, 8, 1, 4, 3),
+        "tma_128x64x64_w4": GemmConfig("persistent_tma", 128, 64, 64, 8, 1, 4, 4),
+        "tma_64x128x64_w4": GemmConfig("persistent_tma", 64, 128, 64, 8, 1, 4, 4),
+        "tma_128x128x64_w4_sub": GemmConfig("persistent_tma", 128, 128, 64, 8, 1, 4, 4, (("EPILOGUE_SUBTILE", True),)),
+    }
+    for bm, bn, bk, stages in ((64, 64, 64, 4), (64, 64, 64, 8), (64, 64, 64, 12), (64, 64, 128, 4), (64, 64, 128, 6),
+                               (128, 64, 64, 6), (128, 64, 64, 8), (64, 128, 64, 6), (64, 128, 64, 8)):
+        out[f"tma_{bm}x{bn}x{bk}_w4_s{stages}"] = GemmConfig("persistent_tma", bm, bn, bk, 8, 1, 4, stages)
+    for bm, bn, bk, warps, stages in ((64, 64, 64, 4, 3), (128, 64, 64, 4, 3), (64, 128, 64, 4, 3),
+                                      (128, 128, 64, 4, 3), (16, 64, 128, 4, 4)):
+        for split in (2, 4, 8):
+            if K // (bk * split) >= 4:
+                out[f"splitk_{bm}x{bn}x{bk}_sk{split}"] = GemmConfig("splitk", bm, bn, bk, 8, split, warps, stages)
+    return out
+
+
+def kernel_times(fn, calls: int = 20) -> dict:
+    """CUDA kernel name -> microseconds per call of ``fn`` (torch.profiler over ``calls`` calls after a warm-up)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    out: dict = {}
+    for ev in prof.key_averages():
+        if ev.device_time_total > 0:
+            out[ev.key[:80]] = round(ev.device_time_total / calls, 2)
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--shapes", default=SHAPES)
+    ap.add_argument("--workloads", default="identity,bias_gelu_aux")
+    ap.add_argument("--deadline-s", type=float, default=400.0)
+    ap.add_argument("--configs", default="", help="comma-separated names of configs() to force (default: all)")
+    ap.add_argument("--profile", type=int, default=0,
+                    help="also list the CUDA kernels (torch.profiler, us per call) of the N fastest configs")
+    args = ap.parse_args(argv)
+    os.environ["EVTORCH_CACHE_DIR"] = tempfile.mkdtemp(prefix="evtorch_skinny_")
+    import torch
+    import triton
+
+    import evtorch as evt
+    from benchmarks.pingpong_check import max_error
+    from benchmarks.workloads import bench_workload
+    from evtorch.examples import eager_reference, operands
+    from benchmarks.experiment import tuned_config
+    from evtorch.runtime.autotune import stored_records
+
+    t0 = time.time()
+    rows = []
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    bench = lambda fn: triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")  # noqa: E731
+    for shape in args.shapes.split(","):
+        M, N, K = (int(v) for v in shape.split("x"))
+        torch.manual_seed(0)
+        A, B = operands(M, N, K, "cuda", torch.bfloat16)
+        cublas = bench(lambda: torch.matmul(A, B))
+        for name in args.workloads.split(","):
+            if time.time() - t0 > args.deadline_s:
+                print(f"deadline: {shape} {name} skipped", flush=True)
+                continue
+            fn, mk = bench_workload(name)
+            inputs = mk(M, N, "cuda", torch.bfloat16)
+            ref = eager_reference(fn, A.float(), B.float(), **inputs)
+            row = {"shape": [M, N, K], "workload": name, "cublas_ms": cublas, "configs": {}}
+            chosen = configs(M, N, K)
+            if args.configs:
+                chosen = {k: v for k, v in chosen.items() if k in args.configs.split(",")}
+            for cname, cfg in chosen.items():
+                try:
+                    os.environ["EVTORCH_POISON"] = "1"
+                    err = max_error(evt.gemm(A, B, fn, config=cfg, **inputs), ref)
+                    os.environ.pop("EVTORCH_POISON")
+                    ms = bench(lambda: evt.gemm(A, B, fn, config=cfg, **inputs))
+                except Exception as e:  # noqa: BLE001 - a config that does not compile is reported, not fatal
+                    os.environ.pop("EVTORCH_POISON", None)
+                    row["configs"][cname] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
+                    continue
+                row["configs"][cname] = {"ms": ms, "x_cublas": ms / cublas, "max_err": err}
+            os.environ["EVTORCH_AUTOTUNE"] = "0"  # the heuristic's pick
+            os.environ["EVTORCH_POISON"] = "1"
+            err = max_error(evt.gemm(A, B, fn, **inputs), ref)
+            os.environ.pop("EVTORCH_POISON")
+            ms = bench(lambda: evt.gemm(A, B, fn, **inputs))
+            row["heuristic"] = {"ms": ms, "x_cublas": ms / cublas, "max_err": err,
+                                "config": tuned_config(fn, A, B, inputs)}
+            os.environ["EVTORCH_AUTOTUNE"] = "1"
+            os.environ["EVTORCH_CACHE_DIR"] = tempfile.mkdtemp(prefix="evtorch_skinny_tune_")  # this row's record only
+            evt.gemm(A, B, fn, **inputs)
+            ms = bench(lambda: evt.gemm(A, B, fn, **inputs))
+            os.environ.pop("EVTORCH_AUTOTUNE")
+            record = (stored_records() or [{}])[-1]
+            row["tuned"] = {"ms": ms, "x_cublas": ms / cublas, "best": record.get("best") and record["best"].short(),
+                            "timings_ms": record.get("timings_ms"), "final_ms": record.get("final_ms")}
+            if args.profile:
+                ranked = sorted((v["ms"], k) for k, v in row["configs"].items() if "ms" in v)[:args.profile]
+                all_cfgs = configs(M, N, K)
+                row["profile"] = {k: kernel_times(lambda: evt.gemm(A, B, fn, config=all_cfgs[k], **inputs))
+                                  for _, k in ranked}
+                row["profile"]["cublas"] = kernel_times(lambda: torch.matmul(A, B))
+            rows.append(row)
+            best = sorted((v["ms"], k) for k, v in row["configs"].items() if "ms" in v)[:4]
+            h = row["heuristic"]
+            print(f"{shape:16s} {name:14s} cuBLAS {cublas * 1e3:7.1f} us | heuristic {h['x_cublas']:.3f} "
+                  f"({h['config']}, "
+                  f"err {h['max_err']:.1e}) | tuned {ms / cublas:.3f} ({row['tuned']['best']}) | "
+                  + " ".join(f"{k} {v / cublas:.3f}" for v, k in best), flush=True)
+            (out / "skinny.json").write_text(json.dumps({"device": torch.cuda.get_device_name(), "rows": rows},
+                                                        indent=1))
+    print(f"done in {time.time() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
