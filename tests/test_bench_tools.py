@@ -742,3 +742,23 @@ def test_bench_points_every_compile_cache_at_a_fresh_directory(monkeypatch):
     fresh = [caches["EVTORCH_CACHE_DIR"], caches["TORCHINDUCTOR_CACHE_DIR"]]
     assert all(str(os.getpid()) in path for path in fresh) and len(set(fresh)) == 2
     assert all(os.environ[var] == path for var, path in caches.items())
+
+
+def test_skinny_probe_configs_are_valid_hopper_configs():
+    """skinny_probe's forced configs construct, fit an H100's shared memory in bf16 and leave each split-K slice at
+    least four K blocks; the few-rows tiles the tuner offers are among them."""
+    import torch
+
+    from benchmarks.skinny_probe import configs
+    from evtorch.codegen import configs as cfgmod
+
+    hopper = cfgmod.DeviceInfo("cuda", "NVIDIA H100 80GB HBM3", (9, 0), 132, 232448)
+    forced = configs(128, 4096, 4096)
+    for name, cfg in forced.items():
+        assert cfgmod.fits_smem(cfg, torch.bfloat16, hopper), name
+        if cfg.template == "splitk":
+            assert 4096 // (cfg.BLOCK_K * cfg.SPLIT_K) >= 4, name
+    offered = {(c.BLOCK_M, c.BLOCK_N, c.BLOCK_K, c.num_stages) for c in cfgmod._persistent_space(
+        torch.bfloat16, cfgmod._FEW_ROWS_16)}
+    probed = {(c.BLOCK_M, c.BLOCK_N, c.BLOCK_K, c.num_stages) for c in forced.values()}
+    assert offered <= probed
