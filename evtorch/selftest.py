@@ -27,7 +27,7 @@ def run(sizes=((257, 193, 129, 3), (1024, 768, 512, 2)), dtypes=("float32", "flo
         deterministic=(False, True), verbose=False, shard=(0, 1), only: str | None = None) -> dict:
     """Every check, or (``only``) those whose name contains that text, e.g. a template config's short name;
     ``shard`` = (i, n): every n-th of them from the i-th."""
-    from .codegen.configs import DEEP_RING_STAGES, GemmConfig
+    from .codegen.configs import DEEP_RING_STAGES, GemmConfig, device_info, fits_smem
     from .examples import EXAMPLES
     from .testing import Case, check
 
@@ -132,7 +132,6 @@ def run(sizes=((257, 193, 129, 3), (1024, 768, 512, 2)), dtypes=("float32", "flo
     # whole 128 x 128 (and 64 x 64) tiles, where the launcher sets EVEN_M / EVEN_N and the epilogue's bounds masks
     # fold away, in every dtype; ragged rows and columns (masks kept; TMA-aligned rows) in bfloat16
     shapes = [(512, 384, d) for d in dtypes] + [(520, 376, d) for d in dtypes if d == "bfloat16"]
-    from .codegen.configs import device_info, fits_smem
     info = device_info(device)
     for cfg in templates:
         for name, ex in EXAMPLES.items():

@@ -692,7 +692,7 @@ def tma_template_allowed(dtype: torch.dtype, info: DeviceInfo, tma_ok: bool, all
     return tma_ok and info.is_hopper and dtype in TMA_DTYPES
 
 
-def _few_rows_config(M: int, N: int, L: int, dtype: torch.dtype, info: DeviceInfo, tma_ok: bool,
+def _few_rows_config(M: int, N: int, K: int, L: int, dtype: torch.dtype, info: DeviceInfo, tma_ok: bool,
                      allow_tf32: bool) -> tuple[GemmConfig, bool] | None:
     """The heuristic's persistent_tma config for a problem with fewer than a wave of 128x128 tiles but at least 64
     rows and columns, and whether its tiles fill three quarters of the SMs: the largest tile not taller or wider
@@ -707,7 +707,7 @@ def _few_rows_config(M: int, N: int, L: int, dtype: torch.dtype, info: DeviceInf
         return None
     table = ((128, 128, 64, 4, 4, True, False, False),) + _FEW_ROWS_16
     space = sorted(_persistent_space(dtype, table), key=lambda c: -c.BLOCK_M * c.BLOCK_N)  # larger first
-    space = [c for c in space if fits_shape(c, M, N, c.BLOCK_K)] or space[-1:]  # no rows of MMA work wasted
+    space = [c for c in space if fits_shape(c, M, N, K)] or space[-1:]  # no rows or columns of MMA work wasted
     for cfg in space:
         if _fills_gpu(cfg, M, N, L, info):
             return _fit_stages(cfg, dtype, info), True
@@ -928,8 +928,8 @@ def heuristic_config(
       the flatten / warp_specialize variants were within run-to-run noise (~2%) and are left to the tuner;
     - the same operands with fewer tiles, but at least 64 rows and columns: persistent_tma on the largest tile
       that fills the GPU, down to 64x64x128 on six stages (``_few_rows_config``);
-    - few output tiles and a long K: split-K over 64x64 tiles (256x256x16384 on an H100: 1.49-1.85 x cuBLAS
-      against 2.07 for 64x64x128; at 64x1024x8192 the reverse, 1.55-2.06 against 1.36);
+    - few output tiles and a long K: split-K (256x256x16384 on an H100: 1.49-1.85 x cuBLAS against 2.07 for
+      64x64x128; at 64x1024x8192 1.15-2.06 against 1.36, docs/benchmarks.md "Few rows"), over 64x64 tiles;
     - too few tiles for any of those to fill the GPU, at least 64 rows and columns: 64x64x128 on six stages;
     - otherwise portable tiles sized to the problem: on Hopper 16-bit up to 128x256x64 (627 TFLOP/s at
       8192x8192x4096 bf16 vs 459 for 128x128x32), elsewhere up to 128x128x32 with 4 stages; fp32 without
@@ -945,7 +945,7 @@ def heuristic_config(
         bm, bn, bk, stages = _scale_for_dtype(128, 256 if N >= 256 else 128, 64, 3, dtype)
         cfg = GemmConfig("persistent_tma", bm, bn, bk, 8, 1, 8, stages, (("EPILOGUE_SUBTILE", True),))
         return _fit_stages(cfg, dtype, info)
-    few_rows = _few_rows_config(M, N, L, dtype, info, tma_ok, allow_tf32)
+    few_rows = _few_rows_config(M, N, K, L, dtype, info, tma_ok, allow_tf32)
     if few_rows is not None and few_rows[1]:
         return few_rows[0]
     if splitk_worthwhile(M, N, K, L, info):
