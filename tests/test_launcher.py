@@ -152,6 +152,36 @@ def test_generated_run_keys_only_what_varies():
     assert call.strip().startswith("_kernel((_ak(_cx1), _ak(_cx2), _ak(_cx3),), A, B,")
 
 
+def test_generated_run_launches_split_k_directly():
+    """Split-K's two kernels go through runtime.launcher too (Triton's JIT path cost ~30 us of host time per
+    launch): a fresh workspace, the partials with an empty key (A's and B's alignment is the signature's), the
+    reduce kernel keyed on the epilogue's varying arguments; repeated calls give the first call's results."""
+    import evtorch.runtime.gemm as rg
+    from evtorch.codegen.configs import GemmConfig
+
+    def fn(acc, C, bias, alpha):
+        D = torch.relu(alpha * acc + C + bias)
+        return D, D.sum(dim=1)
+
+    torch.manual_seed(0)
+    A, B = torch.randn(40, 96, dtype=torch.float16) / 4, torch.randn(96, 72, dtype=torch.float16) / 4
+    C, bias = torch.randn(40, 72, dtype=torch.float16), torch.randn(72)
+    cfg = GemmConfig("splitk", 16, 16, 16, 8, 3, 4, 1)
+    rg.clear_caches()
+    first = evt.gemm(A, B, fn, C=C, bias=bias, alpha=0.7, config=cfg, backend="triton")
+    (launch,) = {id(v): v for v in rg._launches.values()}.values()
+    lines = [line.strip() for line in launch.source.splitlines()]
+    assert any(line.startswith("w = _empty(_ws") for line in lines)
+    assert any(line.startswith("_part((), A, B,") and line.endswith(", w)") for line in lines)
+    assert any(line.startswith("_reduce((_ak(_cx1), _ak(_cx4),), w,") for line in lines), lines
+    for _ in range(2):
+        again = evt.gemm(A, B, fn, C=C, bias=bias, alpha=0.7, config=cfg, backend="triton")
+        for f, a in zip(first, again):
+            assert torch.equal(f, a)
+    ref = fn(A.float() @ B.float(), C.float(), bias, 0.7)
+    assert (first[0].float() - ref[0]).abs().max() < 4e-3 and (first[1] - ref[1]).abs().max() < 1e-3
+
+
 def test_first_call_hooks_see_each_prepared_launch_once(monkeypatch):
     """FIRST_CALL_HOOKS get the config when a signature's launch is prepared; a repeated call takes the cached
     launch (hooks or not) and calls none; a knob in the launch key (poisoning) makes a new signature."""

@@ -928,8 +928,9 @@ def heuristic_config(
       the flatten / warp_specialize variants were within run-to-run noise (~2%) and are left to the tuner;
     - the same operands with fewer tiles, but at least 64 rows and columns: persistent_tma on the largest tile
       that fills the GPU, down to 64x64x128 on six stages (``_few_rows_config``);
-    - few output tiles and a long K: split-K (256x256x16384 on an H100: 1.49-1.85 x cuBLAS against 2.07 for
-      64x64x128; at 64x1024x8192 1.15-2.06 against 1.36, docs/benchmarks.md "Few rows"), over 64x64 tiles;
+    - few output tiles and a long K: split-K over 64x64 tiles (on an H100 the tuner's split-K picks ran
+      1.17-1.34 x cuBLAS at 64x1024x8192 and 128x512x16384, 64x64x128 1.34-1.81; this split 1.90-2.05:
+      docs/benchmarks.md "Few rows", next steps);
     - too few tiles for any of those to fill the GPU, at least 64 rows and columns: 64x64x128 on six stages;
     - otherwise portable tiles sized to the problem: on Hopper 16-bit up to 128x256x64 (627 TFLOP/s at
       8192x8192x4096 bf16 vs 459 for 128x128x32), elsewhere up to 128x128x32 with 4 stages; fp32 without

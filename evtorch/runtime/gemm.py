@@ -382,17 +382,32 @@ class _Launch:
         gemm = self.gemm
         index = gemm.device_index
         args, key = arguments(self.args, self.slots, "_c")
-        if gemm.jit is not None:  # portable, persistent_tma, pingpong: PreparedLaunch's kernel call, spelled out
-            if index is not None:
-                # Triton launches on the current device: off A's, run again under a device guard
-                # torch.cuda.current_device() without its lazy-init check where torch has the raw call (A is a
-                # CUDA tensor, so CUDA is up)
-                ns["_device"] = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
-                ns["_guarded"] = self._guarded
-                lines.insert(1, f"    if _device() != {index}: return _guarded(A, B, inputs)")
-                if gemm.mode in ("persistent_tma", "pingpong"):
-                    ns["_tma_allocator"] = install_tma_allocator
-                    lines.append("    _tma_allocator()")
+        splitk = gemm.mode == "splitk" and gemm.splitk_kernels is not None and gemm.workspace_fn is None
+        if (gemm.jit is not None or splitk) and index is not None:
+            # Triton launches on the current device: off A's, run again under a device guard
+            # torch.cuda.current_device() without its lazy-init check where torch has the raw call (A is a
+            # CUDA tensor, so CUDA is up)
+            ns["_device"] = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+            ns["_guarded"] = self._guarded
+            lines.insert(1, f"    if _device() != {index}: return _guarded(A, B, inputs)")
+            if gemm.mode in ("persistent_tma", "pingpong"):
+                ns["_tma_allocator"] = install_tma_allocator
+                lines.append("    _tma_allocator()")
+        if splitk:
+            # PreparedLaunch's two split-K kernels, spelled out: the partials into a fresh workspace (its base is
+            # the allocator's, 512-byte aligned, and A's and B's alignment is this signature's: an empty key),
+            # then the reduce kernel with the epilogue's arguments. Through runtime.launcher as the one-kernel
+            # templates: Triton's JIT path costs ~30 us of host time a launch, which at 64x1024x8192 made the
+            # public call 2-4x the kernels' time (docs/benchmarks.md, "Few rows")
+            part_jit, part_grid, reduce_jit, reduce_grid = gemm.splitk_kernels
+            tail = gemm.tail
+            ns["_ws"], ns["_wd"] = gemm.work_shape, gemm.work_dtype
+            ns["_part"] = make_launch(part_jit, part_grid, 2 + len(tail) + 1, gemm.common, index)
+            ns["_reduce"] = make_launch(reduce_jit, reduce_grid, 4 + len(args), gemm.reduce_kwargs, index)
+            lines.append("    w = _empty(_ws, dtype=_wd, device=_dev)")
+            lines.append(f"    _part((), A, B, {', '.join(map(repr, tail))}, w)")
+            lines.append(f"    _reduce({key}, w, {tail[0]!r}, {tail[1]!r}, {tail[3]!r}, {', '.join(args)})")
+        elif gemm.jit is not None:  # portable, persistent_tma, pingpong: PreparedLaunch's kernel call, spelled out
             positional = 2 + len(gemm.tail) + len(args)
             ns["_kernel"] = make_launch(gemm.jit, gemm.grid, positional, gemm.common, index)
             kernel = "_kernel"

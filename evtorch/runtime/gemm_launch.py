@@ -261,7 +261,7 @@ class PreparedLaunch:
     not re-check them: callers key their caches on everything ``prepare_launch`` read."""
 
     __slots__ = ("mode", "fn", "jit", "grid", "tail", "common", "device_index", "reduce_fn", "reduce_kwargs",
-                 "work_shape", "work_dtype", "workspace_fn", "config")
+                 "work_shape", "work_dtype", "workspace_fn", "config", "splitk_kernels")
 
     def __call__(self, A: torch.Tensor, B: torch.Tensor, epilogue_args: Sequence[Any],
                  flags: dict | None = None) -> None:
@@ -319,6 +319,7 @@ def prepare_launch(
     out.config = config
     out.mode = None
     out.fn = out.jit = out.grid = out.reduce_fn = out.reduce_kwargs = out.work_shape = out.work_dtype = None
+    out.splitk_kernels = None
     out.workspace_fn = workspace_fn
     out.device_index = (A.device.index if A.device.index is not None else torch.cuda.current_device()) \
         if A.device.type == "cuda" else None
@@ -358,8 +359,11 @@ def prepare_launch(
             raise ValueError(f"config.SPLIT_K={split} exceeds the grid limit {MAX_GRID_YZ}")
         out.work_dtype = torch.float64 if p.dtype == torch.float64 else torch.float32
         out.work_shape = (split, p.L, p.M, p.N)
-        out.fn = _kernel(module, kernel_name, "splitk")[(tiles, split, p.L)]
-        out.reduce_fn = _kernel(module, kernel_name, "splitk_reduce")[(tiles, p.L)]
+        # (partials kernel, its grid, reduce kernel, its grid), for runtime.launcher's direct launches
+        out.splitk_kernels = (_kernel(module, kernel_name, "splitk"), (tiles, split, p.L),
+                              _kernel(module, kernel_name, "splitk_reduce"), (tiles, p.L))
+        out.fn = out.splitk_kernels[0][out.splitk_kernels[1]]
+        out.reduce_fn = out.splitk_kernels[2][out.splitk_kernels[3]]
         out.reduce_kwargs = dict(BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, GROUP_M=config.GROUP_M,
                                  SPLIT_K=split, ACC_DTYPE=common["ACC_DTYPE"], EVEN_M=common["EVEN_M"],
                                  EVEN_N=common["EVEN_N"], INDEX_DTYPE=common["INDEX_DTYPE"],
