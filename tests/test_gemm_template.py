@@ -417,6 +417,9 @@ def test_few_rows_heuristic_leaves_other_problems_alone():
     assert heuristic_config(16, 4096, 4096, torch.bfloat16, H100, tma_ok=True).template == "portable"
     assert heuristic_config(128, 4096, 4096, torch.bfloat16, H100, tma_ok=False).template == "portable"
     assert heuristic_config(128, 4096, 4096, torch.bfloat16, A100, tma_ok=True).template == "portable"
+    # a K shorter than every few-rows tile's K step: the portable heuristic; K = 64 leaves out 64x64x128 only
+    assert heuristic_config(128, 4096, 32, torch.bfloat16, H100, tma_ok=True).template == "portable"
+    assert heuristic_config(128, 4096, 64, torch.bfloat16, H100, tma_ok=True).BLOCK_K == 64
     # float32 with TF32 scales the tile's K step to the same bytes, and it still fits
     cfg = heuristic_config(128, 4096, 4096, torch.float32, H100, tma_ok=True, allow_tf32=True)
     assert cfg.template == "persistent_tma" and cfg.BLOCK_K == 64

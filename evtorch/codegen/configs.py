@@ -699,15 +699,17 @@ def _few_rows_config(M: int, N: int, K: int, L: int, dtype: torch.dtype, info: D
     than the problem (64x14336x4096: 64x128, not 128x128 with half its rows empty) that does, of 128x128
     on four stages (128x14336x4096: 112 tiles, 1.00 x cuBLAS against 1.09 for 128x64), 128x64 or 64x128 on eight
     and 64x64x128 on six (``_FEW_ROWS_16``), else 64x64x128 (64x4096x4096: 64 tiles, 1.10-1.13 x cuBLAS against
-    1.23 for the portable pick). None where the TMA template is not allowed, the problem is narrower than 64 or
-    has a wave of 128x128 tiles."""
+    1.23 for the portable pick). None where the TMA template is not allowed, the problem is narrower than 64, has
+    a wave of 128x128 tiles or a K too short for any of these tiles' K steps."""
     if not tma_template_allowed(dtype, info, tma_ok, allow_tf32) or min(M, N) < 64:
         return None
     if cdiv(M, 128) * cdiv(N, 128) * L >= info.num_sms:
         return None
     table = ((128, 128, 64, 4, 4, True, False, False),) + _FEW_ROWS_16
     space = sorted(_persistent_space(dtype, table), key=lambda c: -c.BLOCK_M * c.BLOCK_N)  # larger first
-    space = [c for c in space if fits_shape(c, M, N, K)] or space[-1:]  # no rows or columns of MMA work wasted
+    space = [c for c in space if fits_shape(c, M, N, K)]  # no rows, columns or K steps of MMA work wasted
+    if not space:  # (K <= 32: the portable heuristic's tile)
+        return None
     for cfg in space:
         if _fills_gpu(cfg, M, N, L, info):
             return _fit_stages(cfg, dtype, info), True
