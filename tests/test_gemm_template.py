@@ -414,6 +414,10 @@ def test_few_rows_heuristic_leaves_other_problems_alone():
     # rows: portable; without TMA operands or off Hopper: the portable heuristic
     assert heuristic_config(4096, 4096, 4096, torch.bfloat16, H100, tma_ok=True).BLOCK_N == 256
     assert heuristic_config(256, 256, 16384, torch.bfloat16, H100, tma_ok=True).template == "splitk"
+    # split-K over 16x64x128 tiles, to about a wave of programs (64 tiles x 4 splits): measured 1.2-1.5x faster
+    # than over 64x64 tiles on 16 splits at 64x1024x8192 and 128x512x16384 (H100)
+    sk = heuristic_config(64, 1024, 8192, torch.bfloat16, H100, tma_ok=True)
+    assert (sk.template, sk.BLOCK_M, sk.BLOCK_N, sk.BLOCK_K, sk.SPLIT_K) == ("splitk", 16, 64, 128, 4)
     assert heuristic_config(16, 4096, 4096, torch.bfloat16, H100, tma_ok=True).template == "portable"
     assert heuristic_config(128, 4096, 4096, torch.bfloat16, H100, tma_ok=False).template == "portable"
     assert heuristic_config(128, 4096, 4096, torch.bfloat16, A100, tma_ok=True).template == "portable"

@@ -930,9 +930,12 @@ def heuristic_config(
       the flatten / warp_specialize variants were within run-to-run noise (~2%) and are left to the tuner;
     - the same operands with fewer tiles, but at least 64 rows and columns: persistent_tma on the largest tile
       that fills the GPU, down to 64x64x128 on six stages (``_few_rows_config``);
-    - few output tiles and a long K: split-K over 64x64 tiles (on an H100 the tuner's split-K picks ran
-      1.17-1.34 x cuBLAS at 64x1024x8192 and 128x512x16384, 64x64x128 1.34-1.81; this split 1.90-2.05:
-      docs/benchmarks.md "Few rows", next steps);
+    - few output tiles and a long K: split-K over 16x64x128 tiles, the split that brings the programs to about
+      a wave (``choose_split_k``): fewer, longer splits than 64x64 tiles need for as many programs, so a
+      quarter of the partials to write and sum. On an H100 through ``evt.gemm`` (docs/benchmarks.md, "Few rows"):
+      1.166 / 1.300 x cuBLAS at 64x1024x8192 / 128x512x16384 (split 4), where 64x64 tiles took 1.64-1.70 on 8
+      splits and 1.90-2.05 on the 16 they were given here before; at 256x256x16384 the tuner timed it 1.45
+      against 2.00 for 64x64 on 16 splits;
     - too few tiles for any of those to fill the GPU, at least 64 rows and columns: 64x64x128 on six stages;
     - otherwise portable tiles sized to the problem: on Hopper 16-bit up to 128x256x64 (627 TFLOP/s at
       8192x8192x4096 bf16 vs 459 for 128x128x32), elsewhere up to 128x128x32 with 4 stages; fp32 without
@@ -952,7 +955,7 @@ def heuristic_config(
     if few_rows is not None and few_rows[1]:
         return few_rows[0]
     if splitk_worthwhile(M, N, K, L, info):
-        bm, bn, bk, stages = _scale_for_dtype(64, 64, 64, 3, dtype)
+        bm, bn, bk, stages = _scale_for_dtype(16, 64, 128, 4, dtype)
         base = GemmConfig("splitk", bm, bn, bk, 8, 1, 4, stages)
         split = choose_split_k(M, N, K, L, base, info)
         return _fit_stages(GemmConfig("splitk", bm, bn, bk, 8, split, 4, stages), dtype, info)
