@@ -15,6 +15,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import torch
 
 from evtorch.codegen import configs as cfgmod
@@ -428,6 +430,24 @@ def test_few_rows_heuristic_leaves_other_problems_alone():
     cfg = heuristic_config(128, 4096, 4096, torch.float32, H100, tma_ok=True, allow_tf32=True)
     assert cfg.template == "persistent_tma" and cfg.BLOCK_K == 64
     assert cfgmod.fits_smem(cfg, torch.float32, H100)
+
+
+@settings(max_examples=200, deadline=None)
+@given(M=st.integers(1, 20000), N=st.integers(1, 20000), K=st.integers(1, 40000), L=st.sampled_from([1, 1, 3]),
+       dtype=st.sampled_from([torch.bfloat16, torch.float16, torch.float32]), tma_ok=st.booleans(),
+       tf32=st.booleans(), dev=st.sampled_from([H100, A100]))
+def test_heuristic_config_is_always_a_valid_first_candidate(M, N, K, L, dtype, tma_ok, tf32, dev):
+    """Any problem: the heuristic's config constructs, fits shared memory, uses the TMA template only where it is
+    allowed, splits K only where split-K is worthwhile and leaves each split at least one K block, and heads the
+    tuner's list (the few-rows branch included)."""
+    cfg = heuristic_config(M, N, K, dtype, dev, L=L, tma_ok=tma_ok, allow_tf32=tf32)
+    assert cfgmod.fits_smem(cfg, dtype, dev)
+    if cfg.template == "persistent_tma":
+        assert cfgmod.tma_template_allowed(dtype, dev, tma_ok, tf32)
+    if cfg.template == "splitk":
+        assert cfgmod.splitk_worthwhile(M, N, K, L, dev) and cfg.SPLIT_K >= 2
+        assert K >= cfg.SPLIT_K * cfg.BLOCK_K
+    assert candidate_configs(M, N, K, dtype, dev, L=L, tma_ok=tma_ok, allow_tf32=tf32)[0] == cfg
 
 
 def test_interpreter_uses_small_config():
