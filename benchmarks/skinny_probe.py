@@ -80,10 +80,10 @@ def main(argv=None) -> int:
     import triton
 
     import evtorch as evt
+    from benchmarks.experiment import environ, poisoned, tuned_config
     from benchmarks.pingpong_check import max_error
     from benchmarks.workloads import bench_workload
     from evtorch.examples import eager_reference, operands
-    from benchmarks.experiment import tuned_config
     from evtorch.runtime.autotune import stored_records
 
     t0 = time.time()
@@ -108,29 +108,26 @@ def main(argv=None) -> int:
             if args.configs:
                 chosen = {k: v for k, v in chosen.items() if k in args.configs.split(",")}
             for cname, cfg in chosen.items():
+                call = lambda cfg=cfg: evt.gemm(A, B, fn, config=cfg, **inputs)  # noqa: E731
                 try:
-                    os.environ["EVTORCH_POISON"] = "1"
-                    err = max_error(evt.gemm(A, B, fn, config=cfg, **inputs), ref)
-                    os.environ.pop("EVTORCH_POISON")
-                    ms = bench(lambda: evt.gemm(A, B, fn, config=cfg, **inputs))
+                    err = max_error(poisoned(call), ref)
+                    ms = bench(call)
                 except Exception as e:  # noqa: BLE001 - a config that does not compile is reported, not fatal
-                    os.environ.pop("EVTORCH_POISON", None)
                     row["configs"][cname] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
                     continue
                 row["configs"][cname] = {"ms": ms, "x_cublas": ms / cublas, "max_err": err}
-            os.environ["EVTORCH_AUTOTUNE"] = "0"  # the heuristic's pick
-            os.environ["EVTORCH_POISON"] = "1"
-            err = max_error(evt.gemm(A, B, fn, **inputs), ref)
-            os.environ.pop("EVTORCH_POISON")
-            ms = bench(lambda: evt.gemm(A, B, fn, **inputs))
-            row["heuristic"] = {"ms": ms, "x_cublas": ms / cublas, "max_err": err,
-                                "config": tuned_config(fn, A, B, inputs)}
-            os.environ["EVTORCH_AUTOTUNE"] = "1"
-            os.environ["EVTORCH_CACHE_DIR"] = tempfile.mkdtemp(prefix="evtorch_skinny_tune_")  # this row's record only
-            evt.gemm(A, B, fn, **inputs)
-            ms = bench(lambda: evt.gemm(A, B, fn, **inputs))
-            os.environ.pop("EVTORCH_AUTOTUNE")
-            record = (stored_records() or [{}])[-1]
+            call = lambda: evt.gemm(A, B, fn, **inputs)  # noqa: E731
+            with environ("EVTORCH_AUTOTUNE", "0"):  # the heuristic's pick
+                err = max_error(poisoned(call), ref)
+                ms = bench(call)
+                row["heuristic"] = {"ms": ms, "x_cublas": ms / cublas, "max_err": err,
+                                    "config": tuned_config(fn, A, B, inputs)}
+            # the tuner's pick, tuned into a fresh cache (this row's record only)
+            with environ("EVTORCH_AUTOTUNE", "1"), environ("EVTORCH_CACHE_DIR",
+                                                            tempfile.mkdtemp(prefix="evtorch_skinny_tune_")):
+                call()
+                ms = bench(call)
+                record = (stored_records() or [{}])[-1]
             row["tuned"] = {"ms": ms, "x_cublas": ms / cublas, "best": record.get("best") and record["best"].short(),
                             "timings_ms": record.get("timings_ms"), "final_ms": record.get("final_ms")}
             if args.profile:
@@ -143,8 +140,7 @@ def main(argv=None) -> int:
             best = sorted((v["ms"], k) for k, v in row["configs"].items() if "ms" in v)[:4]
             h = row["heuristic"]
             print(f"{shape:16s} {name:14s} cuBLAS {cublas * 1e3:7.1f} us | heuristic {h['x_cublas']:.3f} "
-                  f"({h['config']}, "
-                  f"err {h['max_err']:.1e}) | tuned {ms / cublas:.3f} ({row['tuned']['best']}) | "
+                  f"({h['config']}, err {h['max_err']:.1e}) | tuned {ms / cublas:.3f} ({row['tuned']['best']}) | "
                   + " ".join(f"{k} {v / cublas:.3f}" for v, k in best), flush=True)
             (out / "skinny.json").write_text(json.dumps({"device": torch.cuda.get_device_name(), "rows": rows},
                                                         indent=1))

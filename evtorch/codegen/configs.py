@@ -545,6 +545,8 @@ _FEW_ROWS_16 = (
     (128, 64, 64, 8, 4, False, False, False),
     (64, 128, 64, 8, 4, False, False, False),
 )
+# 128x128 on four stages, one warpgroup, halves: also the largest tile ``_few_rows_config`` considers
+_PERSISTENT_128 = (128, 128, 64, 4, 4, True, False, False)
 _PERSISTENT_16 = (
     (128, 256, 64, 3, 8, True, False, False),
     (128, 256, 64, 3, 8, True, False, True),
@@ -554,7 +556,7 @@ _PERSISTENT_16 = (
     (128, 256, 64, 4, 8, True, False, False),
     (256, 128, 64, 3, 8, True, False, False),
     (128, 256, 64, 3, 8, False, False, False),
-    (128, 128, 64, 4, 4, True, False, False),
+    _PERSISTENT_128,
     (128, 128, 64, 4, 8, False, False, False),
     (128, 128, 128, 3, 8, False, False, False),
     *_FEW_ROWS_16,
@@ -705,7 +707,7 @@ def _few_rows_config(M: int, N: int, K: int, L: int, dtype: torch.dtype, info: D
         return None
     if cdiv(M, 128) * cdiv(N, 128) * L >= info.num_sms:
         return None
-    table = ((128, 128, 64, 4, 4, True, False, False),) + _FEW_ROWS_16
+    table = (_PERSISTENT_128,) + _FEW_ROWS_16
     space = sorted(_persistent_space(dtype, table), key=lambda c: -c.BLOCK_M * c.BLOCK_N)  # larger first
     space = [c for c in space if fits_shape(c, M, N, K)]  # no rows, columns or K steps of MMA work wasted
     if not space:  # (K <= 32: the portable heuristic's tile)

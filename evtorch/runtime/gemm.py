@@ -382,7 +382,7 @@ class _Launch:
         gemm = self.gemm
         index = gemm.device_index
         args, key = arguments(self.args, self.slots, "_c")
-        splitk = gemm.mode == "splitk" and gemm.splitk_kernels is not None and gemm.workspace_fn is None
+        splitk = gemm.mode == "splitk" and gemm.workspace_fn is None  # (a caller's workspace: PreparedLaunch)
         if (gemm.jit is not None or splitk) and index is not None:
             # Triton launches on the current device: off A's, run again under a device guard
             # torch.cuda.current_device() without its lazy-init check where torch has the raw call (A is a
