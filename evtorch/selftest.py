@@ -71,6 +71,8 @@ def run(sizes=((257, 193, 129, 3), (1024, 768, 512, 2)), dtypes=("float32", "flo
     # every template takes every epilogue
     templates = [GemmConfig("portable", 64, 64, 32, 8, 1, 4, 3),
                  GemmConfig("splitk", 64, 64, 64, 8, 4, 4, 3),
+                 # the heuristic's split-K tile (configs._few_rows_config): 16-row dots, BLOCK_K 128
+                 GemmConfig("splitk", 16, 64, 128, 8, 4, 4, 4),
                  GemmConfig("persistent_tma", 128, 128, 64, 8, 1, 8, 3, (("EPILOGUE_SUBTILE", True),)),
                  # few output tiles (configs._FEW_ROWS_16): small tiles on deep rings, BLOCK_K 128 included
                  GemmConfig("persistent_tma", 64, 64, 128, 8, 1, 4, 6),
