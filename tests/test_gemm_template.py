@@ -411,6 +411,43 @@ def test_few_rows_heuristic_takes_the_largest_tma_tile_that_fills_the_gpu(shape,
     assert (64, 64, 128, 6) in few
 
 
+@pytest.mark.parametrize("shape, split", [
+    ((64, 1024, 8192), True), ((128, 512, 16384), True), ((256, 256, 16384), True),     # 16 tiles of 64x64
+    ((128, 1024, 8192), False), ((256, 512, 8192), False),                               # 32
+    ((256, 1024, 8192), False), ((512, 512, 8192), False), ((128, 2048, 8192), False),  # 64
+])
+def test_few_rows_heuristic_splits_k_only_below_a_sixth_of_the_sms(shape, split):
+    """A long K (split-K worthwhile) but 64x64 tiles on a sixth of the SMs or more: the few-rows tile unsplit, which
+    ran 1.16-1.45 x cuBLAS there against 1.44-2.58 for the heuristic's split-K (H100, docs/benchmarks.md "Few
+    rows"); below it split-K over 16x64x128 tiles. The few-rows tiles head the tuner's list either way (at
+    256x1024x8192 the tuner never timed 64x64x128 behind the split-K and small portable tiles that fill the GPU)."""
+    M, N, K = shape
+    assert cfgmod.splitk_worthwhile(M, N, K, 1, H100)
+    cfg = heuristic_config(M, N, K, torch.bfloat16, H100, tma_ok=True)
+    if split:
+        assert (cfg.template, cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K) == ("splitk", 16, 64, 128)
+    else:
+        assert (cfg.template, cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K) == ("persistent_tma", 64, 64, 128)
+    listed = candidate_configs(M, N, K, torch.bfloat16, H100, tma_ok=True)
+    few = [c for c in listed[:4] if c.template == "persistent_tma"]
+    assert {(c.BLOCK_M, c.BLOCK_N) for c in few} >= {(64, 64)}
+    assert any(c.template == "splitk" for c in listed)  # split-K stays the tuner's to time
+
+
+def test_few_rows_order_leaves_full_wave_lists_alone(monkeypatch):
+    """The few-rows tiles move forward only where there is less than a wave of 128x128 tiles: the issue's shapes
+    keep the list they had without that rule, and a few-rows problem's list does change."""
+    def lists(shapes):
+        return [candidate_configs(M, N, K, torch.bfloat16, H100, tma_ok=True) for M, N, K in shapes]
+
+    full, few = ((8192, 8192, 4096), (8192, 4096, 1024), (4096, 4096, 4096)), ((256, 1024, 8192),)
+    with_rule = lists(full + few)
+    monkeypatch.setattr(cfgmod, "_few_rows_space", lambda *a: set())
+    without = lists(full + few)
+    assert with_rule[:3] == without[:3]
+    assert with_rule[3] != without[3]
+
+
 def test_few_rows_heuristic_leaves_other_problems_alone():
     # a wave of 128x128 tiles: the 128x256 kernel; too few tiles for anything and a long K: split-K; fewer than 64
     # rows: portable; without TMA operands or off Hopper: the portable heuristic

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from fractions import Fraction
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -694,6 +695,15 @@ def tma_template_allowed(dtype: torch.dtype, info: DeviceInfo, tma_ok: bool, all
     return tma_ok and info.is_hopper and dtype in TMA_DTYPES
 
 
+def _few_rows_space(M: int, N: int, L: int, dtype: torch.dtype, info: DeviceInfo, tma_ok: bool,
+                    allow_tf32: bool) -> set[GemmConfig]:
+    """The few-rows TMA tiles (``_FEW_ROWS_16`` as the dtype scales them) where the problem has fewer than a wave
+    of 128x128 tiles and the TMA template is allowed; empty otherwise (a large problem's list does not move)."""
+    if not tma_template_allowed(dtype, info, tma_ok, allow_tf32) or cdiv(M, 128) * cdiv(N, 128) * L >= info.num_sms:
+        return set()
+    return set(_persistent_space(dtype, _FEW_ROWS_16))
+
+
 def _few_rows_config(M: int, N: int, K: int, L: int, dtype: torch.dtype, info: DeviceInfo, tma_ok: bool,
                      allow_tf32: bool) -> tuple[GemmConfig, bool] | None:
     """The heuristic's persistent_tma config for a problem with fewer than a wave of 128x128 tiles but at least 64
@@ -794,8 +804,12 @@ def candidate_configs(
             if fits_smem(c, dtype, info) and fits_registers(c) and fits_shape(c, M, N, K)
             and _fits_precision(c, dtype, allow_tf32)]
     # configs whose tiles fill at least 3/4 of the SMs first (stable: for large problems nothing moves), so that a
-    # short tuning list for a small problem is not spent on tiles that leave most of the GPU idle
-    kept.sort(key=lambda c: not _fills_gpu(c, M, N, L, info))
+    # short tuning list for a small problem is not spent on tiles that leave most of the GPU idle; with fewer than
+    # a wave of 128x128 tiles the few-rows TMA tiles come first whether they fill or not: at 256x1024x8192 64x64x128
+    # on 64 tiles ran 1.21 x cuBLAS (H100) where the tuner, which never timed it behind eleven split-K and small
+    # portable tiles that fill, picked split-K at 1.39
+    few = _few_rows_space(M, N, L, dtype, info, tma_ok, allow_tf32)
+    kept.sort(key=lambda c: (c not in few, not _fills_gpu(c, M, N, L, info)))
     return _dedupe([heuristic] + kept)[:max_candidates]
 
 
@@ -891,9 +905,23 @@ def _deep_in_mma_layout(mma: GemmConfig, deep: GemmConfig, dtype: torch.dtype, i
     return cfg if fits_smem(cfg, dtype, info) else deep
 
 
+def _fills(config: GemmConfig, M: int, N: int, L: int, info: DeviceInfo, share: Fraction) -> bool:
+    """Whether ``config``'s programs (tiles times splits) occupy ``share`` of the device's program slots."""
+    programs = cdiv(M, config.BLOCK_M) * cdiv(N, config.BLOCK_N) * max(L, 1) * max(config.SPLIT_K, 1)
+    return programs >= share * info.num_sms * config.programs_per_sm
+
+
 def _fills_gpu(config: GemmConfig, M: int, N: int, L: int, info: DeviceInfo) -> bool:
-    tiles = cdiv(M, config.BLOCK_M) * cdiv(N, config.BLOCK_N) * max(L, 1) * max(config.SPLIT_K, 1)
-    return 4 * tiles >= 3 * info.num_sms * config.programs_per_sm
+    return _fills(config, M, N, L, info, Fraction(3, 4))
+
+
+# Below this share of the SMs a few-rows tile's K loop is worth splitting; above it the tile unsplit wins. On an
+# H100 through ``evt.gemm`` (docs/benchmarks.md "Few rows"; identity / dgelu_bgrad, x cuBLAS): on 16 tiles of 64x64
+# (64x1024x8192, 128x512x16384, 256x256x16384) split-K over 16x64x128 ran 1.19-1.43 / 1.39-1.63 against
+# 1.40-1.97 / 1.61-2.15 unsplit; on 32 (128x1024x8192, 256x512x8192) 64x64x128 unsplit ran 1.34-1.45 / 1.52-1.72
+# against 1.44-1.75 / 1.61-1.95 for the heuristic's split-K; on 64 (256x1024x8192, 512x512x8192, 128x2048x8192)
+# 1.16-1.22 / 1.31-1.43 against 2.46-2.58 for the heuristic's split-K then.
+SPLIT_BELOW_SHARE = Fraction(1, 6)
 
 
 def _fit_stages(config: GemmConfig, dtype: torch.dtype, info: DeviceInfo) -> GemmConfig:
@@ -932,13 +960,15 @@ def heuristic_config(
       the flatten / warp_specialize variants were within run-to-run noise (~2%) and are left to the tuner;
     - the same operands with fewer tiles, but at least 64 rows and columns: persistent_tma on the largest tile
       that fills the GPU, down to 64x64x128 on six stages (``_few_rows_config``);
-    - few output tiles and a long K: split-K over 16x64x128 tiles, the split that brings the programs to about
+    - fewer tiles than that (less than ``SPLIT_BELOW_SHARE`` of the SMs) and a long K: split-K over 16x64x128
+      tiles, the split that brings the programs to about
       a wave (``choose_split_k``): fewer, longer splits than 64x64 tiles need for as many programs, so a
       quarter of the partials to write and sum. On an H100 through ``evt.gemm`` (docs/benchmarks.md, "Few rows"):
       1.166 / 1.300 x cuBLAS at 64x1024x8192 / 128x512x16384 (split 4), where 64x64 tiles took 1.64-1.70 on 8
       splits and 1.90-2.05 on the 16 they were given here before; at 256x256x16384 the tuner timed it 1.45
       against 2.00 for 64x64 on 16 splits;
-    - too few tiles for any of those to fill the GPU, at least 64 rows and columns: 64x64x128 on six stages;
+    - too few tiles for any of those to fill the GPU, at least 64 rows and columns: 64x64x128 on six stages
+      (1.18-1.45 x cuBLAS on 32-64 tiles with K = 8192, where the split-K above ran 1.44-2.59);
     - otherwise portable tiles sized to the problem: on Hopper 16-bit up to 128x256x64 (627 TFLOP/s at
       8192x8192x4096 bf16 vs 459 for 128x128x32), elsewhere up to 128x128x32 with 4 stages; fp32 without
       TF32 (FMA path) at most 64x64; fp64 at most 64x64.
@@ -956,7 +986,7 @@ def heuristic_config(
     few_rows = _few_rows_config(M, N, K, L, dtype, info, tma_ok, allow_tf32)
     if few_rows is not None and few_rows[1]:
         return few_rows[0]
-    if splitk_worthwhile(M, N, K, L, info):
+    if splitk_worthwhile(M, N, K, L, info) and (few_rows is None or not _fills(few_rows[0], M, N, L, info, SPLIT_BELOW_SHARE)):
         bm, bn, bk, stages = _scale_for_dtype(16, 64, 128, 4, dtype)
         base = GemmConfig("splitk", bm, bn, bk, 8, 1, 4, stages)
         split = choose_split_k(M, N, K, L, base, info)
