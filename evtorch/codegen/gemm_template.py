@@ -115,6 +115,69 @@ _POINTER_SETUP = """\
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC_DTYPE)
 """
 
+# TMA descriptors for A and B (device-side: ``tl.make_tensor_descriptor`` needs ``triton.set_allocator``). The
+# launcher guarantees: each operand is row-major (last stride 1) or column-major (*_COL_MAJOR: the M/N stride is
+# 1), non-unit strides and the base are 16-byte aligned. *_BATCHED operands use 3-D descriptors [L, rows, cols]
+# so that TMA's zero padding stops at batch boundaries (a 2-D view of L*K rows would leak the next batch's K rows
+# into the reduction). Unindented, like the K step after it: the persistent template and split-K's TMA loop
+# place them.
+_TMA_DESCRIPTORS = """\
+if A_BATCHED:
+    if A_COL_MAJOR:
+        a_desc = tl.make_tensor_descriptor(A_ptr, shape=[L, K, M], strides=[stride_al, stride_ak, 1],
+                                           block_shape=[1, BLOCK_K, BLOCK_M])
+    else:
+        a_desc = tl.make_tensor_descriptor(A_ptr, shape=[L, M, K], strides=[stride_al, stride_am, 1],
+                                           block_shape=[1, BLOCK_M, BLOCK_K])
+else:
+    if A_COL_MAJOR:
+        a_desc = tl.make_tensor_descriptor(A_ptr, shape=[K, M], strides=[stride_ak, 1],
+                                           block_shape=[BLOCK_K, BLOCK_M])
+    else:
+        a_desc = tl.make_tensor_descriptor(A_ptr, shape=[M, K], strides=[stride_am, 1],
+                                           block_shape=[BLOCK_M, BLOCK_K])
+if B_BATCHED:
+    if B_COL_MAJOR:
+        b_desc = tl.make_tensor_descriptor(B_ptr, shape=[L, N, K], strides=[stride_bl, stride_bn, 1],
+                                           block_shape=[1, BLOCK_N, BLOCK_K])
+    else:
+        b_desc = tl.make_tensor_descriptor(B_ptr, shape=[L, K, N], strides=[stride_bl, stride_bk, 1],
+                                           block_shape=[1, BLOCK_K, BLOCK_N])
+else:
+    if B_COL_MAJOR:
+        b_desc = tl.make_tensor_descriptor(B_ptr, shape=[N, K], strides=[stride_bn, 1],
+                                           block_shape=[BLOCK_N, BLOCK_K])
+    else:
+        b_desc = tl.make_tensor_descriptor(B_ptr, shape=[K, N], strides=[stride_bk, 1],
+                                           block_shape=[BLOCK_K, BLOCK_N])
+"""
+
+# One K step's A and B tiles at K offset ``off_k`` through those descriptors (out-of-bounds rows, columns and K
+# are TMA's zero padding), then the dot.
+_TMA_K_STEP = """\
+if A_BATCHED:
+    if A_COL_MAJOR:
+        a = tl.trans(tl.reshape(a_desc.load([pid_l, off_k, off_m]), (BLOCK_K, BLOCK_M)))
+    else:
+        a = tl.reshape(a_desc.load([pid_l, off_m, off_k]), (BLOCK_M, BLOCK_K))
+else:
+    if A_COL_MAJOR:
+        a = tl.trans(a_desc.load([off_k, off_m]))
+    else:
+        a = a_desc.load([off_m, off_k])
+if B_BATCHED:
+    if B_COL_MAJOR:
+        b = tl.trans(tl.reshape(b_desc.load([pid_l, off_n, off_k]), (BLOCK_N, BLOCK_K)))
+    else:
+        b = tl.reshape(b_desc.load([pid_l, off_k, off_n]), (BLOCK_K, BLOCK_N))
+else:
+    if B_COL_MAJOR:
+        b = tl.trans(b_desc.load([off_n, off_k]))
+    else:
+        b = b_desc.load([off_k, off_n])
+""" + _DOT
+
+
 _OPERAND_ARGS = """\
     A_ptr, B_ptr,
     M, N, K, L,
@@ -240,35 +303,7 @@ def __KERNEL__(
 ):
     """Persistent TMA GEMM + epilogue (Hopper); grid (min(NUM_PROGRAMS, L*tiles),), EPILOGUE_SUBTILE in 1, 2, 4;
     PREFETCH in 0 .. EPILOGUE_SUBTILE: epilogue slices whose M x N inputs are loaded before the K loop."""
-    if A_BATCHED:
-        if A_COL_MAJOR:
-            a_desc = tl.make_tensor_descriptor(A_ptr, shape=[L, K, M], strides=[stride_al, stride_ak, 1],
-                                               block_shape=[1, BLOCK_K, BLOCK_M])
-        else:
-            a_desc = tl.make_tensor_descriptor(A_ptr, shape=[L, M, K], strides=[stride_al, stride_am, 1],
-                                               block_shape=[1, BLOCK_M, BLOCK_K])
-    else:
-        if A_COL_MAJOR:
-            a_desc = tl.make_tensor_descriptor(A_ptr, shape=[K, M], strides=[stride_ak, 1],
-                                               block_shape=[BLOCK_K, BLOCK_M])
-        else:
-            a_desc = tl.make_tensor_descriptor(A_ptr, shape=[M, K], strides=[stride_am, 1],
-                                               block_shape=[BLOCK_M, BLOCK_K])
-    if B_BATCHED:
-        if B_COL_MAJOR:
-            b_desc = tl.make_tensor_descriptor(B_ptr, shape=[L, N, K], strides=[stride_bl, stride_bn, 1],
-                                               block_shape=[1, BLOCK_N, BLOCK_K])
-        else:
-            b_desc = tl.make_tensor_descriptor(B_ptr, shape=[L, K, N], strides=[stride_bl, stride_bk, 1],
-                                               block_shape=[1, BLOCK_K, BLOCK_N])
-    else:
-        if B_COL_MAJOR:
-            b_desc = tl.make_tensor_descriptor(B_ptr, shape=[N, K], strides=[stride_bn, 1],
-                                               block_shape=[BLOCK_N, BLOCK_K])
-        else:
-            b_desc = tl.make_tensor_descriptor(B_ptr, shape=[K, N], strides=[stride_bk, 1],
-                                               block_shape=[BLOCK_K, BLOCK_N])
-
+__TMA_DESCRIPTORS__
     start_pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -287,26 +322,6 @@ __GROUP_ORDER__        off_m = pid_m * BLOCK_M
 __PREFETCH_TOP__        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC_DTYPE)
         for ki in range(k_tiles):
             off_k = ki * BLOCK_K
-            if A_BATCHED:
-                if A_COL_MAJOR:
-                    a = tl.trans(tl.reshape(a_desc.load([pid_l, off_k, off_m]), (BLOCK_K, BLOCK_M)))
-                else:
-                    a = tl.reshape(a_desc.load([pid_l, off_m, off_k]), (BLOCK_M, BLOCK_K))
-            else:
-                if A_COL_MAJOR:
-                    a = tl.trans(a_desc.load([off_k, off_m]))
-                else:
-                    a = a_desc.load([off_m, off_k])
-            if B_BATCHED:
-                if B_COL_MAJOR:
-                    b = tl.trans(tl.reshape(b_desc.load([pid_l, off_n, off_k]), (BLOCK_N, BLOCK_K)))
-                else:
-                    b = tl.reshape(b_desc.load([pid_l, off_k, off_n]), (BLOCK_K, BLOCK_N))
-            else:
-                if B_COL_MAJOR:
-                    b = tl.trans(b_desc.load([off_n, off_k]))
-                else:
-                    b = b_desc.load([off_k, off_n])
 __DOT_TMA__
         tile_id_c += NUM_PROGRAMS
         pid_l_c = tile_id_c // tiles_per_batch
@@ -320,7 +335,8 @@ __DOT_TMA__
 __EPILOGUE_CALLS__'''
 )
 
-_PERSISTENT_TMA = (_PERSISTENT_TMA.replace("__DOT_TMA__", _indent(_DOT, 12))
+_PERSISTENT_TMA = (_PERSISTENT_TMA.replace("__TMA_DESCRIPTORS__", _indent(_TMA_DESCRIPTORS, 4))
+                   .replace("__DOT_TMA__", _indent(_TMA_K_STEP, 12))
                    .replace("__GROUP_ORDER__", _indent(GROUP_ORDER.replace("__T__", "t"), 8)))
 
 # The persistent template's epilogue part, rendered per program: EPILOGUE_SUBTILE = S splits the accumulator
