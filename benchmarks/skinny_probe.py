@@ -23,8 +23,8 @@ SHAPES = "16x4096x4096,128x4096x4096,256x4096x4096,128x14336x4096,128x4096x14336
 
 
 def configs(M: int, N: int, K: int) -> dict:
-    """Name -> GemmConfig: the current small-tile portable picks, the TMA templates' small tiles, and split-K over
-    portable tiles at 2, 4 and 8 slices."""
+    """Name -> GemmConfig: the current small-tile portable picks, the TMA templates' small tiles, split-K over
+    portable tiles at 2, 4 and 8 slices and over TMA loads (wgmma tiles) at 2 to 16."""
     from evtorch.codegen.configs import GemmConfig
 
     out = {
@@ -43,6 +43,13 @@ def configs(M: int, N: int, K: int) -> dict:
         for split in (2, 4, 8):
             if K // (bk * split) >= 4:
                 out[f"splitk_{bm}x{bn}x{bk}_sk{split}"] = GemmConfig("splitk", bm, bn, bk, 8, split, warps, stages)
+    # split-K over the TMA main loop (TMA_LOADS): wgmma tiles, each split's K run through descriptors
+    for bm, bn, bk, warps, stages in ((64, 64, 128, 4, 4), (128, 64, 64, 4, 4), (64, 128, 64, 4, 4),
+                                      (128, 128, 64, 8, 4)):
+        for split in (2, 4, 8, 16):
+            if K // (bk * split) >= 4:
+                out[f"splitk_tma_{bm}x{bn}x{bk}_sk{split}"] = GemmConfig("splitk", bm, bn, bk, 8, split, warps, stages,
+                                                                      (("TMA_LOADS", True),))
     return out
 
 

@@ -28,6 +28,7 @@ from evtorch.runtime.gemm_launch import (
     grid_tiles,
     launch_gemm,
     layout_class,
+    prepare_launch,
     resolve_config,
     tma_eligible,
     tma_layout,
@@ -198,6 +199,39 @@ def test_persistent_tma_interpreted(store_module, case, subtile):
     cfg = GemmConfig("persistent_tma", 16, 32, 16, num_stages=1, extra=extra)
     assert resolve_config(A, B, cfg) == cfg
     check(run_store(store_module, A, B, cfg), A, B)
+
+
+@pytest.mark.parametrize("split", [2, 3])
+@pytest.mark.parametrize("case", list(TMA_CASES))
+def test_splitk_tma_loads_interpreted(store_module, case, split):
+    """Split-K with its K loop through TMA descriptors (TMA_LOADS): row- and column-major, batched operands, a K of
+    64 over 16-deep steps dealt to 2 or 3 splits (3: a ragged last run), every partial summed once. The kernel
+    is the TMA one: the launch passes TMA_LOADS and the operands' layout flags."""
+    A, B = TMA_CASES[case]()
+    cfg = GemmConfig("splitk", 16, 16, 16, SPLIT_K=split, num_stages=1, extra=(("TMA_LOADS", True),))
+    assert resolve_config(A, B, cfg) == cfg
+    check(run_store(store_module, A, B, cfg), A, B)
+    launch = prepare_launch(store_module, "g", A, B, cfg, False)
+    _, a_col, b_col = tma_layout(A, B)
+    assert launch.common["TMA_LOADS"] is True
+    assert (launch.common["A_COL_MAJOR"], launch.common["B_COL_MAJOR"]) == (a_col, b_col)
+
+
+def test_splitk_tma_loads_falls_back_to_pointer_loads(store_module):
+    """Operands TMA cannot take (K * 2 bytes not 16-byte aligned): the same tiles and splits on pointer loads."""
+    A, B = randn(37, 29, dtype=torch.float16), randn(29, 45, dtype=torch.float16)
+    cfg = GemmConfig("splitk", 16, 16, 16, SPLIT_K=2, num_stages=1, extra=(("TMA_LOADS", True),))
+    assert resolve_config(A, B, cfg) == GemmConfig("splitk", 16, 16, 16, SPLIT_K=2, num_stages=1)
+    check(run_store(store_module, A, B, cfg), A, B)
+    assert prepare_launch(store_module, "g", A, B, cfg, False).common["TMA_LOADS"] is False
+
+
+def test_tma_loads_flag_is_split_k_only():
+    with pytest.raises(ValueError, match="TMA_LOADS only applies to template='splitk'"):
+        GemmConfig("persistent_tma", 64, 64, 64, extra=(("TMA_LOADS", True),))
+    with pytest.raises(ValueError, match="do not apply to template='splitk'"):
+        GemmConfig("splitk", 64, 64, 64, SPLIT_K=2, extra=(("TMA_LOADS", True), ("EPILOGUE_SUBTILE", True)))
+    assert GemmConfig("splitk", 64, 64, 64, SPLIT_K=2, extra=(("TMA_LOADS", False),)).extra == ()
 
 
 def _persistent(bm=16, bn=32, *, pps=1, subtile=False, **kw):

@@ -65,6 +65,9 @@ EXTRA_FLAGS: dict[str, type | tuple[type, ...]] = {
     # so EPI_MMA pays for tile-storing epilogues too); ``for_epilogue`` sets it to the epilogue's count, the
     # launcher runs 0 for outputs TMA cannot take (not 16-bit, N stride not 1, not 16-byte aligned)
     "TMA_STORE": int,
+    # splitk only: each split's K loop loads A and B through TMA descriptors (the persistent template's K step:
+    # Hopper, TMA-able operands; wgmma where BLOCK_M is a multiple of 64), else through masked pointers
+    "TMA_LOADS": bool,
 }
 # Values allowed for the int flags, and the value each flag takes when absent (dropped from ``extra``).
 _FLAG_VALUES: dict[str, tuple[Any, ...]] = {"EPILOGUE_SUBTILE": (False, True, 1, 2, 4, 8), "PROGRAMS_PER_SM": (1, 2, 3, 4),
@@ -86,7 +89,7 @@ _PINGPONG_FLAGS = PINGPONG_ONLY_FLAGS | {"EPILOGUE_SUBTILE", "PREFETCH"}
 _FLAG_DEFAULTS: dict[str, Any] = {"EPILOGUE_SUBTILE": False, "WARP_SPECIALIZE": False, "FLATTEN": False,
                                   "PROGRAMS_PER_SM": 1, "PREFETCH": None, "EPI_TMA": False, "EPI_WG": 0,
                                   "EPI_SMEM": 0, "EPI_LOOP": False, "EPI_MMA": False,
-                                  "CONSUMERS": 2, "TMA_STORE": 0}
+                                  "CONSUMERS": 2, "TMA_STORE": 0, "TMA_LOADS": False}
 # The Gluon kernel's schedule constexprs and their values when a config does not set them (every Gluon-only flag but
 # EPI_TMA, which runtime.gemm sets per call where the input allows it): ``GemmConfig.pingpong_flags``. TMA_STORE
 # is among them as the config's count; runtime.gemm sets it to 0 for a call whose outputs TMA cannot take.
@@ -236,6 +239,12 @@ class GemmConfig:
                         raise ValueError(f"GemmConfig.extra {what} applies to slices from registers: not with "
                                          f"EPI_SMEM or EPI_WG, got EPI_SMEM={extra.get('EPI_SMEM', 0)}, "
                                          f"EPI_WG={extra.get('EPI_WG', 0)}")
+        elif self.template == "splitk":
+            if set(extra) - {"TMA_LOADS"}:
+                raise ValueError(f"GemmConfig.extra flags {sorted(set(extra) - {'TMA_LOADS'})} do not apply to "
+                                 "template='splitk' (TMA_LOADS does)")
+        elif "TMA_LOADS" in extra:
+            raise ValueError(f"GemmConfig.extra TMA_LOADS only applies to template='splitk', got {self.template!r}")
         elif extra and self.template != "persistent_tma":
             raise ValueError(f"GemmConfig.extra flags {sorted(extra)} only apply to template='persistent_tma'")
         elif PINGPONG_ONLY_FLAGS & set(extra):

@@ -227,9 +227,12 @@ def __KERNEL__(
     + "    W_ptr,\n"
     + _TILE_CONSTEXPRS
     + '''\
-    SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr,
+    SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr, TMA_LOADS: tl.constexpr,
+    A_COL_MAJOR: tl.constexpr, B_COL_MAJOR: tl.constexpr, A_BATCHED: tl.constexpr, B_BATCHED: tl.constexpr,
 ):
-    """Split-K partial GEMM; grid (cdiv(M,BM)*cdiv(N,BN), SPLIT_K, L). Writes W[pid_k, pid_l, :M, :N]."""
+    """Split-K partial GEMM; grid (cdiv(M,BM)*cdiv(N,BN), SPLIT_K, L). Writes W[pid_k, pid_l, :M, :N]. TMA_LOADS:
+    A and B through TMA descriptors (Hopper; the persistent template's K step and its layout flags), else masked
+    pointer loads."""
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
     pid_l = tl.program_id(2)
@@ -240,10 +243,26 @@ def __KERNEL__(
     blocks_per_split = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K)
     k_lo = pid_k * blocks_per_split * BLOCK_K
     k_hi = tl.minimum(k_lo + blocks_per_split * BLOCK_K, K)
+    if TMA_LOADS:
 '''
-    + _POINTER_SETUP
-    + "    for k0 in range(k_lo, k_hi, BLOCK_K):\n"
-    + _POINTER_K_STEP
+    + _indent(_TMA_DESCRIPTORS, 8)
+    + '''\
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        offs_m = off_m + tl.arange(0, BLOCK_M)
+        offs_n = off_n + tl.arange(0, BLOCK_N)
+        mask_m = (offs_m < M) | EVEN_M
+        mask_n = (offs_n < N) | EVEN_N
+        rm = offs_m.to(tl.int64)
+        rn = offs_n.to(tl.int64)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC_DTYPE)
+        for off_k in range(k_lo, k_hi, BLOCK_K):
+'''
+    + _indent(_TMA_K_STEP, 12)
+    + "    else:\n"
+    + _indent(_POINTER_SETUP, 4)
+    + "        for k0 in range(k_lo, k_hi, BLOCK_K):\n"
+    + _indent(_POINTER_K_STEP, 4)
     + '''\
     slot = (pid_k * L + pid_l).to(tl.int64)
     w_ptrs = W_ptr + (slot * M + rm[:, None]) * N + rn[None, :]

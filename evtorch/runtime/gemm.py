@@ -390,7 +390,7 @@ class _Launch:
             ns["_device"] = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
             ns["_guarded"] = self._guarded
             lines.insert(1, f"    if _device() != {index}: return _guarded(A, B, inputs)")
-            if gemm.mode in ("persistent_tma", "pingpong"):
+            if gemm.mode in ("persistent_tma", "pingpong") or gemm.common.get("TMA_LOADS"):
                 ns["_tma_allocator"] = install_tma_allocator
                 lines.append("    _tma_allocator()")
         if splitk:

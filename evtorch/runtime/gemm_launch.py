@@ -111,7 +111,7 @@ def tma_layout(A: torch.Tensor, B: torch.Tensor) -> tuple[bool, bool, bool]:
 
 
 def tma_eligible(A: torch.Tensor, B: torch.Tensor) -> bool:
-    """Whether persistent_tma may run: TMA-compatible layout, on a Hopper GPU (capability 9.x) or under
+    """Whether persistent_tma (or split-K's TMA_LOADS) may run: TMA-compatible layout, on a Hopper GPU (capability 9.x) or under
     the Triton interpreter (which emulates descriptors and checks the same alignment rules)."""
     info = device_info(A.device)
     if not (info.is_hopper or info.kind == "interpreter"):
@@ -145,6 +145,8 @@ def resolve_config(A: torch.Tensor, B: torch.Tensor, config: GemmConfig) -> Gemm
                             min(config.num_stages, 3), extra)
     if config.template == "persistent_tma" and not tma_eligible(A, B):
         return dataclasses.replace(config, template="portable", extra=())
+    if config.flag("TMA_LOADS") and not tma_eligible(A, B):  # split-K's pointer loop, same tiles and splits
+        return dataclasses.replace(config, extra=())
     return config
 
 
@@ -296,6 +298,8 @@ class PreparedLaunch:
                     f"workspace_fn returned {tuple(work.shape)} {work.dtype} contiguous={work.is_contiguous()}; "
                     f"need contiguous {shape} {acc_torch}"
                 )
+            if self.device_index is not None and self.common["TMA_LOADS"]:
+                install_tma_allocator()
             self.fn(A, B, *self.tail, work, **self.common)
             tail = self.tail
             self.reduce_fn(work, tail[0], tail[1], tail[3], *epilogue_args, **self.reduce_kwargs)
@@ -369,7 +373,10 @@ def prepare_launch(
                                  EVEN_N=common["EVEN_N"], INDEX_DTYPE=common["INDEX_DTYPE"],
                                  num_warps=config.num_warps,
                                  num_stages=1)
-        common["SPLIT_K"] = split
+        _, a_col, b_col = tma_layout(A, B)
+        tma = bool(config.flag("TMA_LOADS"))  # (resolve_config dropped it where the operands don't allow TMA)
+        common.update(SPLIT_K=split, TMA_LOADS=tma, A_COL_MAJOR=tma and a_col, B_COL_MAJOR=tma and b_col,
+                      A_BATCHED=tma and p.a_batched, B_BATCHED=tma and p.b_batched)
     elif config.template == "persistent_tma":
         _, a_col, b_col = tma_layout(A, B)
         num_sms = device_info(A.device).num_sms
