@@ -73,6 +73,8 @@ def run(sizes=((257, 193, 129, 3), (1024, 768, 512, 2)), dtypes=("float32", "flo
                  GemmConfig("splitk", 64, 64, 64, 8, 4, 4, 3),
                  # the heuristic's split-K tile (configs._few_rows_config): 16-row dots, BLOCK_K 128
                  GemmConfig("splitk", 16, 64, 128, 8, 4, 4, 4),
+                 # ... and over TMA loads (wgmma tiles; pointer loads where the operands don't allow TMA)
+                 GemmConfig("splitk", 64, 64, 64, 8, 4, 4, 4, (("TMA_LOADS", True),)),
                  GemmConfig("persistent_tma", 128, 128, 64, 8, 1, 8, 3, (("EPILOGUE_SUBTILE", True),)),
                  # few output tiles (configs._FEW_ROWS_16): small tiles on deep rings, BLOCK_K 128 included
                  GemmConfig("persistent_tma", 64, 64, 128, 8, 1, 4, 6),
