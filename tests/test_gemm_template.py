@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 import torch
 
 from evtorch.codegen import configs as cfgmod
-from evtorch.codegen.configs import DeviceInfo, GemmConfig, candidate_configs, heuristic_config
+from evtorch.codegen.configs import DeviceInfo, GemmConfig, candidate_configs, cdiv, heuristic_config
 from evtorch.codegen.gemm_template import HEADER, RENDERABLE, kernel_symbol, render_gemm, render_gemm_kernels
 from evtorch.runtime import autotune, knobs, source_cache
 from evtorch.runtime.gemm_launch import (
@@ -468,6 +468,30 @@ def test_few_rows_heuristic_splits_k_only_below_a_sixth_of_the_sms(shape, split)
     assert any(c.template == "splitk" for c in listed)  # split-K stays the tuner's to time
 
 
+@pytest.mark.parametrize("shape, split", [((1024, 1024, 65536), 2), ((512, 512, 32768), 8), ((768, 768, 49152), 2)])
+def test_long_k_weight_gradients_split_over_tma_loads(shape, split):
+    """16 or more 128x128 tiles but less than a wave, K >= 32 max(M, N) (a weight gradient over many tokens):
+    split-K over TMA loads on 128x128x64, as many splits as fill one wave (H100: 1024x1024x65536 1.080 x cuBLAS on
+    2 splits, 1.180 on 4; 512x512x32768 1.248 on 8 against 1.578 for the few-rows tile). The tuner's list holds the
+    three TMA split-K tiles."""
+    M, N, K = shape
+    cfg = heuristic_config(M, N, K, torch.bfloat16, H100, tma_ok=True)
+    assert (cfg.template, cfg.BLOCK_M, cfg.BLOCK_N, cfg.SPLIT_K, cfg.flag("TMA_LOADS")) == ("splitk", 128, 128,
+                                                                                            split, True)
+    assert cfgmod.fits_smem(cfg, torch.bfloat16, H100)
+    listed = candidate_configs(M, N, K, torch.bfloat16, H100, tma_ok=True)
+    tiles = {(c.BLOCK_M, c.BLOCK_N, c.BLOCK_K) for c in listed if c.flag("TMA_LOADS")}
+    assert tiles == {(128, 128, 64), (128, 64, 64), (64, 64, 128)}
+    # without TMA operands, off Hopper, or on too few tiles: not this branch
+    assert not heuristic_config(M, N, K, torch.bfloat16, H100, tma_ok=False).flag("TMA_LOADS")
+    assert not heuristic_config(M, N, K, torch.bfloat16, A100, tma_ok=True).flag("TMA_LOADS")
+    assert not any(c.flag("TMA_LOADS") for c in candidate_configs(M, N, K, torch.bfloat16, A100, tma_ok=True))
+    assert not heuristic_config(256, 256, 16384, torch.bfloat16, H100, tma_ok=True).flag("TMA_LOADS")
+    # float32 with TF32: the same bytes per K step
+    f32 = heuristic_config(M, N, K, torch.float32, H100, tma_ok=True, allow_tf32=True)
+    assert f32.flag("TMA_LOADS") and f32.BLOCK_K == 32 and cfgmod.fits_smem(f32, torch.float32, H100)
+
+
 def test_few_rows_order_leaves_full_wave_lists_alone(monkeypatch):
     """The few-rows tiles move forward only where there is less than a wave of 128x128 tiles: the issue's shapes
     keep the list they had without that rule, and a few-rows problem's list does change."""
@@ -515,7 +539,11 @@ def test_heuristic_config_is_always_a_valid_first_candidate(M, N, K, L, dtype, t
     assert cfgmod.fits_smem(cfg, dtype, dev)
     if cfg.template == "persistent_tma":
         assert cfgmod.tma_template_allowed(dtype, dev, tma_ok, tf32)
-    if cfg.template == "splitk":
+    if cfg.template == "splitk" and cfg.flag("TMA_LOADS"):
+        assert cfgmod.splitk_tma_worthwhile(M, N, K, L, dtype, dev, tma_ok, tf32) and cfg.SPLIT_K >= 2
+        assert K >= 4 * cfg.SPLIT_K * cfg.BLOCK_K  # at least four K blocks a split
+        assert cdiv(M, cfg.BLOCK_M) * cdiv(N, cfg.BLOCK_N) * L * cfg.SPLIT_K <= dev.num_sms  # one wave
+    elif cfg.template == "splitk":
         assert cfgmod.splitk_worthwhile(M, N, K, L, dev) and cfg.SPLIT_K >= 2
         assert K >= cfg.SPLIT_K * cfg.BLOCK_K
     assert candidate_configs(M, N, K, dtype, dev, L=L, tma_ok=tma_ok, allow_tf32=tf32)[0] == cfg

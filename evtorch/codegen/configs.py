@@ -511,6 +511,40 @@ def choose_split_k(M: int, N: int, K: int, L: int, config: GemmConfig, info: Dev
     return max(split, 2)
 
 
+def wave_split_k(M: int, N: int, K: int, L: int, config: GemmConfig, info: DeviceInfo) -> int:
+    """Largest power of two <= 16 whose programs (tiles x splits) still fit one wave of the SMs, leaving each split
+    at least 4 K-blocks; at least 2. For wgmma tiles a second, mostly idle wave costs more than the extra splits
+    save: 1024x1024x65536 on 128x128 tiles ran 1.080 x cuBLAS on 2 splits (128 programs) and 1.180 on 4 (H100)."""
+    tiles = cdiv(M, config.BLOCK_M) * cdiv(N, config.BLOCK_N) * max(L, 1)
+    split = 2
+    while split < 16 and tiles * split * 2 <= info.num_sms and K // (config.BLOCK_K * split * 2) >= 4:
+        split *= 2
+    return split
+
+
+def splitk_tma_worthwhile(M: int, N: int, K: int, L: int, dtype: torch.dtype, info: DeviceInfo, tma_ok: bool,
+                          allow_tf32: bool = False) -> bool:
+    """Split-K over TMA loads is offered where the TMA template is allowed, 128x128 tiles make less than a wave and
+    K is long against the output (>= 4 max(M, N), >= 2048): each split then still runs a wgmma main loop of its
+    own. The heuristic takes it only in the regime measured to pay (``heuristic_config``)."""
+    return (tma_template_allowed(dtype, info, tma_ok, allow_tf32) and cdiv(M, 128) * cdiv(N, 128) * max(L, 1)
+            < info.num_sms and K >= 4 * max(M, N) and K >= 2048)
+
+
+def _splitk_tma_space(M: int, N: int, K: int, L: int, dtype: torch.dtype, info: DeviceInfo) -> list[GemmConfig]:
+    """The TMA split-K tiles at their one-wave split and at twice it (a second wave measured ahead of one for
+    128x64 at 512x512x32768: 1.225 against 2.007, H100)."""
+    out = []
+    for bm, bn, bk, stages, warps in _SPLITK_TMA_16:
+        bm, bn, bk, stages = _scale_for_dtype(bm, bn, bk, stages, dtype)
+        base = GemmConfig("splitk", bm, bn, bk, 8, 2, warps, stages, (("TMA_LOADS", True),))
+        split = wave_split_k(M, N, K, L, base, info)
+        for sk in (split, 2 * split):
+            if sk <= 16 and K // (bk * sk) >= 4:
+                out.append(dataclasses.replace(base, SPLIT_K=sk))
+    return out
+
+
 # Curated (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps) for 16-bit inputs; fp32/fp64 derive from them.
 _PORTABLE_16 = (
     (128, 128, 32, 4, 4),
@@ -531,6 +565,13 @@ _PORTABLE_16 = (
     (16, 128, 64, 4, 4),
 )
 _SPLITK_16 = ((64, 64, 64, 3, 4), (128, 64, 64, 3, 4), (64, 128, 64, 3, 4), (32, 64, 128, 3, 4), (16, 64, 128, 4, 4))
+# Split-K over TMA loads (TMA_LOADS; Hopper), (BM, BN, BK, stages, warps): wgmma tiles for long-K problems whose
+# 128x128 tiles make less than a wave, such as weight gradients (K = tokens). H100, bf16, through ``evt.gemm``
+# (docs/benchmarks.md "Few rows", "Split-K over TMA loads"): 1024x1024x65536 128x128 on 2 splits 1.080 x cuBLAS
+# (the tuner's unsplit 64x128 pick 1.219, the heuristic's 128x64 1.694); 512x512x32768 128x64 on 8 splits 1.225
+# and 128x128 on 8 1.248 (the tuner's portable split-K 1.320). On the fewest tiles (16 of 64x64) the portable
+# 16x64x128 split-K stays ahead (1.21-1.46 against 1.39-1.50).
+_SPLITK_TMA_16 = ((128, 128, 64, 4, 8), (128, 64, 64, 4, 4), (64, 64, 128, 4, 4))
 # (BM, BN, BK, stages, warps, subtile, warp_specialize, flatten), best first as measured on an H200 with
 # Triton 3.6, bf16, store epilogue (benchmarks/template_check.py; TFLOP/s at 8192x8192x4096 / 4096^3,
 # torch.matmul 684 / 703): 128x256x64 s3 w8 subtile 668 / 690, +flatten 684 / 692, +warp_specialize
@@ -803,6 +844,8 @@ def candidate_configs(
             space += pingpong
         else:
             space += persistent[:2] + pingpong + persistent[2:]
+    if splitk_tma_worthwhile(M, N, K, L, dtype, info, tma_ok, allow_tf32):
+        space += _splitk_tma_space(M, N, K, L, dtype, info)
     if splitk_worthwhile(M, N, K, L, info):
         for cfg in _portable_space(dtype, "splitk"):
             split = choose_split_k(M, N, K, L, cfg, info)
@@ -967,6 +1010,11 @@ def heuristic_config(
       tiles: persistent_tma 128x256x64 (fp32: BK 32), 3 stages, 8 warps, epilogue sub-tiling: 98% of
       torch.matmul (cuBLAS) on an H200 at 4096^3 and 8192x8192x4096 bf16 (690 / 668 TFLOP/s vs 703 / 684);
       the flatten / warp_specialize variants were within run-to-run noise (~2%) and are left to the tuner;
+    - the same operands with 16 or more 128x128 tiles but less than a wave, and K >= 32 max(M, N) (weight
+      gradients: K = tokens; both shapes measured have K = 64 max(M, N), and at K = 16 max(M, N), 512x512x8192,
+      the few-rows tile unsplit ran 1.256 x cuBLAS, TMA split-K not timed): split-K over TMA loads on 128x128x64 tiles, the splits that fill one wave
+      (``wave_split_k``): 1024x1024x65536 1.080 x cuBLAS on an H100 against 1.694 for the few-rows tile, and
+      512x512x32768 1.248 against 1.578 (docs/benchmarks.md, "Split-K over TMA loads");
     - the same operands with fewer tiles, but at least 64 rows and columns: persistent_tma on the largest tile
       that fills the GPU, down to 64x64x128 on six stages (``_few_rows_config``);
     - fewer tiles than that (less than ``SPLIT_BELOW_SHARE`` of the SMs) and a long K: split-K over 16x64x128
@@ -992,6 +1040,12 @@ def heuristic_config(
         bm, bn, bk, stages = _scale_for_dtype(128, 256 if N >= 256 else 128, 64, 3, dtype)
         cfg = GemmConfig("persistent_tma", bm, bn, bk, 8, 1, 8, stages, (("EPILOGUE_SUBTILE", True),))
         return _fit_stages(cfg, dtype, info)
+    tiles_128 = cdiv(M, 128) * cdiv(N, 128) * L
+    if splitk_tma_worthwhile(M, N, K, L, dtype, info, tma_ok, allow_tf32) and tiles_128 >= 16 \
+            and K >= 32 * max(M, N):
+        bm, bn, bk, stages = _scale_for_dtype(128, 128, 64, 4, dtype)
+        base = GemmConfig("splitk", bm, bn, bk, 8, 2, 8, stages, (("TMA_LOADS", True),))
+        return _fit_stages(dataclasses.replace(base, SPLIT_K=wave_split_k(M, N, K, L, base, info)), dtype, info)
     few_rows = _few_rows_config(M, N, K, L, dtype, info, tma_ok, allow_tf32)
     if few_rows is not None and few_rows[1]:
         return few_rows[0]
