@@ -593,8 +593,12 @@ _SPLITK_TMA_16 = ((128, 128, 64, 4, 8), (128, 64, 64, 4, 4), (64, 64, 128, 4, 4)
 # six. (BM, BN, BK, stages, warps, subtile, warp_specialize, flatten), best first.
 _FEW_ROWS_16 = (
     (64, 64, 128, 6, 4, False, False, False),
-    (128, 64, 64, 8, 4, False, False, False),
+    # 64x128 ahead of 128x64 (the heuristic takes the first of equal areas): one m64n128 wgmma a K step instead of
+    # two m64n64, half the A reads from shared memory a FLOP; on an H100 64x128 ran 65.2 us against 88.9 for
+    # 128x64 at 1024x1024x16384 and 1.219 against 1.694 x cuBLAS at 1024x1024x65536, level (1.007-1.014) at
+    # 256x4096x4096 (docs/benchmarks.md "Split-K over TMA loads")
     (64, 128, 64, 8, 4, False, False, False),
+    (128, 64, 64, 8, 4, False, False, False),
 )
 # 128x128 on four stages, one warpgroup, halves: also the largest tile ``_few_rows_config`` considers
 _PERSISTENT_128 = (128, 128, 64, 4, 4, True, False, False)
