@@ -46,7 +46,7 @@ def configs(M: int, N: int, K: int) -> dict:
     # split-K over the TMA main loop (TMA_LOADS): wgmma tiles, each split's K run through descriptors
     for bm, bn, bk, warps, stages in ((64, 64, 128, 4, 4), (128, 64, 64, 4, 4), (64, 128, 64, 4, 4),
                                       (128, 128, 64, 8, 4)):
-        for split in (2, 4, 8, 16):
+        for split in (2, 3, 4, 8, 16):
             if K // (bk * split) >= 4:
                 out[f"splitk_tma_{bm}x{bn}x{bk}_sk{split}"] = GemmConfig("splitk", bm, bn, bk, 8, split, warps, stages,
                                                                       (("TMA_LOADS", True),))

@@ -469,7 +469,8 @@ def test_few_rows_heuristic_splits_k_only_below_a_sixth_of_the_sms(shape, split)
     assert any(c.template == "splitk" for c in listed)  # split-K stays the tuner's to time
 
 
-@pytest.mark.parametrize("shape, split", [((1024, 1024, 65536), 2), ((512, 512, 32768), 8), ((768, 768, 49152), 2)])
+@pytest.mark.parametrize("shape, split", [((1024, 1024, 65536), 2), ((512, 512, 32768), 8), ((768, 768, 49152), 3),
+                                          ((640, 640, 40960), 5)])
 def test_long_k_weight_gradients_split_over_tma_loads(shape, split):
     """16 or more 128x128 tiles but less than a wave, K >= 32 max(M, N) (a weight gradient over many tokens):
     split-K over TMA loads on 128x128x64, as many splits as fill one wave (H100: 1024x1024x65536 1.080 x cuBLAS on
