@@ -932,6 +932,32 @@ def test_autotune_warms_up_on_the_first_candidate_that_runs(tune_env, monkeypatc
     assert calls == [cands[1]]
 
 
+@pytest.mark.parametrize("a, b, shared", [
+    ((8192, 4096, 1024), (6144, 4096, 1024), True),  # a wave or more of 128x128 tiles: powers of two
+    ((768, 768, 49152), (640, 640, 40960), False),  # 36 and 25 tiles: 3 and 5 splits, one bucket before
+    ((512, 512, 32768), (480, 500, 30000), True),  # the same tile counts (4 x 4) and K bucket
+    ((100, 4096, 4096), (64, 4096, 4096), False),  # up to 128 rows: powers of two (128 and 64)
+    ((128, 4096, 4096), (100, 4096, 4096), True),
+    ((256, 4096, 4096), (384, 4096, 4096), False),  # 64 and 96 tiles of 128x128
+])
+def test_tune_keys_count_tiles_below_a_wave(a, b, shared):
+    """Below a wave of 128x128 tiles the key counts 128-row and -column tiles instead of rounding M and N up to
+    powers of two: the split and the tile that fill the GPU depend on the tile count (768x768 and 640x640 shared
+    a bucket, and the split tuned for one ran 1.6 x cuBLAS on the other, H200). Without an SM count, and above a
+    wave, powers of two as before."""
+    def key(shape, num_sms=132):
+        M, N, K = shape
+        return autotune.tune_key(device_name=H100.name, M=M, N=N, K=K, L=1, dtypes=[torch.bfloat16],
+                                 layout="A:row,B:row,bat:-", epilogue_hash="e", templates=["splitk"], num_sms=num_sms)
+    assert (key(a) == key(b)) == shared
+    assert key(a, None) == key(b, None) or shape_bucket_differs(a, b)
+    assert "mnk=768x768x65536" in key((768, 768, 49152)) and "mnk=1024x1024x65536" in key((768, 768, 49152), None)
+
+
+def shape_bucket_differs(a, b) -> bool:
+    return [autotune.shape_bucket(v) for v in a] != [autotune.shape_bucket(v) for v in b]
+
+
 def test_autotune_times_a_far_ahead_first_timing_again(tune_env):
     """A first timing far below every other (a burst of clock) is timed again against the runner-up even though
     nothing is within REFINE_MARGIN of it; the steadier runner-up wins on medians, and a failed candidate is never

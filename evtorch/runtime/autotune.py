@@ -27,7 +27,7 @@ from typing import Callable, Hashable, Mapping, Sequence
 
 import torch
 
-from evtorch.codegen.configs import GemmConfig, device_info, next_pow2
+from evtorch.codegen.configs import GemmConfig, cdiv, device_info, next_pow2
 from evtorch.runtime import knobs
 from evtorch.runtime.source_cache import write_text_atomic
 
@@ -42,6 +42,30 @@ def shape_bucket(size: int) -> int:
     if not isinstance(size, int) or size < 0:
         raise ValueError(f"size must be a non-negative int, got {size!r}")
     return 0 if size == 0 else next_pow2(size)
+
+
+# Tile edge by which ``problem_buckets`` counts a few-tile problem's rows and columns (the largest tile the
+# few-tile configs use, and the unit of the tile counts that decide among them: configs._few_rows_config,
+# wave_split_k).
+FEW_TILE_EDGE = 128
+
+
+def problem_buckets(M: int, N: int, K: int, L: int, num_sms: int | None = None) -> tuple[int, int, int, int]:
+    """The (M, N, K, L) a tuning result is shared by: powers of two (``shape_bucket``), except that a problem with
+    fewer than ``num_sms`` tiles of 128x128 (less than one wave) has M and N above 128 rounded up to multiples of
+    128 instead. Why: there the best tile and split depend on the exact tile count, which a power-of-two bucket
+    spans up to 2x of: 640x640x40960 and 768x768x49152 share the bucket 1024x1024x65536, and the split-K tuned for
+    768x768 (3 splits of 36 tiles, 1.20 x cuBLAS) ran 1.60 x cuBLAS at 640x640, where 5 splits of its 25 tiles ran
+    1.20 (H200, 2026-11-28, docs/benchmarks.md "Split-K over TMA loads"). Above a wave the 128x256 persistent kernel
+    is the regime and a tile more or less changes little. ``num_sms`` None: powers of two throughout."""
+    pow2 = tuple(shape_bucket(v) for v in (M, N, K, L))
+    if num_sms is None or cdiv(M, FEW_TILE_EDGE) * cdiv(N, FEW_TILE_EDGE) * max(L, 1) >= num_sms:
+        return pow2
+
+    def edge(v: int, bucket: int) -> int:
+        return bucket if v <= FEW_TILE_EDGE else cdiv(v, FEW_TILE_EDGE) * FEW_TILE_EDGE
+
+    return edge(M, pow2[0]), edge(N, pow2[1]), pow2[2], pow2[3]
 
 
 def _triton_version() -> str:
@@ -64,15 +88,17 @@ def tune_key(
     layout: str,
     epilogue_hash: str,
     templates: Sequence[str],
+    num_sms: int | None = None,
 ) -> str:
-    """Canonical string key: GPU, Triton version, shape buckets, dtypes, layout class, epilogue, templates."""
+    """Canonical string key: GPU, Triton version, shape buckets (``problem_buckets``; ``num_sms``: the GPU's, for
+    the few-tile buckets), dtypes, layout class, epilogue, templates."""
     for name, value in (("device_name", device_name), ("layout", layout), ("epilogue_hash", epilogue_hash)):
         if not isinstance(value, str):
             raise TypeError(f"{name} must be str, got {type(value).__name__}")
     dt = ",".join(str(d).replace("torch.", "") for d in dtypes)
-    buckets = "x".join(str(shape_bucket(v)) for v in (M, N, K))
+    bm, bn, bk, bl = problem_buckets(M, N, K, L, num_sms)
     return (
-        f"gpu={device_name}|triton={_triton_version()}|mnk={buckets}|L={shape_bucket(L)}|dtypes={dt}"
+        f"gpu={device_name}|triton={_triton_version()}|mnk={bm}x{bn}x{bk}|L={bl}|dtypes={dt}"
         f"|layout={layout}|epilogue={epilogue_hash}|templates={','.join(sorted(set(templates)))}"
     )
 
@@ -86,7 +112,7 @@ def make_tune_key(A: torch.Tensor, B: torch.Tensor, epilogue_hash: str, template
     info = device_info(A.device)
     return tune_key(
         device_name=info.name, M=p.M, N=p.N, K=p.K, L=p.L, dtypes=(p.dtype, *extra_dtypes),
-        layout=layout_class(A, B), epilogue_hash=epilogue_hash, templates=templates,
+        layout=layout_class(A, B), epilogue_hash=epilogue_hash, templates=templates, num_sms=info.num_sms,
     )
 
 
