@@ -396,16 +396,24 @@ def test_many_tma_outputs_keep_valid_configs():
     conversion whose output buffers do not fit beside even two ring stages leaves the config from registers as
     it was (and drops the EPI_TMA config, which without its input would be a near-copy of halves) instead of
     cutting BLOCK_K below the ping-pong template's 64 (a ValueError on every such call before 2026-11-27);
-    everything offered fits and, where the tuner keeps converting, stores by TMA."""
-    cands = candidate_configs(1024, 768, 512, torch.bfloat16, H200, tma_ok=True)
-    for outputs in range(1, 9):
-        got = for_epilogue(cands, tma_input=False, tma_outputs=outputs, dtype=torch.bfloat16, info=H200)
-        assert all(fits_smem(c, torch.bfloat16, H200) and c.BLOCK_K == 64 for c in got if c.template == "pingpong")
-        assert not any(c.flag("EPI_TMA") for c in got)
-        assert all(c.flag("TMA_STORE") == outputs for c in got if c.flag("EPI_MMA"))
-        if outputs >= 6:  # six halves' buffers (192 KiB) leave no room for two stages: halves stay as they were
-            assert pp(2) in got
-            assert any(c.flag("EPI_MMA") and c.epilogue_subtiles == 4 for c in got)  # quarters still convert
+    everything offered fits and, where the tuner keeps converting, stores by TMA. Two lists: the selftest's size
+    (1024x768x512: less than a wave of 128x128 tiles, so the few-rows tiles come first and two ping-pong configs
+    are left in the first 16) and a wave or more (4096x4096x512: every ping-pong config, quarters included)."""
+    for shape in ((1024, 768, 512), (4096, 4096, 512)):
+        cands = candidate_configs(*shape, torch.bfloat16, H200, tma_ok=True)
+        quarters = any(c.template == "pingpong" and c.epilogue_subtiles == 4 and not c.flag("EPI_TMA")
+                       for c in cands)
+        assert quarters == (shape[0] == 4096)
+        for outputs in range(1, 9):
+            got = for_epilogue(cands, tma_input=False, tma_outputs=outputs, dtype=torch.bfloat16, info=H200)
+            assert all(fits_smem(c, torch.bfloat16, H200) and c.BLOCK_K == 64
+                       for c in got if c.template == "pingpong")
+            assert not any(c.flag("EPI_TMA") for c in got)
+            assert all(c.flag("TMA_STORE") == outputs for c in got if c.flag("EPI_MMA"))
+            if outputs >= 6:  # six halves' buffers (192 KiB) leave no room for two stages: halves stay as they were
+                assert pp(2) in got
+                if quarters:  # quarters still convert
+                    assert any(c.flag("EPI_MMA") and c.epilogue_subtiles == 4 for c in got)
 
 
 @settings(max_examples=200, deadline=None)
