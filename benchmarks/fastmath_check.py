@@ -52,7 +52,7 @@ def base_config():
 def tune_candidates(M, N, K):
     import torch
 
-    from evtorch.codegen.configs import candidate_configs
+    from evtorch.codegen.policy import candidate_configs
 
     return candidate_configs(M, N, K, torch.bfloat16, "cuda", tma_ok=True)[:5]
 

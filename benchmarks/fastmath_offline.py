@@ -32,7 +32,7 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from evtorch.codegen.configs import DEEP_RING_STAGES  # noqa: E402
+from evtorch.codegen.policy import DEEP_RING_STAGES  # noqa: E402
 
 PTR = {torch.float32: "*fp32", torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float64: "*fp64",
        torch.int32: "*i32", torch.int64: "*i64", torch.bool: "*i1", torch.uint8: "*u8", torch.int8: "*i8"}
@@ -84,7 +84,7 @@ PINGPONG_CONFIGS.update({f"pp{'8' if w == 8 else ''}_el_{name}": dict(
     for w in (4, 8) for name, sub, pf, tma in (("h", 2, 1, 0), ("h_p0", 2, 0, 0), ("q4", 4, 1, 0), ("q4_p0", 4, 0, 0),
                                                ("h_tma", 2, 0, 1), ("q4_tma", 4, 0, 1))})
 
-# the halves from registers on a sixth ring stage (configs.DEEP_RING_STAGES: the tuner's short-K candidate)
+# the halves from registers on a sixth ring stage (policy.DEEP_RING_STAGES: the tuner's short-K candidate)
 PINGPONG_CONFIGS["pp_h_s6"] = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, STAGES=DEEP_RING_STAGES, EPILOGUE_SUBTILE=2,
                                    PREFETCH=1, EPI_TMA=False)
 

@@ -40,7 +40,7 @@ def configs() -> dict:
         "mma_h_tma": gl(4, 2, EPI_MMA=True, EPI_TMA=True),  # the tuner's pick for bce_loss on the H100 and H200
         # the tuner's pick for rowreduce_tanh and dgelu_bgrad at 8192x4096x1024 (H200, 2026-11-27)
         "mma_h_tma_ts1": gl(4, 2, EPI_MMA=True, EPI_TMA=True, TMA_STORE=1),
-        # the same two on five ring stages (configs.MMA_TMA_STAGES: the tuner's configs since 2026-11-27 15:00)
+        # the same two on five ring stages (policy.MMA_TMA_STAGES: the tuner's configs since 2026-11-27 15:00)
         "mma_h_tma5": gl(5, 2, EPI_MMA=True, EPI_TMA=True),
         "mma_h_tma5_ts1": gl(5, 2, EPI_MMA=True, EPI_TMA=True, TMA_STORE=1),
         # the same as a runtime loop over the register-carried slices (EPI_LOOP): one slice's code per consumer

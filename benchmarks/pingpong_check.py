@@ -147,7 +147,7 @@ def configs() -> dict:
         # layout's 2 KiB of headroom leaves room for six 32 KiB stages beside 32 KiB of output buffers
         ts = int(CONFIG_SET[-1])
         return {
-            "g_h_s6": gl(6, 2),  # the deep ring in the blocked layout (configs.DEEP_RING_STAGES)
+            "g_h_s6": gl(6, 2),  # the deep ring in the blocked layout (policy.DEEP_RING_STAGES)
             "mma_ts_h_s5": gl(5, 2, EPI_MMA=True, TMA_STORE=ts, PREFETCH=0),
             "mma_ts_q4_s5": gl(5, 4, EPI_MMA=True, TMA_STORE=ts, PREFETCH=0),
             "mma_ts_q4_s6": gl(6, 4, EPI_MMA=True, TMA_STORE=ts, PREFETCH=0),

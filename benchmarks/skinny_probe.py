@@ -4,7 +4,7 @@
 
 Per shape and workload: cuBLAS (``torch.matmul``) and each config of ``configs()`` forced through ``evt.gemm``
 (``triton.testing.do_bench``, median, L2 flushed; the public call), the max error over the fp32 reference (outputs
-poisoned), and the tuner's pick with a fresh cache. For choosing the candidates ``configs.candidate_configs`` offers
+poisoned), and the tuner's pick with a fresh cache. For choosing the candidates ``policy.candidate_configs`` offers
 in that regime (docs/benchmarks.md, "Few rows"); writes skinny.json under --out.
 """
 from __future__ import annotations

@@ -72,7 +72,8 @@ def main() -> int:
         if dev == "cuda":
             torch.cuda.synchronize()
 
-    from evtorch.codegen.configs import GemmConfig, candidate_configs, device_info, heuristic_config
+    from evtorch.codegen.configs import GemmConfig, device_info
+    from evtorch.codegen.policy import candidate_configs, heuristic_config
     from evtorch.codegen.gemm_template import HEADER, render_gemm_kernels
     from evtorch.runtime import autotune
     from evtorch.runtime.gemm_launch import gemm_problem, launch_gemm, resolve_config, tma_eligible

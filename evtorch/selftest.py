@@ -27,7 +27,8 @@ def run(sizes=((257, 193, 129, 3), (1024, 768, 512, 2)), dtypes=("float32", "flo
         deterministic=(False, True), verbose=False, shard=(0, 1), only: str | None = None) -> dict:
     """Every check, or (``only``) those whose name contains that text, e.g. a template config's short name;
     ``shard`` = (i, n): every n-th of them from the i-th."""
-    from .codegen.configs import DEEP_RING_STAGES, GemmConfig, device_info, fits_smem
+    from .codegen.configs import GemmConfig, device_info, fits_smem
+    from .codegen.policy import DEEP_RING_STAGES
     from .examples import EXAMPLES
     from .testing import Case, check
 
@@ -71,12 +72,12 @@ def run(sizes=((257, 193, 129, 3), (1024, 768, 512, 2)), dtypes=("float32", "flo
     # every template takes every epilogue
     templates = [GemmConfig("portable", 64, 64, 32, 8, 1, 4, 3),
                  GemmConfig("splitk", 64, 64, 64, 8, 4, 4, 3),
-                 # the heuristic's split-K tile (configs._few_rows_config): 16-row dots, BLOCK_K 128
+                 # the heuristic's split-K tile (policy._few_rows_config): 16-row dots, BLOCK_K 128
                  GemmConfig("splitk", 16, 64, 128, 8, 4, 4, 4),
                  # ... and over TMA loads (wgmma tiles; pointer loads where the operands don't allow TMA)
                  GemmConfig("splitk", 64, 64, 64, 8, 4, 4, 4, (("TMA_LOADS", True),)),
                  GemmConfig("persistent_tma", 128, 128, 64, 8, 1, 8, 3, (("EPILOGUE_SUBTILE", True),)),
-                 # few output tiles (configs._FEW_ROWS_16): small tiles on deep rings, BLOCK_K 128 included
+                 # few output tiles (policy._FEW_ROWS_16): small tiles on deep rings, BLOCK_K 128 included
                  GemmConfig("persistent_tma", 64, 64, 128, 8, 1, 4, 6),
                  GemmConfig("persistent_tma", 128, 64, 64, 8, 1, 4, 8),
                  # Gluon ping-pong (Hopper, fp16/bf16; elsewhere it runs as persistent_tma): halves with the
@@ -86,7 +87,7 @@ def run(sizes=((257, 193, 129, 3), (1024, 768, 512, 2)), dtypes=("float32", "flo
                  GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 5, (("EPILOGUE_SUBTILE", True),)),
                  GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 5, (("EPILOGUE_SUBTILE", 4), ("PREFETCH", 0))),
                  GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 4, (("EPILOGUE_SUBTILE", True), ("EPI_TMA", True))),
-                 # the halves with a sixth ring stage (a tuner candidate for short K loops, configs.DEEP_RING_STAGES)
+                 # the halves with a sixth ring stage (a tuner candidate for short K loops, policy.DEEP_RING_STAGES)
                  GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, DEEP_RING_STAGES, (("EPILOGUE_SUBTILE", True),)),
                  # the epilogue as a loop over slices read back from shared memory: the consumers' shared
                  # whole-tile buffer on halves (a tuner candidate), a half-tile buffer each on quarters
@@ -112,7 +113,7 @@ def run(sizes=((257, 193, 129, 3), (1024, 768, 512, 2)), dtypes=("float32", "flo
                  GemmConfig("pingpong", 128, 128, 64, 8, 1, 8, 5, (("EPILOGUE_SUBTILE", 4), ("EPI_LOOP", True))),
                  # the epilogue in the accumulator's wgmma layout, with the loader's input ring (the tuner's
                  # configs for epilogues that store no M x N tile), on halves and two-warpgroup quarters, five
-                 # ring stages as the tuner runs them (configs.MMA_TMA_STAGES: 2 KiB left for barriers and
+                 # ring stages as the tuner runs them (policy.MMA_TMA_STAGES: 2 KiB left for barriers and
                  # reduction scratch); and as a runtime loop over the register-carried halves
                  GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 5,
                             (("EPILOGUE_SUBTILE", True), ("EPI_TMA", True), ("EPI_MMA", True))),
@@ -142,7 +143,7 @@ def run(sizes=((257, 193, 129, 3), (1024, 768, 512, 2)), dtypes=("float32", "flo
             for tm, tn, dname in shapes:
                 dtype = getattr(torch, dname)
                 # a persistent_tma config sized for 16-bit operands may not fit wider ones (64x64x128 on six stages
-                # in float32: 384 KiB), which the tuner never offers unscaled (configs._scale_for_dtype)
+                # in float32: 384 KiB), which the tuner never offers unscaled (policy._scale_for_dtype)
                 if cfg.template == "persistent_tma" and not fits_smem(cfg, dtype, info):
                     continue
                 case = Case(f"template_{cfg.short()}_{name}", ex.fn,

@@ -751,6 +751,7 @@ def test_skinny_probe_configs_are_valid_hopper_configs():
 
     from benchmarks.skinny_probe import configs
     from evtorch.codegen import configs as cfgmod
+    from evtorch.codegen import policy
 
     hopper = cfgmod.DeviceInfo("cuda", "NVIDIA H100 80GB HBM3", (9, 0), 132, 232448)
     forced = configs(128, 4096, 4096)
@@ -758,7 +759,7 @@ def test_skinny_probe_configs_are_valid_hopper_configs():
         assert cfgmod.fits_smem(cfg, torch.bfloat16, hopper), name
         if cfg.template == "splitk":
             assert 4096 // (cfg.BLOCK_K * cfg.SPLIT_K) >= 4, name
-    offered = {(c.BLOCK_M, c.BLOCK_N, c.BLOCK_K, c.num_stages) for c in cfgmod._persistent_space(
-        torch.bfloat16, cfgmod._FEW_ROWS_16)}
+    offered = {(c.BLOCK_M, c.BLOCK_N, c.BLOCK_K, c.num_stages) for c in policy._persistent_space(
+        torch.bfloat16, policy._FEW_ROWS_16)}
     probed = {(c.BLOCK_M, c.BLOCK_N, c.BLOCK_K, c.num_stages) for c in forced.values()}
     assert offered <= probed

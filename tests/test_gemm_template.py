@@ -20,7 +20,9 @@ from hypothesis import strategies as st
 import torch
 
 from evtorch.codegen import configs as cfgmod
-from evtorch.codegen.configs import DeviceInfo, GemmConfig, candidate_configs, cdiv, heuristic_config
+from evtorch.codegen import policy
+from evtorch.codegen.configs import DeviceInfo, GemmConfig, cdiv
+from evtorch.codegen.policy import candidate_configs, heuristic_config
 from evtorch.codegen.gemm_template import HEADER, RENDERABLE, kernel_symbol, render_gemm, render_gemm_kernels
 from evtorch.runtime import autotune, knobs, source_cache
 from evtorch.runtime.gemm_launch import (
@@ -433,7 +435,7 @@ def test_programs_per_sm_pruning():
 ])
 def test_few_rows_heuristic_takes_the_largest_tma_tile_that_fills_the_gpu(shape, tile):
     """Fewer than a wave of 128x128 tiles on Hopper (inference batches): the persistent TMA kernel on the largest
-    tile whose tiles fill three quarters of the SMs, small tiles on deep rings (configs._FEW_ROWS_16), where the
+    tile whose tiles fill three quarters of the SMs, small tiles on deep rings (policy._FEW_ROWS_16), where the
     portable and split-K picks ran 1.2-1.5x slower (benchmarks/skinny_probe.py, H100); those tiles are also in
     the tuner's list."""
     M, N, K = shape
@@ -457,7 +459,7 @@ def test_few_rows_heuristic_splits_k_only_below_a_sixth_of_the_sms(shape, split)
     rows"); below it split-K over 16x64x128 tiles. The few-rows tiles head the tuner's list either way (at
     256x1024x8192 the tuner never timed 64x64x128 behind the split-K and small portable tiles that fill the GPU)."""
     M, N, K = shape
-    assert cfgmod.splitk_worthwhile(M, N, K, 1, H100)
+    assert policy.splitk_worthwhile(M, N, K, 1, H100)
     cfg = heuristic_config(M, N, K, torch.bfloat16, H100, tma_ok=True)
     if split:
         assert (cfg.template, cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K) == ("splitk", 16, 64, 128)
@@ -502,7 +504,7 @@ def test_few_rows_order_leaves_full_wave_lists_alone(monkeypatch):
 
     full, few = ((8192, 8192, 4096), (8192, 4096, 1024), (4096, 4096, 4096)), ((256, 1024, 8192),)
     with_rule = lists(full + few)
-    monkeypatch.setattr(cfgmod, "_few_rows_space", lambda *a: set())
+    monkeypatch.setattr(policy, "_few_rows_space", lambda *a: set())
     without = lists(full + few)
     assert with_rule[:3] == without[:3]
     assert with_rule[3] != without[3]
@@ -540,13 +542,13 @@ def test_heuristic_config_is_always_a_valid_first_candidate(M, N, K, L, dtype, t
     cfg = heuristic_config(M, N, K, dtype, dev, L=L, tma_ok=tma_ok, allow_tf32=tf32)
     assert cfgmod.fits_smem(cfg, dtype, dev)
     if cfg.template == "persistent_tma":
-        assert cfgmod.tma_template_allowed(dtype, dev, tma_ok, tf32)
+        assert policy.tma_template_allowed(dtype, dev, tma_ok, tf32)
     if cfg.template == "splitk" and cfg.flag("TMA_LOADS"):
-        assert cfgmod.splitk_tma_worthwhile(M, N, K, L, dtype, dev, tma_ok, tf32) and cfg.SPLIT_K >= 2
+        assert policy.splitk_tma_worthwhile(M, N, K, L, dtype, dev, tma_ok, tf32) and cfg.SPLIT_K >= 2
         assert K >= 4 * cfg.SPLIT_K * cfg.BLOCK_K  # at least four K blocks a split
         assert cdiv(M, cfg.BLOCK_M) * cdiv(N, cfg.BLOCK_N) * L * cfg.SPLIT_K <= dev.num_sms  # one wave
     elif cfg.template == "splitk":
-        assert cfgmod.splitk_worthwhile(M, N, K, L, dev) and cfg.SPLIT_K >= 2
+        assert policy.splitk_worthwhile(M, N, K, L, dev) and cfg.SPLIT_K >= 2
         assert K >= cfg.SPLIT_K * cfg.BLOCK_K
     assert candidate_configs(M, N, K, dtype, dev, L=L, tma_ok=tma_ok, allow_tf32=tf32)[0] == cfg
 
@@ -578,7 +580,7 @@ def test_candidates_pruned(dev, dtype, tf32, shape):
         if c.template == "persistent_tma":
             assert dev.capability[0] == 9 and tensor_cores
         if c.template == "splitk":
-            assert cfgmod.splitk_worthwhile(M, N, K, 1, dev) and c.SPLIT_K >= 2
+            assert policy.splitk_worthwhile(M, N, K, 1, dev) and c.SPLIT_K >= 2
         if not tensor_cores:  # FMA path: big tiles spill
             assert c.BLOCK_M * c.BLOCK_N <= 128 * 64
     templates = {c.template for c in cands}

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 import evtorch as evt
 from evtorch.codegen import gluon_template
-from evtorch.codegen.configs import (DEEP_RING_STAGES, MMA_TMA_STAGES, DeviceInfo, GemmConfig, candidate_configs,
-                                     fits_smem, for_epilogue)
+from evtorch.codegen.configs import DeviceInfo, GemmConfig, fits_smem
+from evtorch.codegen.policy import DEEP_RING_STAGES, MMA_TMA_STAGES, candidate_configs, for_epilogue
 from evtorch.examples import EXAMPLES, eager_reference
 from evtorch.runtime.gemm_launch import grid_tiles, resolve_config
 

@@ -289,7 +289,7 @@ def test_epilogue_in_mma_layout(name):
     reductions and atomics in that layout): ragged halves with the prefetch rule; many tiles with column-major B
     on quarters; the loader's input ring (EPI_TMA, the tuner's use) in fp16, deterministic; consumers of two
     warpgroups; fewer tiles than programs; the tuner's config (the loader's ring on five stages,
-    configs.MMA_TMA_STAGES) on ragged tiles with column-major B, deterministic."""
+    policy.MMA_TMA_STAGES) on ragged tiles with column-major B, deterministic."""
     _check(name, 1000, 776, 520, pp(2, 5, EPI_MMA=True))
     _check(name, 4096, 4096, 768, pp(4, 5, EPI_MMA=True, PREFETCH=0), b_col=True, seed=1)
     _check(name, 4096, 3000, 1000, pp(2, 4, EPI_MMA=True, EPI_TMA=True), dtype=torch.float16, seed=2,
@@ -342,11 +342,11 @@ _INPUTLESS = {"identity": Example(lambda acc: acc, lambda M, N, device, dtype: {
 def test_deep_ring_in_mma_layout(name):
     """The deep ring (DEEP_RING_STAGES) in the wgmma layout with TMA-stored outputs on the fewest slices whose
     output buffers fit beside six stages (one output: halves; two: quarters): for an epilogue without M x N inputs,
-    the config the tuner converts it to (``configs.for_epilogue``), on ragged tiles, many per program, with
+    the config the tuner converts it to (``policy.for_epilogue``), on ragged tiles, many per program, with
     column-major B, and in fp16, deterministic; every example forced onto it too (those with M x N inputs load
     them in the wgmma layout)."""
     from evtorch.api import get_epilogue
-    from evtorch.codegen.configs import DEEP_RING_STAGES, for_epilogue
+    from evtorch.codegen.policy import DEEP_RING_STAGES, for_epilogue
     from evtorch.codegen.program import build_program
 
     ex = _INPUTLESS.get(name) or EXAMPLES[name]

@@ -47,7 +47,7 @@ stays a config flag.
 
 Scope: 16-bit operands (wgmma from shared memory), row-major A, row- or column-major B, no batch (L == 1), K > 0;
 elsewhere the launcher runs a ping-pong config as persistent_tma (``gemm_launch.resolve_config``), and the tuner
-offers it only on Hopper (``configs.pingpong_allowed``). Register budget: 12 warps (two consumer
+offers it only on Hopper (``policy.pingpong_allowed``). Register budget: 12 warps (two consumer
 warpgroups and the loader's warpgroup) share 64K registers: launched with ``maxnreg`` = 168, the loader drops to
 24 and each consumer rises to 240 (``setmaxnreg``), i.e. 112 registers beside a 128-register accumulator.
 
@@ -78,9 +78,9 @@ not what sets its length. A flag the tuner does not offer.
 of the slice's width), so moving a slice to it is a no-op instead of a round trip through shared memory; the
 epilogue's global loads and stores are then 4-byte pieces instead of 16-byte vectors. On the H200 that paid where
 the epilogue stores no M x N tile and its input comes through the loader (bce_loss at 8192x4096x1024: 1.41 ->
-1.33 x cuBLAS) and lost 6-40% where it stores tiles, so ``configs.for_epilogue`` turns it on for the EPI_TMA
+1.33 x cuBLAS) and lost 6-40% where it stores tiles, so ``policy.for_epilogue`` turns it on for the EPI_TMA
 candidates of epilogues without tile stores. Converting nothing, it needs no shared-memory scratch either, which
-leaves room for a fifth A / B ring stage beside the loader's input slices (``configs.MMA_TMA_STAGES``).
+leaves room for a fifth A / B ring stage beside the loader's input slices (``policy.MMA_TMA_STAGES``).
 
 **TMA_STORE = T**: the epilogue's T M x N outputs come back from ``<fn>_st`` / ``<fn>_pf_st`` instead of being
 stored by it; the consumer writes each slice's value into a shared buffer (output 0 into the EPI_TMA input's slice
@@ -88,7 +88,7 @@ buffer it has just read, released to the loader at its next main loop; the other
 reused once ``tma.store_wait`` says the previous slice's store has read it) and a TMA store copies it out. With
 EPI_MMA that gives tile-storing epilogues the wgmma layout without 4-byte stores: on the H200 at 8192x4096x1024
 rowreduce_tanh 1.31 -> 1.24 and dgelu_bgrad 1.50 -> 1.42 x cuBLAS (docs/benchmarks.md, "Tile outputs stored by
-TMA"); ``configs.for_epilogue`` decides where the tuner uses it.
+TMA"); ``policy.for_epilogue`` decides where the tuner uses it.
 """
 
 from __future__ import annotations

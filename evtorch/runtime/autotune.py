@@ -45,7 +45,7 @@ def shape_bucket(size: int) -> int:
 
 
 # Tile edge by which ``problem_buckets`` counts a few-tile problem's rows and columns (the largest tile the
-# few-tile configs use, and the unit of the tile counts that decide among them: configs._few_rows_config,
+# few-tile configs use, and the unit of the tile counts that decide among them: policy._few_rows_config,
 # wave_split_k).
 FEW_TILE_EDGE = 128
 

@@ -16,7 +16,8 @@ import math
 
 import torch
 
-from ..codegen.configs import GemmConfig, candidate_configs, device_info, for_epilogue, heuristic_config
+from ..codegen.configs import GemmConfig, device_info
+from ..codegen.policy import candidate_configs, for_epilogue, heuristic_config
 from ..codegen.program import KERNEL_BASE, build_program
 from ..codegen.reductions import buffer_shape
 from ..codegen.vector_stage import VBLOCK
