@@ -28,9 +28,7 @@ and ragged shapes, plus torch.compile fullgraph (default and ``mode="reduce-over
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import statistics
 import sys
 import time
 import traceback

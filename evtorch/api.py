@@ -15,7 +15,7 @@ import torch
 from .epilogue import Epilogue, normalize_keep
 from .errors import EpilogueError, EpilogueTypeError, ShapeError
 from .frontend.proxy import TracedTensor
-from .frontend.signature import check_keywords, epilogue_params, input_spec
+from .frontend.signature import check_keywords, input_spec
 from .integration import dispatch as _integration
 from .ops.registry import FLOAT_ONLY, REGISTRY, define
 from .runtime import knobs

@@ -21,7 +21,7 @@ import evtorch as evt
 
 from .examples import EXAMPLES
 from .ops import REGISTRY
-from .ops.registry import BOOL_ONLY, CAST, COMPARE, REDUCTION
+from .ops.registry import BOOL_ONLY, COMPARE, REDUCTION
 
 #: relative Frobenius tolerance per A/B dtype (fp32 with TF32 off)
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 1e-2, torch.float64: 1e-10}

@@ -333,7 +333,6 @@ def test_double_backward_is_a_clear_error():
 
 def test_op_without_derivative_is_a_clear_error():
     import triton
-    import triton.language as tl
 
     @triton.jit
     def _cube_tl(x):

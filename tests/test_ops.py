@@ -19,9 +19,9 @@ import torch.nn.functional as F
 import evtorch as evt
 import evtorch.frontend.proxy
 from evtorch.ops import REGISTRY
-from evtorch.ops.registry import BOOL_ONLY, CAST, COMPARE, FLOAT_ONLY, REDUCTION
+from evtorch.ops.registry import BOOL_ONLY, CAST, FLOAT_ONLY, REDUCTION
 
-from helpers import check_gemm, check_reference, eager_acc, operands, ops_in, rand, rand_int
+from helpers import check_gemm, check_reference, operands, ops_in, rand, rand_int
 
 M, N, K = 7, 13, 5
 

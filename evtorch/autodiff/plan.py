@@ -32,7 +32,7 @@ import torch
 from ..epilogue import Epilogue
 from ..frontend.tracer import InputSpec
 from ..ir.node import Node
-from ..ir.types import Stage, axes_str, dtype_name
+from ..ir.types import axes_str, dtype_name
 from .canonical import canonical_shape, space, walked_axes
 from .replay import Space, Values
 from .reverse import reverse

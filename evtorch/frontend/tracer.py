@@ -23,7 +23,7 @@ from ..ir.graph import Graph
 from ..ir.node import Node
 from ..ir.types import FLOAT_DTYPES, HALF_DTYPES, SUPPORTED_DTYPES, Stage, canonical, dtype_name, is_float
 from ..ops import REGISTRY
-from ..ops.registry import BOOL_ONLY, CAST, FLOAT_ONLY, REDUCTION, OpDef
+from ..ops.registry import BOOL_ONLY, FLOAT_ONLY, REDUCTION, OpDef
 from . import dims as D
 from .proxy import TracedTensor
 
