@@ -73,7 +73,7 @@ _FLAG_VALUES: dict[str, tuple[Any, ...]] = {"EPILOGUE_SUBTILE": (False, True, 1,
                                            "EPI_SMEM": (0, 1, 2), "CONSUMERS": (2, 3), "TMA_STORE": tuple(range(9))}
 
 
-def _from_registers(extra: dict[str, Any]) -> bool:
+def consumers_from_registers(extra: dict[str, Any]) -> bool:
     """Whether a ping-pong config's consumers run the epilogue on slices straight from their registers, inlined or
     in a runtime loop over the register-carried slices (EPI_LOOP), rather than in one of the schedules that move the
     accumulator first (EPI_SMEM: through shared memory, EPI_WG: to epilogue warpgroups). EPI_MMA and TMA_STORE
@@ -229,7 +229,7 @@ class GemmConfig:
                                  "needs EPILOGUE_SUBTILE 2 or 4 and no EPI_SMEM or EPI_WG, got EPILOGUE_SUBTILE="
                                  f"{extra.get('EPILOGUE_SUBTILE', False)!r}, EPI_SMEM={extra.get('EPI_SMEM', 0)}, "
                                  f"EPI_WG={extra.get('EPI_WG', 0)}")
-            if not _from_registers(extra):
+            if not consumers_from_registers(extra):
                 for flag, what in (("EPI_MMA", "EPI_MMA (the consumers' epilogue in the wgmma layout)"),
                                    ("TMA_STORE", f"TMA_STORE={extra.get('TMA_STORE')} (the consumers' tile outputs "
                                                  "stored by TMA)")):
@@ -391,7 +391,7 @@ class DeviceInfo:
 # Max opt-in shared memory per block by compute capability, used only if the runtime cannot tell us.
 _SMEM_BY_CAPABILITY = {(9, 0): 232448, (8, 0): 166912, (8, 7): 166912, (8, 6): 101376, (8, 9): 101376}
 # The device a Hopper-only choice is sized for where none is given (``policy.for_epilogue``).
-_HOPPER = DeviceInfo("cuda", "Hopper", (9, 0), 132, _SMEM_BY_CAPABILITY[(9, 0)])
+HOPPER = DeviceInfo("cuda", "Hopper", (9, 0), 132, _SMEM_BY_CAPABILITY[(9, 0)])
 
 
 @functools.lru_cache(maxsize=None)
@@ -428,14 +428,16 @@ def device_info(device: "torch.device | str | int | DeviceInfo | None" = None) -
     return _cuda_info(index)
 
 
-def _elem_bytes(dtype: torch.dtype) -> int:
+def elem_bytes(dtype: torch.dtype) -> int:
+    """Bytes per element of a GEMM operand dtype; a ValueError naming the dtypes a GEMM takes otherwise."""
     try:
         return DTYPE_BYTES[dtype]
     except KeyError:
         raise ValueError(f"dtype must be one of {list(DTYPE_BYTES)} for a GEMM, got {dtype}") from None
 
 
-def _check_sizes(M: int, N: int, K: int, L: int) -> None:
+def check_sizes(M: int, N: int, K: int, L: int) -> None:
+    """A ValueError naming the size that is not a non-negative int (the policy's entry points check first)."""
     for name, value in (("M", M), ("N", N), ("K", K), ("L", L)):
         if not isinstance(value, int) or value < 0:
             raise ValueError(f"{name} must be a non-negative int, got {value!r}")
@@ -468,7 +470,7 @@ def fits_smem(config: GemmConfig, dtype: torch.dtype, info: DeviceInfo) -> bool:
     if info.kind != "cuda":
         return True
     mma = config.template == "pingpong" and config.flag("EPI_MMA")
-    need = config.smem_bytes(_elem_bytes(dtype)) + (SMEM_HEADROOM_MMA if mma else SMEM_HEADROOM)
+    need = config.smem_bytes(elem_bytes(dtype)) + (SMEM_HEADROOM_MMA if mma else SMEM_HEADROOM)
     pps = config.programs_per_sm
     if pps == 1:
         return need <= info.smem_bytes

@@ -17,8 +17,8 @@ from fractions import Fraction
 
 import torch
 
-from evtorch.codegen.configs import (_HOPPER, DTYPE_BYTES, TMA_DTYPES, DeviceInfo, GemmConfig, _check_sizes,
-                                     _elem_bytes, _from_registers, cdiv, device_info, fits_registers, fits_shape,
+from evtorch.codegen.configs import (DTYPE_BYTES, HOPPER, TMA_DTYPES, DeviceInfo, GemmConfig, cdiv, check_sizes,
+                                     consumers_from_registers, device_info, elem_bytes, fits_registers, fits_shape,
                                      fits_smem, interpreter_config, next_pow2)
 
 
@@ -348,8 +348,8 @@ def candidate_configs(
     operands, small tiles for fp32 without TF32. On the interpreter or CPU the single small interpreter
     config is returned.
     """
-    _check_sizes(M, N, K, L)
-    _elem_bytes(dtype)
+    check_sizes(M, N, K, L)
+    elem_bytes(dtype)
     if max_candidates < 1:
         raise ValueError(f"max_candidates must be >= 1, got {max_candidates}")
     info = device_info(device)
@@ -434,7 +434,7 @@ def for_epilogue(candidates: list[GemmConfig], *, tma_input: bool, tile_stores: 
     1.24, dgelu_bgrad 1.50 -> 1.42, bias_gelu_aux 1.28 -> 1.23, colbcast_leaky and lincomb_relu level. An epilogue
     loading M x N inputs itself loses in the wgmma layout (4-byte loads: mixed_dag 2.00 -> 2.04-2.62), so its other
     configs keep the blocked layout."""
-    info = _HOPPER if info is None or info.kind != "cuda" else info
+    info = HOPPER if info is None or info.kind != "cuda" else info
     stored = tma_outputs if tile_stores else 0
     mma_ok = not tile_stores or stored > 0
 
@@ -460,7 +460,7 @@ def for_epilogue(candidates: list[GemmConfig], *, tma_input: bool, tile_stores: 
             continue
         if no_inputs and "PREFETCH" in dict(c.extra):  # nothing to prefetch: the rule's config
             c = dataclasses.replace(c, extra=tuple(x for x in c.extra if x[0] != "PREFETCH"))
-        from_registers = c.template == "pingpong" and _from_registers(dict(c.extra))
+        from_registers = c.template == "pingpong" and consumers_from_registers(dict(c.extra))
         # a conversion that does not fit leaves the config as it was (a from-registers config, or an EPI_TMA one
         # with its input) or drops it (an EPI_TMA config without that input would run as a near-copy of halves)
         if c.flag("EPI_TMA"):
@@ -565,8 +565,8 @@ def heuristic_config(
       8192x8192x4096 bf16 vs 459 for 128x128x32), elsewhere up to 128x128x32 with 4 stages; fp32 without
       TF32 (FMA path) at most 64x64; fp64 at most 64x64.
     """
-    _check_sizes(M, N, K, L)
-    _elem_bytes(dtype)
+    check_sizes(M, N, K, L)
+    elem_bytes(dtype)
     info = device_info(device)
     if info.kind != "cuda":
         return interpreter_config(M, N, K)
