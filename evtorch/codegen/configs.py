@@ -68,9 +68,10 @@ EXTRA_FLAGS: dict[str, type | tuple[type, ...]] = {
     "TMA_LOADS": bool,
 }
 # Values allowed for the int flags, and the value each flag takes when absent (dropped from ``extra``).
-_FLAG_VALUES: dict[str, tuple[Any, ...]] = {"EPILOGUE_SUBTILE": (False, True, 1, 2, 4, 8), "PROGRAMS_PER_SM": (1, 2, 3, 4),
-                                           "PREFETCH": (0, 1, 2, 3, 4), "EPI_WG": (0, 2, 3, 4),
-                                           "EPI_SMEM": (0, 1, 2), "CONSUMERS": (2, 3), "TMA_STORE": tuple(range(9))}
+_FLAG_VALUES: dict[str, tuple[Any, ...]] = {"EPILOGUE_SUBTILE": (False, True, 1, 2, 4, 8),
+                                           "PROGRAMS_PER_SM": (1, 2, 3, 4), "PREFETCH": (0, 1, 2, 3, 4),
+                                           "EPI_WG": (0, 2, 3, 4), "EPI_SMEM": (0, 1, 2), "CONSUMERS": (2, 3),
+                                           "TMA_STORE": tuple(range(9))}
 
 
 def consumers_from_registers(extra: dict[str, Any]) -> bool:

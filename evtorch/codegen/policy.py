@@ -546,9 +546,11 @@ def heuristic_config(
       torch.matmul (cuBLAS) on an H200 at 4096^3 and 8192x8192x4096 bf16 (690 / 668 TFLOP/s vs 703 / 684);
       the flatten / warp_specialize variants were within run-to-run noise (~2%) and are left to the tuner;
     - the same operands with 16 or more 128x128 tiles but less than a wave, and K >= 32 max(M, N) (weight
-      gradients: K = tokens; both shapes measured have K = 64 max(M, N), and at K = 16 max(M, N), 512x512x8192,
-      the few-rows tile unsplit ran 1.256 x cuBLAS, TMA split-K not timed): split-K over TMA loads on 128x128x64 tiles, the splits that fill one wave
-      (``wave_split_k``): 1024x1024x65536 1.080 x cuBLAS on an H100 against 1.694 for the few-rows tile, and
+      gradients: K = tokens; the shapes measured to gain have K = 64 max(M, N); at K = 16 max(M, N),
+      1024x1024x16384, the few-rows 64x128 unsplit ran 1.065 x cuBLAS against 1.164 for the split, H200):
+      split-K over TMA loads on 128x128x64 tiles, the splits that fill one wave (``wave_split_k``, any count):
+      1024x1024x65536 1.080 x cuBLAS on an H100 against 1.694 for the few-rows tile, 768x768x49152 1.20 on three
+      splits (H200, 1.60 on two), and
       512x512x32768 1.248 against 1.578 (docs/benchmarks.md, "Split-K over TMA loads");
     - the same operands with fewer tiles, but at least 64 rows and columns: persistent_tma on the largest tile
       that fills the GPU, down to 64x64x128 on six stages (``_few_rows_config``);
@@ -584,7 +586,8 @@ def heuristic_config(
     few_rows = _few_rows_config(M, N, K, L, dtype, info, tma_ok, allow_tf32)
     if few_rows is not None and few_rows[1]:
         return few_rows[0]
-    if splitk_worthwhile(M, N, K, L, info) and (few_rows is None or not _fills(few_rows[0], M, N, L, info, SPLIT_BELOW_SHARE)):
+    few_fill = few_rows is not None and _fills(few_rows[0], M, N, L, info, SPLIT_BELOW_SHARE)
+    if splitk_worthwhile(M, N, K, L, info) and not few_fill:
         bm, bn, bk, stages = _scale_for_dtype(16, 64, 128, 4, dtype)
         base = GemmConfig("splitk", bm, bn, bk, 8, 1, 4, stages)
         split = choose_split_k(M, N, K, L, base, info)
