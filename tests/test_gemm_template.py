@@ -956,6 +956,23 @@ def test_tune_keys_count_tiles_below_a_wave(a, b, shared):
     assert "mnk=768x768x65536" in key((768, 768, 49152)) and "mnk=1024x1024x65536" in key((768, 768, 49152), None)
 
 
+@given(M=st.integers(1, 4096), N=st.integers(1, 4096), K=st.integers(1, 70000), L=st.sampled_from([1, 2, 5]),
+       sms=st.sampled_from([None, 78, 108, 132]))
+@settings(max_examples=300, deadline=None)
+def test_problem_buckets_cover_the_problem(M, N, K, L, sms):
+    """Every bucket holds its problem; below a wave of 128x128 tiles M and N above 128 go to the next multiple of
+    128 (so the bucket has as many 128-row and -column tiles as the problem), else to powers of two."""
+    bm, bn, bk, bl = autotune.problem_buckets(M, N, K, L, sms)
+    pow2 = [autotune.shape_bucket(v) for v in (M, N, K, L)]
+    assert (bk, bl) == (pow2[2], pow2[3]) and bm >= M and bn >= N
+    few = sms is not None and -(-M // 128) * -(-N // 128) * L < sms
+    for size, bucket, p2 in ((M, bm, pow2[0]), (N, bn, pow2[1])):
+        if few and size > 128:
+            assert bucket % 128 == 0 and bucket - size < 128
+        else:
+            assert bucket == p2
+
+
 def shape_bucket_differs(a, b) -> bool:
     return [autotune.shape_bucket(v) for v in a] != [autotune.shape_bucket(v) for v in b]
 
