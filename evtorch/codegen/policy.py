@@ -17,9 +17,9 @@ from fractions import Fraction
 
 import torch
 
-from evtorch.codegen.configs import (DTYPE_BYTES, HOPPER, TMA_DTYPES, DeviceInfo, GemmConfig, cdiv, check_sizes,
-                                     consumers_from_registers, device_info, elem_bytes, fits_registers, fits_shape,
-                                     fits_smem, interpreter_config, next_pow2)
+from evtorch.codegen.configs import (DTYPE_BYTES, HOPPER, SMEM_HEADROOM, TMA_DTYPES, DeviceInfo, GemmConfig, cdiv,
+                                     check_sizes, consumers_from_registers, device_info, elem_bytes, fits_registers,
+                                     fits_shape, fits_smem, interpreter_config, next_pow2)
 
 
 def splitk_worthwhile(M: int, N: int, K: int, L: int, info: DeviceInfo) -> bool:
@@ -38,6 +38,23 @@ def choose_split_k(M: int, N: int, K: int, L: int, config: GemmConfig, info: Dev
     while split < 16 and tiles * split < info.num_sms and K // (config.BLOCK_K * split * 2) >= 4:
         split *= 2
     return max(split, 2)
+
+
+def resident_split_k(M: int, N: int, K: int, L: int, config: GemmConfig, dtype: torch.dtype,
+                     info: DeviceInfo) -> int:
+    """Smallest power of two <= 16 whose programs reach three quarters of what the SMs hold at once, counting the
+    programs one SM's shared memory holds (a 16x64x128 tile on four stages takes 80 KiB: two per Hopper SM), and
+    leaving each split at least 4 K-blocks; at least 2. The heuristic's 16-row split-K tile: ``choose_split_k``
+    counts one program per SM, so 80 tiles (128x640) took 2 splits, 160 programs for 264 slots, 1.805 x cuBLAS,
+    where 4 ran 1.548 (H200); at 64 tiles both rules give 4 (64x1024x8192: 1.187, against 1.338 on 2 and 1.406
+    on 8, H100)."""
+    tiles = cdiv(M, config.BLOCK_M) * cdiv(N, config.BLOCK_N) * max(L, 1)
+    per_block = config.smem_bytes(elem_bytes(dtype)) + SMEM_HEADROOM + 1024  # the hardware's 1 KiB per block
+    slots = info.num_sms * max(1, (info.smem_bytes + 1024) // per_block)
+    split = 2
+    while split < 16 and 4 * tiles * split < 3 * slots and K // (config.BLOCK_K * split * 2) >= 4:
+        split *= 2
+    return split
 
 
 def wave_split_k(M: int, N: int, K: int, L: int, config: GemmConfig, info: DeviceInfo) -> int:
@@ -507,8 +524,10 @@ def _fills_gpu(config: GemmConfig, M: int, N: int, L: int, info: DeviceInfo) -> 
 # (64x1024x8192, 128x512x16384, 256x256x16384) split-K over 16x64x128 ran 1.19-1.43 / 1.39-1.63 against
 # 1.40-1.97 / 1.61-2.15 unsplit; on 32 (128x1024x8192, 256x512x8192) 64x64x128 unsplit ran 1.34-1.45 / 1.52-1.72
 # against 1.44-1.75 / 1.61-1.95 for the heuristic's split-K; on 64 (256x1024x8192, 512x512x8192, 128x2048x8192)
-# 1.16-1.22 / 1.31-1.43 against 2.46-2.58 for the heuristic's split-K then.
-SPLIT_BELOW_SHARE = Fraction(1, 6)
+# 1.16-1.22 / 1.31-1.43 against 2.46-2.58 for the heuristic's split-K then. Between them, on an H200 (2026-11-28,
+# identity): on 24 tiles 64x1536x8192 split 4 ways ran 1.224 against 1.327 unsplit, 128x768x8192 1.552 against
+# 1.580; on 20, 128x640x8192, 1.548 against 1.541. So a fifth (26 tiles on 132 SMs): 24 split, 32 not.
+SPLIT_BELOW_SHARE = Fraction(1, 5)
 
 
 def _fit_stages(config: GemmConfig, dtype: torch.dtype, info: DeviceInfo) -> GemmConfig:
@@ -555,9 +574,9 @@ def heuristic_config(
     - the same operands with fewer tiles, but at least 64 rows and columns: persistent_tma on the largest tile
       that fills the GPU, down to 64x64x128 on six stages (``_few_rows_config``);
     - fewer tiles than that (less than ``SPLIT_BELOW_SHARE`` of the SMs) and a long K: split-K over 16x64x128
-      tiles, the split that brings the programs to about
-      a wave (``choose_split_k``): fewer, longer splits than 64x64 tiles need for as many programs, so a
-      quarter of the partials to write and sum. On an H100 through ``evt.gemm`` (docs/benchmarks.md, "Few rows"):
+      tiles, the split that brings the programs to three quarters of what the SMs hold at once
+      (``resident_split_k``): fewer, longer splits than 64x64 tiles need for as many programs, so a quarter of
+      the partials to write and sum. On an H100 through ``evt.gemm`` (docs/benchmarks.md, "Few rows"):
       1.166 / 1.300 x cuBLAS at 64x1024x8192 / 128x512x16384 (split 4), where 64x64 tiles took 1.64-1.70 on 8
       splits and 1.90-2.05 on the 16 they were given here before; at 256x256x16384 the tuner timed it 1.45
       against 2.00 for 64x64 on 16 splits;
@@ -590,7 +609,7 @@ def heuristic_config(
     if splitk_worthwhile(M, N, K, L, info) and not few_fill:
         bm, bn, bk, stages = _scale_for_dtype(16, 64, 128, 4, dtype)
         base = GemmConfig("splitk", bm, bn, bk, 8, 1, 4, stages)
-        split = choose_split_k(M, N, K, L, base, info)
+        split = resident_split_k(M, N, K, L, base, dtype, info)
         return _fit_stages(GemmConfig("splitk", bm, bn, bk, 8, split, 4, stages), dtype, info)
     if few_rows is not None:
         return few_rows[0]
