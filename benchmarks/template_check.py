@@ -74,7 +74,7 @@ def main() -> int:
 
     from evtorch.codegen.configs import GemmConfig, device_info
     from evtorch.codegen.policy import candidate_configs, heuristic_config
-    from evtorch.codegen.gemm_template import HEADER, render_gemm_kernels
+    from evtorch.testing import store_module_source
     from evtorch.runtime import autotune
     from evtorch.runtime.gemm_launch import gemm_problem, launch_gemm, resolve_config, tma_eligible
     from evtorch.runtime.source_cache import load_module
@@ -87,17 +87,7 @@ def main() -> int:
     log("ENV", json.dumps(env))
     results = {"env": env, "correctness": [], "variants": [], "timing": [], "tuning": None, "kernels": []}
 
-    epilogue = '''
-@triton.jit
-def epi_store(acc, offs_m, offs_n, pid_m, pid_n, pid_l, M, N, L, EVEN_M, EVEN_N, INDEX_DTYPE,
-              out_ptr, s_ol, s_om, s_on):
-    mask = (offs_m < M)[:, None] & (offs_n < N)[None, :]
-    ptrs = (out_ptr + pid_l.to(tl.int64) * s_ol + offs_m.to(tl.int64)[:, None] * s_om
-            + offs_n.to(tl.int64)[None, :] * s_on)
-    tl.store(ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask)
-'''
-    src = HEADER + epilogue + "\n\n" + render_gemm_kernels("g", "epi_store", ["out_ptr", "s_ol", "s_om", "s_on"])
-    mod = load_module(src, "template_check")
+    mod = load_module(store_module_source(), "template_check")
 
     def run(A, B, cfg, allow_tf32=False, out=None):
         p = gemm_problem(A, B)

@@ -23,6 +23,29 @@ from .examples import EXAMPLES
 from .ops import REGISTRY
 from .ops.registry import BOOL_ONLY, COMPARE, REDUCTION
 
+# The smallest epilogue the template contract admits: the accumulator stored, in the output's dtype, into
+# out[L, M, N]. The template tests and benchmarks/template_check.py check and time the GEMM templates through it,
+# without the epilogue compiler in the way.
+STORE_EPILOGUE = '''
+@triton.jit
+def epi_store(acc, offs_m, offs_n, pid_m, pid_n, pid_l, M, N, L, EVEN_M, EVEN_N, INDEX_DTYPE,
+              out_ptr, s_ol, s_om, s_on):
+    mask = (offs_m < M)[:, None] & (offs_n < N)[None, :]
+    ptrs = (out_ptr + pid_l.to(tl.int64) * s_ol + offs_m.to(tl.int64)[:, None] * s_om
+            + offs_n.to(tl.int64)[None, :] * s_on)
+    tl.store(ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask)
+'''
+
+
+def store_module_source(prefix: str = "g") -> str:
+    """Source of a module with every GEMM template's kernels (names prefixed ``prefix``) around ``STORE_EPILOGUE``;
+    launched with ``out_ptr`` and its three strides as the epilogue's parameters."""
+    from .codegen.gemm_template import HEADER, render_gemm_kernels
+
+    params = ["out_ptr", "s_ol", "s_om", "s_on"]
+    return HEADER + STORE_EPILOGUE + "\n\n" + render_gemm_kernels(prefix, "epi_store", params)
+
+
 #: relative Frobenius tolerance per A/B dtype (fp32 with TF32 off)
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 1e-2, torch.float64: 1e-10}
 

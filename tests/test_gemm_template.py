@@ -25,6 +25,7 @@ from evtorch.codegen.configs import DeviceInfo, GemmConfig, cdiv
 from evtorch.codegen.policy import candidate_configs, heuristic_config
 from evtorch.codegen.gemm_template import HEADER, RENDERABLE, kernel_symbol, render_gemm, render_gemm_kernels
 from evtorch.runtime import autotune, knobs, source_cache
+from evtorch.testing import store_module_source
 from evtorch.runtime.gemm_launch import (
     gemm_problem,
     grid_tiles,
@@ -40,16 +41,6 @@ pytestmark = pytest.mark.interpreter
 
 H100 = DeviceInfo("cuda", "NVIDIA H100 80GB HBM3", (9, 0), 132, 232448)
 A100 = DeviceInfo("cuda", "NVIDIA A100-SXM4-80GB", (8, 0), 108, 166912)
-
-STORE_EPILOGUE = '''
-@triton.jit
-def epi_store(acc, offs_m, offs_n, pid_m, pid_n, pid_l, M, N, L, EVEN_M, EVEN_N, INDEX_DTYPE,
-              out_ptr, s_ol, s_om, s_on):
-    mask = (offs_m < M)[:, None] & (offs_n < N)[None, :]
-    ptrs = (out_ptr + pid_l.to(tl.int64) * s_ol + offs_m.to(tl.int64)[:, None] * s_om
-            + offs_n.to(tl.int64)[None, :] * s_on)
-    tl.store(ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask)
-'''
 
 # Writes the tile coordinates the epilogue was given, to check the per-tile workspace contract.
 PID_EPILOGUE = '''
@@ -88,8 +79,7 @@ def cache_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def store_module(cache_dir):
-    src = HEADER + STORE_EPILOGUE + "\n\n" + render_gemm_kernels("g", "epi_store", ["out_ptr", "s_ol", "s_om", "s_on"])
-    return source_cache.load_module(src, "test_store")
+    return source_cache.load_module(store_module_source(), "test_store")
 
 
 @pytest.fixture(scope="module")
