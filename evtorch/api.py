@@ -175,22 +175,23 @@ def row_index(x) -> TracedTensor:
     """The global row coordinate m of every element of ``x`` (a traced value shaped like acc), as int64.
 
     On a real tensor (the epilogue called eagerly, as its own reference) it is the same coordinate grid."""
-    if isinstance(x, torch.Tensor) and not isinstance(x, TracedTensor):
-        return _eager_index(x, -2, "evt.row_index")
-    if not isinstance(x, TracedTensor):
-        raise EpilogueTypeError(f"evt.row_index takes the traced acc (inside an epilogue), got {type(x).__name__}")
-    return x.tracer.index(x, -2, "evt.row_index")
+    return _coordinate(x, -2, "evt.row_index")
 
 
 def col_index(x) -> TracedTensor:
     """The global column coordinate n of every element of ``x`` (a traced value shaped like acc), as int64.
 
     On a real tensor (the epilogue called eagerly, as its own reference) it is the same coordinate grid."""
+    return _coordinate(x, -1, "evt.col_index")
+
+
+def _coordinate(x, dim: int, name: str):
+    """``name``'s coordinate along ``dim`` (-2 rows, -1 columns): traced inside an epilogue, a grid on a tensor."""
     if isinstance(x, torch.Tensor) and not isinstance(x, TracedTensor):
-        return _eager_index(x, -1, "evt.col_index")
+        return _eager_index(x, dim, name)
     if not isinstance(x, TracedTensor):
-        raise EpilogueTypeError(f"evt.col_index takes the traced acc (inside an epilogue), got {type(x).__name__}")
-    return x.tracer.index(x, -1, "evt.col_index")
+        raise EpilogueTypeError(f"{name} takes the traced acc (inside an epilogue), got {type(x).__name__}")
+    return x.tracer.index(x, dim, name)
 
 
 def _eager_index(x: torch.Tensor, dim: int, what: str) -> torch.Tensor:
