@@ -149,8 +149,10 @@ def main(argv=None) -> int:
             print(f"{shape:16s} {name:14s} cuBLAS {cublas * 1e3:7.1f} us | heuristic {h['x_cublas']:.3f} "
                   f"({h['config']}, err {h['max_err']:.1e}) | tuned {ms / cublas:.3f} ({row['tuned']['best']}) | "
                   + " ".join(f"{k} {v / cublas:.3f}" for v, k in best), flush=True)
-            (out / "skinny.json").write_text(json.dumps({"device": torch.cuda.get_device_name(), "rows": rows},
-                                                        indent=1))
+            meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+                    "argv": sys.argv[1:] if argv is None else list(argv),
+                    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0))}
+            (out / "skinny.json").write_text(json.dumps({**meta, "rows": rows}, indent=1))
     print(f"done in {time.time() - t0:.0f} s")
     return 0
 
