@@ -956,11 +956,11 @@ def test_tune_keys_count_tiles_below_a_wave(a, b, shared):
 @settings(max_examples=300, deadline=None)
 def test_problem_buckets_cover_the_problem(M, N, K, L, sms):
     """Every bucket holds its problem; below a wave of 128x128 tiles M and N above 128 go to the next multiple of
-    128 (so the bucket has as many 128-row and -column tiles as the problem), else to powers of two."""
+    128 (so the bucket has as many 128-row and -column tiles as the problem) and L is exact, else powers of two."""
     bm, bn, bk, bl = autotune.problem_buckets(M, N, K, L, sms)
     pow2 = [autotune.shape_bucket(v) for v in (M, N, K, L)]
-    assert (bk, bl) == (pow2[2], pow2[3]) and bm >= M and bn >= N
     few = sms is not None and -(-M // 128) * -(-N // 128) * L < sms
+    assert bk == pow2[2] and bl == (L if few else pow2[3]) and bm >= M and bn >= N
     for size, bucket, p2 in ((M, bm, pow2[0]), (N, bn, pow2[1])):
         if few and size > 128:
             assert bucket % 128 == 0 and bucket - size < 128

@@ -53,7 +53,7 @@ FEW_TILE_EDGE = 128
 def problem_buckets(M: int, N: int, K: int, L: int, num_sms: int | None = None) -> tuple[int, int, int, int]:
     """The (M, N, K, L) a tuning result is shared by: powers of two (``shape_bucket``), except that a problem with
     fewer than ``num_sms`` tiles of 128x128 (less than one wave) has M and N above 128 rounded up to multiples of
-    128 instead. Why: there the best tile and split depend on the exact tile count, which a power-of-two bucket
+    128 instead, and L exact (the batch multiplies the tile count just as they do). Why: there the best tile and split depend on the exact tile count, which a power-of-two bucket
     spans up to 2x of: 640x640x40960 and 768x768x49152 share the bucket 1024x1024x65536, and the split-K tuned for
     768x768 (3 splits of 36 tiles, 1.20 x cuBLAS) ran 1.60 x cuBLAS at 640x640, where 5 splits of its 25 tiles ran
     1.20 (H200, 2026-11-28, docs/benchmarks.md "Split-K over TMA loads"). Above a wave the 128x256 persistent kernel
@@ -65,7 +65,7 @@ def problem_buckets(M: int, N: int, K: int, L: int, num_sms: int | None = None) 
     def edge(v: int, bucket: int) -> int:
         return bucket if v <= FEW_TILE_EDGE else cdiv(v, FEW_TILE_EDGE) * FEW_TILE_EDGE
 
-    return edge(M, pow2[0]), edge(N, pow2[1]), pow2[2], pow2[3]
+    return edge(M, pow2[0]), edge(N, pow2[1]), pow2[2], L
 
 
 def _triton_version() -> str:
