@@ -207,6 +207,34 @@ def test_random_dags_through_the_persistent_template(case, schedule):
 
 
 @pytest.mark.interpreter
+@settings(max_examples=24, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(case=dag_cases(dtypes=(torch.float32, torch.float16), exclude_ops=frozenset({"cast"})),
+       split=st.sampled_from([2, 3, 5]), tma_loads=st.booleans())
+def test_random_dags_through_split_k(case, split, tma_loads):
+    """Random DAGs through split-K: the partial kernel over 2, 3 or 5 runs of K blocks (uneven, some empty), on
+    pointer loads or TMA loads, then the reduce kernel's one epilogue call on the summed tile, reductions and the
+    vector stage included; poisoned outputs. With TMA loads A and B are redrawn with K = 48 (three 16-deep K
+    blocks) and B column-major, which TMA takes whatever M and N are."""
+    import types
+    os.environ["EVTORCH_POISON"] = "1"
+    note(f"{case!r} SPLIT_K={split} TMA_LOADS={tma_loads}")
+    A, B = case.A, case.B
+    extra = ()
+    if tma_loads:
+        A = torch.randn(*case.A.shape[:-1], 48, dtype=case.A.dtype) / 4
+        N = case.B.shape[-1]
+        B = torch.randn(*case.B.shape[:-2], N, 48, dtype=case.B.dtype).transpose(-1, -2) / 4
+        extra = (("TMA_LOADS", True),)
+    cfg = GemmConfig("splitk", 16, 16, 16, 2, split, 4, 1, extra)
+    assert resolve_config(A, B, cfg) == cfg  # the TMA kernel where asked for, not the pointer fallback
+    # the split product itself (``_check_generated`` compares the epilogue against the kernel's own product)
+    acc = evt.gemm(A, B, backend="triton", out_dtype=torch.float32, config=cfg)
+    torch.testing.assert_close(acc.double(), A.double() @ B.double(), rtol=1e-3, atol=1e-3)
+    _check_generated(types.SimpleNamespace(A=A, B=B, fn=case.fn, inputs=case.inputs), config=cfg)
+
+
+@pytest.mark.interpreter
 @pytest.mark.parametrize("subtile,prefetch", PREFETCH_GRID, ids=[f"S{s}-P{p}" for s, p in PREFETCH_GRID])
 def test_persistent_prefetch_schedules(subtile, prefetch, monkeypatch):
     """Every PREFETCH schedule (slices loaded before the K loop, the rest P slices ahead) gives the same
