@@ -4,8 +4,10 @@
 
 Per shape and workload: cuBLAS (``torch.matmul``) and each config of ``configs()`` forced through ``evt.gemm``
 (``triton.testing.do_bench``, median, L2 flushed; the public call), the max error over the fp32 reference (outputs
-poisoned), and the tuner's pick with a fresh cache. For choosing the candidates ``policy.candidate_configs`` offers
-in that regime (docs/benchmarks.md, "Few rows"); writes skinny.json under --out.
+poisoned), and the tuner's pick with a fresh cache; with ``--graph`` also each forced config's and the heuristic's
+pick's CUDA-graph replay (``graph_ms``: the kernels alone, so a host-bound call shows as ms > graph_ms). For
+choosing the candidates ``policy.candidate_configs`` offers in that regime (docs/benchmarks.md, "Few rows");
+writes skinny.json under --out.
 """
 from __future__ import annotations
 
@@ -79,6 +81,9 @@ def main(argv=None) -> int:
     ap.add_argument("--workloads", default="identity,bias_gelu_aux")
     ap.add_argument("--deadline-s", type=float, default=400.0)
     ap.add_argument("--configs", default="", help="comma-separated names of configs() to force (default: all)")
+    ap.add_argument("--graph", action="store_true",
+                    help="also time each forced config and the heuristic's pick as a CUDA-graph replay (graph_ms: "
+                         "the kernels without the call's host work, as the tuner times short calls)")
     ap.add_argument("--profile", type=int, default=0,
                     help="also list the CUDA kernels (torch.profiler, us per call) of the N fastest configs")
     args = ap.parse_args(argv)
@@ -91,13 +96,16 @@ def main(argv=None) -> int:
     from benchmarks.pingpong_check import max_error
     from benchmarks.workloads import bench_workload
     from evtorch.examples import eager_reference, operands
-    from evtorch.runtime.autotune import stored_records
+    from evtorch.runtime.autotune import stored_records, time_ms
 
     t0 = time.time()
     rows = []
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     bench = lambda fn: triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")  # noqa: E731
+
+    def graph_ms(fn) -> dict:
+        return {"graph_ms": time_ms(fn, graph=True, settle_ms=0)} if args.graph else {}
     for shape in args.shapes.split(","):
         M, N, K = (int(v) for v in shape.split("x"))
         torch.manual_seed(0)
@@ -122,13 +130,13 @@ def main(argv=None) -> int:
                 except Exception as e:  # noqa: BLE001 - a config that does not compile is reported, not fatal
                     row["configs"][cname] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
                     continue
-                row["configs"][cname] = {"ms": ms, "x_cublas": ms / cublas, "max_err": err}
+                row["configs"][cname] = {"ms": ms, "x_cublas": ms / cublas, "max_err": err, **graph_ms(call)}
             call = lambda: evt.gemm(A, B, fn, **inputs)  # noqa: E731
             with environ("EVTORCH_AUTOTUNE", "0"):  # the heuristic's pick
                 err = max_error(poisoned(call), ref)
                 ms = bench(call)
                 row["heuristic"] = {"ms": ms, "x_cublas": ms / cublas, "max_err": err,
-                                    "config": tuned_config(fn, A, B, inputs)}
+                                    "config": tuned_config(fn, A, B, inputs), **graph_ms(call)}
             # the tuner's pick, tuned into a fresh cache (this row's record only)
             with environ("EVTORCH_AUTOTUNE", "1"), environ("EVTORCH_CACHE_DIR",
                                                             tempfile.mkdtemp(prefix="evtorch_skinny_tune_")):
