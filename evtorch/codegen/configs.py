@@ -126,6 +126,17 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+# Tile edge of the few-tile regime: a problem with fewer FEW_TILE_EDGE-square output tiles than the GPU has SMs
+# cannot fill it with the 128x256 / 128x128 kernels, so the policy offers small tiles and split-K there, and the
+# tuner's keys count such tiles instead of rounding sizes to powers of two (``policy``, ``autotune.problem_buckets``).
+FEW_TILE_EDGE = 128
+
+
+def tiles_128(M: int, N: int, L: int = 1) -> int:
+    """How many FEW_TILE_EDGE x FEW_TILE_EDGE output tiles the problem has (every batch's)."""
+    return cdiv(M, FEW_TILE_EDGE) * cdiv(N, FEW_TILE_EDGE) * max(L, 1)
+
+
 @dataclass(frozen=True)
 class GemmConfig:
     """One point of the tuning space. Frozen and hashable so it can key caches and be stored as JSON.
@@ -470,12 +481,16 @@ def fits_smem(config: GemmConfig, dtype: torch.dtype, info: DeviceInfo) -> bool:
     needs more (an epilogue with unusually large reduction scratch) fails to compile: the tuner skips it."""
     if info.kind != "cuda":
         return True
+    return config.programs_per_sm <= resident_programs(config, dtype, info)
+
+
+def resident_programs(config: GemmConfig, dtype: torch.dtype, info: DeviceInfo) -> int:
+    """How many programs of ``config`` one SM's shared memory holds at once: each takes its buffers, the headroom
+    ``fits_smem`` keeps and the 1 KiB the hardware reserves per block, within the per-block opt-in limit + 1 KiB
+    (228 KiB on Hopper). 0 where even one does not fit."""
     mma = config.template == "pingpong" and config.flag("EPI_MMA")
     need = config.smem_bytes(elem_bytes(dtype)) + (SMEM_HEADROOM_MMA if mma else SMEM_HEADROOM)
-    pps = config.programs_per_sm
-    if pps == 1:
-        return need <= info.smem_bytes
-    return pps * (need + 1024) <= info.smem_bytes + 1024
+    return (info.smem_bytes + 1024) // (need + 1024)
 
 
 def fits_registers(config: GemmConfig) -> bool:

@@ -17,9 +17,9 @@ from fractions import Fraction
 
 import torch
 
-from evtorch.codegen.configs import (DTYPE_BYTES, HOPPER, SMEM_HEADROOM, TMA_DTYPES, DeviceInfo, GemmConfig, cdiv,
-                                     check_sizes, consumers_from_registers, device_info, elem_bytes, fits_registers,
-                                     fits_shape, fits_smem, interpreter_config, next_pow2)
+from evtorch.codegen.configs import (DTYPE_BYTES, HOPPER, TMA_DTYPES, DeviceInfo, GemmConfig, cdiv, check_sizes,
+                                     consumers_from_registers, device_info, elem_bytes, fits_registers, fits_shape,
+                                     fits_smem, interpreter_config, next_pow2, resident_programs, tiles_128)
 
 
 def splitk_worthwhile(M: int, N: int, K: int, L: int, info: DeviceInfo) -> bool:
@@ -49,8 +49,7 @@ def resident_split_k(M: int, N: int, K: int, L: int, config: GemmConfig, dtype: 
     where 4 ran 1.548 (H200); at 64 tiles both rules give 4 (64x1024x8192: 1.187, against 1.338 on 2 and 1.406
     on 8, H100)."""
     tiles = cdiv(M, config.BLOCK_M) * cdiv(N, config.BLOCK_N) * max(L, 1)
-    per_block = config.smem_bytes(elem_bytes(dtype)) + SMEM_HEADROOM + 1024  # the hardware's 1 KiB per block
-    slots = info.num_sms * max(1, (info.smem_bytes + 1024) // per_block)
+    slots = info.num_sms * max(1, resident_programs(config, dtype, info))
     split = 2
     while split < 16 and 4 * tiles * split < 3 * slots and K // (config.BLOCK_K * split * 2) >= 4:
         split *= 2
@@ -75,8 +74,8 @@ def splitk_tma_worthwhile(M: int, N: int, K: int, L: int, dtype: torch.dtype, in
     """Split-K over TMA loads is offered where the TMA template is allowed, 128x128 tiles make less than a wave and
     K is long against the output (>= 4 max(M, N), >= 2048): each split then still runs a wgmma main loop of its
     own. The heuristic takes it only in the regime measured to pay (``heuristic_config``)."""
-    return (tma_template_allowed(dtype, info, tma_ok, allow_tf32) and cdiv(M, 128) * cdiv(N, 128) * max(L, 1)
-            < info.num_sms and K >= 4 * max(M, N) and K >= 2048)
+    return (tma_template_allowed(dtype, info, tma_ok, allow_tf32) and tiles_128(M, N, L) < info.num_sms
+            and K >= 4 * max(M, N) and K >= 2048)
 
 
 def _splitk_tma_space(M: int, N: int, K: int, L: int, dtype: torch.dtype, info: DeviceInfo) -> list[GemmConfig]:
@@ -301,7 +300,7 @@ def _few_rows_space(M: int, N: int, L: int, dtype: torch.dtype, info: DeviceInfo
                     allow_tf32: bool) -> set[GemmConfig]:
     """The few-rows TMA tiles (``_FEW_ROWS_16`` as the dtype scales them) where the problem has fewer than a wave
     of 128x128 tiles and the TMA template is allowed; empty otherwise (a large problem's list does not move)."""
-    if not tma_template_allowed(dtype, info, tma_ok, allow_tf32) or cdiv(M, 128) * cdiv(N, 128) * L >= info.num_sms:
+    if not tma_template_allowed(dtype, info, tma_ok, allow_tf32) or tiles_128(M, N, L) >= info.num_sms:
         return set()
     return set(_persistent_space(dtype, _FEW_ROWS_16))
 
@@ -317,7 +316,7 @@ def _few_rows_config(M: int, N: int, K: int, L: int, dtype: torch.dtype, info: D
     a wave of 128x128 tiles or a K too short for any of these tiles' K steps."""
     if not tma_template_allowed(dtype, info, tma_ok, allow_tf32) or min(M, N) < 64:
         return None
-    if cdiv(M, 128) * cdiv(N, 128) * L >= info.num_sms:
+    if tiles_128(M, N, L) >= info.num_sms:
         return None
     table = (_PERSISTENT_128,) + _FEW_ROWS_16
     space = sorted(_persistent_space(dtype, table), key=lambda c: -c.BLOCK_M * c.BLOCK_N)  # larger first
@@ -592,12 +591,11 @@ def heuristic_config(
     if info.kind != "cuda":
         return interpreter_config(M, N, K)
     L = max(L, 1)
-    if tma_template_allowed(dtype, info, tma_ok, allow_tf32) and cdiv(M, 128) * cdiv(N, 128) * L >= info.num_sms:
+    if tma_template_allowed(dtype, info, tma_ok, allow_tf32) and tiles_128(M, N, L) >= info.num_sms:
         bm, bn, bk, stages = _scale_for_dtype(128, 256 if N >= 256 else 128, 64, 3, dtype)
         cfg = GemmConfig("persistent_tma", bm, bn, bk, 8, 1, 8, stages, (("EPILOGUE_SUBTILE", True),))
         return _fit_stages(cfg, dtype, info)
-    tiles_128 = cdiv(M, 128) * cdiv(N, 128) * L
-    if splitk_tma_worthwhile(M, N, K, L, dtype, info, tma_ok, allow_tf32) and tiles_128 >= 16 \
+    if splitk_tma_worthwhile(M, N, K, L, dtype, info, tma_ok, allow_tf32) and tiles_128(M, N, L) >= 16 \
             and K >= 32 * max(M, N):
         bm, bn, bk, stages = _scale_for_dtype(128, 128, 64, 4, dtype)
         base = GemmConfig("splitk", bm, bn, bk, 8, 2, 8, stages, (("TMA_LOADS", True),))

@@ -27,7 +27,7 @@ from typing import Callable, Hashable, Mapping, Sequence
 
 import torch
 
-from evtorch.codegen.configs import GemmConfig, cdiv, device_info, next_pow2
+from evtorch.codegen.configs import FEW_TILE_EDGE, GemmConfig, cdiv, device_info, next_pow2, tiles_128
 from evtorch.runtime import knobs
 from evtorch.runtime.source_cache import write_text_atomic
 
@@ -44,22 +44,17 @@ def shape_bucket(size: int) -> int:
     return 0 if size == 0 else next_pow2(size)
 
 
-# Tile edge by which ``problem_buckets`` counts a few-tile problem's rows and columns (the largest tile the
-# few-tile configs use, and the unit of the tile counts that decide among them: policy._few_rows_config,
-# wave_split_k).
-FEW_TILE_EDGE = 128
-
-
 def problem_buckets(M: int, N: int, K: int, L: int, num_sms: int | None = None) -> tuple[int, int, int, int]:
     """The (M, N, K, L) a tuning result is shared by: powers of two (``shape_bucket``), except that a problem with
-    fewer than ``num_sms`` tiles of 128x128 (less than one wave) has M and N above 128 rounded up to multiples of
-    128 instead, and L exact (the batch multiplies the tile count just as they do). Why: there the best tile and split depend on the exact tile count, which a power-of-two bucket
-    spans up to 2x of: 640x640x40960 and 768x768x49152 share the bucket 1024x1024x65536, and the split-K tuned for
-    768x768 (3 splits of 36 tiles, 1.20 x cuBLAS) ran 1.60 x cuBLAS at 640x640, where 5 splits of its 25 tiles ran
-    1.20 (H200, 2026-11-28, docs/benchmarks.md "Split-K over TMA loads"). Above a wave the 128x256 persistent kernel
-    is the regime and a tile more or less changes little. ``num_sms`` None: powers of two throughout."""
+    fewer than ``num_sms`` tiles of 128x128 (less than one wave: ``configs.tiles_128``) has M and N above 128 rounded
+    up to multiples of 128 instead, and L exact (the batch multiplies the tile count just as they do). Why: there
+    the best tile and split depend on the exact tile count, which a power-of-two bucket spans up to 2x of:
+    640x640x40960 and 768x768x49152 share the bucket 1024x1024x65536, and the split-K tuned for 768x768 (3 splits
+    of 36 tiles, 1.20 x cuBLAS) ran 1.60 x cuBLAS at 640x640, where 5 splits of its 25 tiles ran 1.20 (H200,
+    2026-11-28, docs/benchmarks.md "Split-K over TMA loads"). Above a wave the 128x256 persistent kernel is the
+    regime and a tile more or less changes little. ``num_sms`` None: powers of two throughout."""
     pow2 = tuple(shape_bucket(v) for v in (M, N, K, L))
-    if num_sms is None or cdiv(M, FEW_TILE_EDGE) * cdiv(N, FEW_TILE_EDGE) * max(L, 1) >= num_sms:
+    if num_sms is None or tiles_128(M, N, L) >= num_sms:
         return pow2
 
     def edge(v: int, bucket: int) -> int:
