@@ -37,12 +37,15 @@ def test_deterministic_reductions(case):
 
 
 @pytest.mark.interpreter
-@pytest.mark.parametrize("template", ["portable", "splitk", "persistent_tma"])
-def test_every_template_takes_every_epilogue_kind(template):
-    """Fusion never enlarges the tuning space: the same epilogue runs under each template's config."""
+@pytest.mark.parametrize("template,tile", [("portable", (16, 32)), ("splitk", (16, 32)), ("splitk", (64, 64)),
+                                           ("persistent_tma", (16, 32))])
+def test_every_template_takes_every_epilogue_kind(template, tile):
+    """Fusion never enlarges the tuning space: the same epilogue runs under each template's config. Split-K on
+    64 x 64 tiles: one GEMM tile, so its reduce kernel (and the epilogue, amax over M and over N included) runs
+    on 32 x 64 tiles (``GemmConfig.reduce_tile``)."""
     from evtorch.examples import EXAMPLES, eager_reference
     extra = (("EPILOGUE_SUBTILE", True),) if template == "persistent_tma" else ()
-    cfg = GemmConfig(template, 16, 32, 16, 2, 2 if template == "splitk" else 1, 4, 1, extra)
+    cfg = GemmConfig(template, *tile, 16, 2, 2 if template == "splitk" else 1, 4, 1, extra)
     ex = EXAMPLES["mixed_dag"]
     A, B = torch.randn(35, 24), torch.randn(24, 41)
     kw = ex.make_inputs(35, 41, "cpu", torch.float32)
@@ -210,15 +213,17 @@ def test_random_dags_through_the_persistent_template(case, schedule):
 @settings(max_examples=24, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(case=dag_cases(dtypes=(torch.float32, torch.float16), exclude_ops=frozenset({"cast"})),
-       split=st.sampled_from([2, 3, 5]), tma_loads=st.booleans())
-def test_random_dags_through_split_k(case, split, tma_loads):
+       split=st.sampled_from([2, 3, 5]), tma_loads=st.booleans(), tile=st.sampled_from([(16, 16), (64, 64)]))
+def test_random_dags_through_split_k(case, split, tma_loads, tile):
     """Random DAGs through split-K: the partial kernel over 2, 3 or 5 runs of K blocks (uneven, some empty), on
     pointer loads or TMA loads, then the reduce kernel's one epilogue call on the summed tile, reductions and the
-    vector stage included; poisoned outputs. With TMA loads A and B are redrawn with K = 48 (three 16-deep K
-    blocks) and B column-major, which TMA takes whatever M and N are."""
+    vector stage included; poisoned outputs. On 64 x 64 GEMM tiles the reduce kernel runs on smaller tiles of its
+    own (``GemmConfig.reduce_tile``: fewer GEMM tiles than the interpreter's two programs per "SM"), so the
+    epilogue's tile grid differs from the partial kernel's. With TMA loads A and B are redrawn with K = 48
+    (three 16-deep K blocks) and B column-major, which TMA takes whatever M and N are."""
     import types
     os.environ["EVTORCH_POISON"] = "1"
-    note(f"{case!r} SPLIT_K={split} TMA_LOADS={tma_loads}")
+    note(f"{case!r} SPLIT_K={split} TMA_LOADS={tma_loads} tile={tile}")
     A, B = case.A, case.B
     extra = ()
     if tma_loads:
@@ -226,7 +231,7 @@ def test_random_dags_through_split_k(case, split, tma_loads):
         N = case.B.shape[-1]
         B = torch.randn(*case.B.shape[:-2], N, 48, dtype=case.B.dtype).transpose(-1, -2) / 4
         extra = (("TMA_LOADS", True),)
-    cfg = GemmConfig("splitk", 16, 16, 16, 2, split, 4, 1, extra)
+    cfg = GemmConfig("splitk", *tile, 16, 2, split, 4, 1, extra)
     assert resolve_config(A, B, cfg) == cfg  # the TMA kernel where asked for, not the pointer fallback
     # the split product itself (``_check_generated`` compares the epilogue against the kernel's own product)
     acc = evt.gemm(A, B, backend="triton", out_dtype=torch.float32, config=cfg)

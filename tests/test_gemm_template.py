@@ -156,6 +156,29 @@ def test_splitk_empty_splits_and_determinism(store_module):
     assert torch.equal(first, run_store(store_module, A, B, cfg))
 
 
+@pytest.mark.parametrize("M,N,L,tile,expect", [
+    ((512, 512, 1, (128, 128), (32, 64))),    # 16 GEMM tiles: rows halved to 32, then columns to 64 (128 programs)
+    ((1024, 1024, 1, (128, 128), (32, 64))),  # 64 tiles: 32 x 128 gives 256 programs, short of two per SM
+    ((1024, 1024, 2, (128, 128), (32, 128))),  # the batch counts: 32 x 128 gives 512
+    ((4096, 4096, 1, (128, 128), (128, 128))),  # 1024 tiles: the GEMM's own
+    ((128, 640, 1, (16, 64), (16, 64))),      # already at (or under) the smallest reduce tile
+    ((100, 200, 1, (64, 256), (32, 64))),
+])
+def test_splitk_reduce_tile(M, N, L, tile, expect):
+    cfg = GemmConfig("splitk", *tile, 64, SPLIT_K=4, num_warps=8)
+    got = cfg.reduce_tile(M, N, L, H100.num_sms)
+    assert got == expect and cfg.epilogue_tile(M, N, L, H100.num_sms) == got
+    if got != tile:  # halved until two programs per SM, or down to the smallest tile
+        assert cdiv(M, got[0]) * cdiv(N, got[1]) * L >= cfgmod.REDUCE_PROGRAMS_PER_SM * H100.num_sms \
+            or got == cfgmod.REDUCE_MIN_TILE
+    assert cfg.reduce_warps(got) == min(8, max(1, got[0] * got[1] // 512))
+    assert grid_tiles(M, N, cfg, L=L, num_sms=H100.num_sms) == (cdiv(M, got[0]), cdiv(N, got[1]))
+    with pytest.raises(ValueError, match="num_sms is required"):
+        grid_tiles(M, N, cfg)
+    # the other templates' epilogue tile is the GEMM's (slices for the persistent ones)
+    assert GemmConfig("portable", *tile, 64).epilogue_tile(M, N, L, 132) == tile
+
+
 def test_splitk_workspace_fn(store_module):
     A, B = randn(18, 40, dtype=torch.float16), randn(40, 22, dtype=torch.float16)
     cfg = GemmConfig("splitk", 16, 16, 16, SPLIT_K=2, num_stages=1)
@@ -294,6 +317,8 @@ def test_persistent_tma_falls_back_to_portable(store_module):
     [
         GemmConfig("portable", 16, 32, 16, num_stages=1),
         GemmConfig("splitk", 16, 16, 16, SPLIT_K=2, num_stages=1),
+        # 4 GEMM tiles for the interpreter's 4 "SMs": the reduce kernel runs on 32 x 64 (8 programs)
+        GemmConfig("splitk", 64, 64, 16, SPLIT_K=2, num_stages=1),
         GemmConfig("persistent_tma", 16, 32, 16, num_stages=1, extra=(("EPILOGUE_SUBTILE", True),)),
         GemmConfig("persistent_tma", 16, 64, 16, num_stages=1, extra=(("EPILOGUE_SUBTILE", 4), ("PROGRAMS_PER_SM", 2))),
     ],
@@ -308,12 +333,15 @@ def test_epilogue_tile_ids_match_grid_tiles(pid_module, config):
     pm = torch.full((L, M, N), -1, dtype=torch.int32)
     pn = torch.full((L, M, N), -1, dtype=torch.int32)
     launch_gemm(pid_module, "p", A, B, [pm, pn], cfg, False)
-    tiles_m, tiles_n = grid_tiles(M, N, cfg)
+    sms = cfgmod.device_info(A.device).num_sms
+    tiles_m, tiles_n = grid_tiles(M, N, cfg, L=L, num_sms=sms)
     assert pm.min() >= 0 and pn.min() >= 0
     assert pm.max().item() == tiles_m - 1 and pn.max().item() <= tiles_n - 1
-    width = cfg.epilogue_block_n
+    height, width = cfg.epilogue_tile(M, N, L, sms)
+    if cfg.template == "splitk" and cfg.BLOCK_M == 64:
+        assert (height, width) == (32, 64) != (cfg.BLOCK_M, cfg.BLOCK_N)
     cols = torch.arange(N) // width
-    rows = torch.arange(M) // cfg.BLOCK_M
+    rows = torch.arange(M) // height
     assert torch.equal(pn, cols.expand(L, M, N).to(torch.int32))
     assert torch.equal(pm, rows[:, None].expand(M, N).expand(L, M, N).to(torch.int32))
 

@@ -137,6 +137,12 @@ def tiles_128(M: int, N: int, L: int = 1) -> int:
     return cdiv(M, FEW_TILE_EDGE) * cdiv(N, FEW_TILE_EDGE) * max(L, 1)
 
 
+# Split-K's reduce kernel (``GemmConfig.reduce_tile``): programs per SM it aims for, and the smallest tile it halves
+# the GEMM's tile down to (rows, columns; 16 elements a thread on 4 warps, 16-byte loads of 4 fp32 partials).
+REDUCE_PROGRAMS_PER_SM = 2
+REDUCE_MIN_TILE = (32, 64)
+
+
 @dataclass(frozen=True)
 class GemmConfig:
     """One point of the tuning space. Frozen and hashable so it can key caches and be stored as JSON.
@@ -329,6 +335,39 @@ class GemmConfig:
     def persistent_grid(self, num_sms: int, work_items: int) -> int:
         """Launch grid of the persistent template: one program per work item, at most ``persistent_programs``."""
         return max(1, min(self.persistent_programs(num_sms), int(work_items)))
+
+    def epilogue_tile(self, M: int, N: int, L: int, num_sms: int) -> tuple[int, int]:
+        """[rows, columns] of the tile the epilogue is called on: the grid its ``pid_m`` / ``pid_n`` range over and
+        per-tile workspaces are sized by. The persistent templates' S slices: (BLOCK_M, BLOCK_N / S); split-K: its
+        reduce kernel's tile (``reduce_tile``); elsewhere the GEMM's tile."""
+        if self.template == "splitk":
+            return self.reduce_tile(M, N, L, num_sms)
+        return self.BLOCK_M, self.epilogue_block_n
+
+    def reduce_tile(self, M: int, N: int, L: int, num_sms: int) -> tuple[int, int]:
+        """The tile of split-K's reduce kernel (which sums the partials and runs the epilogue): the GEMM's tile,
+        its rows halved down to ``REDUCE_MIN_TILE[0]``, then its columns down to ``REDUCE_MIN_TILE[1]``, until the
+        kernel has ``REDUCE_PROGRAMS_PER_SM`` programs per SM.
+
+        Why not the GEMM's tile: split-K runs where output tiles are few, and the reduce moves SPLIT_K fp32
+        partials per output element; on one program per GEMM tile a few SMs move all of it. On an H200 at
+        512x512x32768 (16 tiles of 128x128, 8 splits) the reduce kernel took 6.7 us (identity) and 12.9 us
+        (dgelu_bgrad) against cuBLAS's 2.7 us for its own split-K reduce (docs/benchmarks.md, "Few rows")."""
+        bm, bn = self.BLOCK_M, self.BLOCK_N
+        target = REDUCE_PROGRAMS_PER_SM * max(1, int(num_sms))
+        while cdiv(M, bm) * cdiv(N, bn) * max(1, L) < target:
+            if bm > REDUCE_MIN_TILE[0]:
+                bm //= 2
+            elif bn > REDUCE_MIN_TILE[1]:
+                bn //= 2
+            else:
+                break
+        return bm, bn
+
+    def reduce_warps(self, tile: tuple[int, int]) -> int:
+        """Warps of split-K's reduce kernel on ``tile``: 16 elements a thread (a 32 x 64 tile takes 4), at most
+        the config's ``num_warps``."""
+        return max(1, min(self.num_warps, tile[0] * tile[1] // (32 * 16)))
 
     def smem_bytes(self, elem_bytes: int) -> int:
         """Pipelined operand buffers in shared memory: (BM*BK + BK*BN) * bytes * stages; with EPI_TMA also the

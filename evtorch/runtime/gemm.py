@@ -525,7 +525,9 @@ def _execute(ep, prog, A, B, inputs, out_dtype, allow_tf32, config: GemmConfig, 
     launch = _launches.get(key)
     if launch is not None and launch.config == config:
         return _Result(launch, launch.run(A, B, inputs))
-    call = _Call(ep, prog, A, B, inputs, out_dtype, (config.BLOCK_M, config.epilogue_block_n))
+    L = max(A.shape[0] if A.dim() == 3 else 1, B.shape[0] if B.dim() == 3 else 1)  # as gemm_problem's
+    tile = config.epilogue_tile(A.shape[-2], B.shape[-1], L, device_info(A.device).num_sms)
+    call = _Call(ep, prog, A, B, inputs, out_dtype, tile)
     launch = _remember(_launches, key, _Launch(ep, prog, call, A, B, config, allow_tf32))
     return _Result(launch, launch.run(A, B, inputs, call))
 

@@ -162,19 +162,21 @@ def pingpong_eligible(A: torch.Tensor, B: torch.Tensor) -> bool:
     return ok and not a_col and p.L == 1 and p.K > 0 and available()
 
 
-def grid_tiles(M: int, N: int, config: GemmConfig) -> tuple[int, int]:
-    """(tiles_m, tiles_n) of the tile grid the epilogue sees: the range of its pid_m and pid_n.
+def grid_tiles(M: int, N: int, config: GemmConfig, *, L: int = 1, num_sms: int | None = None) -> tuple[int, int]:
+    """(tiles_m, tiles_n) of the tile grid the epilogue sees: the range of its pid_m and pid_n
+    (``GemmConfig.epilogue_tile``).
 
     With EPILOGUE_SUBTILE = S the epilogue is called on [BM, BN/S] slices with pid_n = S*tile_n + slice, so
-    tiles_n is S times larger. Pass a config already through ``resolve_config``.
+    tiles_n is S times larger; split-K's epilogue runs on its reduce kernel's tile, which depends on the batch
+    count ``L`` and the device's ``num_sms`` (required for a splitk config). Pass a config already through
+    ``resolve_config``.
     """
     if not isinstance(config, GemmConfig):
         raise TypeError(f"config must be a GemmConfig, got {type(config).__name__}")
-    tiles_m = cdiv(M, config.BLOCK_M)
-    tiles_n = cdiv(N, config.BLOCK_N)
-    if config.is_persistent:
-        tiles_n *= config.epilogue_subtiles
-    return tiles_m, tiles_n
+    if config.template == "splitk" and num_sms is None:
+        raise ValueError("num_sms is required for a splitk config (its reduce tile depends on it), got None")
+    bm, bn = config.epilogue_tile(M, N, L, num_sms or 1)
+    return cdiv(M, bm), cdiv(N, bn)
 
 
 def _acc_dtype(dtype: torch.dtype) -> Any:
@@ -364,14 +366,17 @@ def prepare_launch(
         out.work_dtype = torch.float64 if p.dtype == torch.float64 else torch.float32
         out.work_shape = (split, p.L, p.M, p.N)
         # (partials kernel, its grid, reduce kernel, its grid), for runtime.launcher's direct launches
+        # the reduce kernel (partials summed, then the epilogue) on its own, smaller tile where GEMM tiles are few
+        rm, rn = config.reduce_tile(p.M, p.N, p.L, device_info(A.device).num_sms)
+        reduce_tiles = cdiv(p.M, rm) * cdiv(p.N, rn)
         out.splitk_kernels = (_kernel(module, kernel_name, "splitk"), (tiles, split, p.L),
-                              _kernel(module, kernel_name, "splitk_reduce"), (tiles, p.L))
+                              _kernel(module, kernel_name, "splitk_reduce"), (reduce_tiles, p.L))
         out.fn = out.splitk_kernels[0][out.splitk_kernels[1]]
         out.reduce_fn = out.splitk_kernels[2][out.splitk_kernels[3]]
-        out.reduce_kwargs = dict(BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, GROUP_M=config.GROUP_M,
-                                 SPLIT_K=split, ACC_DTYPE=common["ACC_DTYPE"], EVEN_M=common["EVEN_M"],
-                                 EVEN_N=common["EVEN_N"], INDEX_DTYPE=common["INDEX_DTYPE"],
-                                 num_warps=config.num_warps,
+        out.reduce_kwargs = dict(BLOCK_M=rm, BLOCK_N=rn, GROUP_M=config.GROUP_M,
+                                 SPLIT_K=split, ACC_DTYPE=common["ACC_DTYPE"], EVEN_M=p.M % rm == 0,
+                                 EVEN_N=p.N % rn == 0, INDEX_DTYPE=common["INDEX_DTYPE"],
+                                 num_warps=config.reduce_warps((rm, rn)),
                                  num_stages=1)
         _, a_col, b_col = tma_layout(A, B)
         tma = bool(config.flag("TMA_LOADS"))  # (resolve_config dropped it where the operands don't allow TMA)
