@@ -76,9 +76,10 @@ def run(sizes=((257, 193, 129, 3), (1024, 768, 512, 2)), dtypes=("float32", "flo
                  GemmConfig("splitk", 16, 64, 128, 8, 4, 4, 4),
                  # ... and over TMA loads (wgmma tiles; pointer loads where the operands don't allow TMA)
                  GemmConfig("splitk", 64, 64, 64, 8, 4, 4, 4, (("TMA_LOADS", True),)),
-                 # the heuristic's TMA split-K tile on an odd split (policy.wave_split_k takes any count; K blocks
-                 # dealt out in uneven runs)
-                 GemmConfig("splitk", 128, 128, 64, 8, 3, 8, 4, (("TMA_LOADS", True),)),
+                 # the heuristic's TMA split-K tiles on odd splits (policy.wave_split_k takes any count; K blocks
+                 # dealt out in uneven runs, some empty): 128x128 on six stages, 128x256 on four
+                 GemmConfig("splitk", 128, 128, 64, 8, 3, 8, 6, (("TMA_LOADS", True),)),
+                 GemmConfig("splitk", 128, 256, 64, 8, 7, 8, 4, (("TMA_LOADS", True),)),
                  GemmConfig("persistent_tma", 128, 128, 64, 8, 1, 8, 3, (("EPILOGUE_SUBTILE", True),)),
                  # few output tiles (policy._FEW_ROWS_16): small tiles on deep rings, BLOCK_K 128 included
                  GemmConfig("persistent_tma", 64, 64, 128, 8, 1, 4, 6),

@@ -494,21 +494,28 @@ def test_few_rows_heuristic_splits_k_only_below_a_fifth_of_the_sms(shape, split)
     assert any(c.template == "splitk" for c in listed)  # split-K stays the tuner's to time
 
 
-@pytest.mark.parametrize("shape, split", [((1024, 1024, 65536), 2), ((512, 512, 32768), 8), ((768, 768, 49152), 3),
-                                          ((640, 640, 40960), 5)])
-def test_long_k_weight_gradients_split_over_tma_loads(shape, split):
+@pytest.mark.parametrize("shape, tile, split", [
+    ((1024, 1024, 65536), (128, 256, 4), 4),  # 32 tiles of 128x256 x 4 splits: 128 programs
+    ((768, 768, 49152), (128, 256, 4), 7),    # 18 x 7: 126
+    ((512, 512, 32768), (128, 128, 6), 8),    # 8 tiles of 128x256 are too few: 16 of 128x128 x 8
+    ((640, 640, 40960), (128, 128, 6), 5),    # 15 of 128x256: 25 of 128x128 x 5
+])
+def test_long_k_weight_gradients_split_over_tma_loads(shape, tile, split):
     """16 or more 128x128 tiles but less than a wave, K >= 32 max(M, N) (a weight gradient over many tokens):
-    split-K over TMA loads on 128x128x64, as many splits as fill one wave (H100: 1024x1024x65536 1.080 x cuBLAS on
-    2 splits, 1.180 on 4; 512x512x32768 1.248 on 8 against 1.578 for the few-rows tile). The tuner's list holds the
-    three TMA split-K tiles."""
+    split-K over TMA loads on the large problems' main loops, 128x256 on 4 stages where 16 or more such tiles
+    cover the output, else 128x128 on 6, as many splits as fill one wave (H200, kernels: 768x768x49152 1.014 x
+    cuBLAS, 1024x1024x65536 1.057, 512x512x32768 1.124; ``policy.splitk_tma_heuristic``). The tuner's list holds
+    the four TMA split-K tiles."""
     M, N, K = shape
     cfg = heuristic_config(M, N, K, torch.bfloat16, H100, tma_ok=True)
-    assert (cfg.template, cfg.BLOCK_M, cfg.BLOCK_N, cfg.SPLIT_K, cfg.flag("TMA_LOADS")) == ("splitk", 128, 128,
-                                                                                            split, True)
+    assert (cfg.template, cfg.BLOCK_M, cfg.BLOCK_N, cfg.num_stages, cfg.SPLIT_K, cfg.flag("TMA_LOADS")) == (
+        "splitk", *tile, split, True)
+    assert cfg.SPLIT_K * cdiv(M, cfg.BLOCK_M) * cdiv(N, cfg.BLOCK_N) <= H100.num_sms  # one wave
     assert cfgmod.fits_smem(cfg, torch.bfloat16, H100)
     listed = candidate_configs(M, N, K, torch.bfloat16, H100, tma_ok=True)
     tiles = {(c.BLOCK_M, c.BLOCK_N, c.BLOCK_K) for c in listed if c.flag("TMA_LOADS")}
-    assert tiles == {(128, 128, 64), (128, 64, 64), (64, 64, 128)}
+    assert tiles == {(128, 256, 64), (128, 128, 64), (128, 64, 64), (64, 64, 128)}
+    assert listed[0] == cfg
     # without TMA operands, off Hopper, or on too few tiles: not this branch
     assert not heuristic_config(M, N, K, torch.bfloat16, H100, tma_ok=False).flag("TMA_LOADS")
     assert not heuristic_config(M, N, K, torch.bfloat16, A100, tma_ok=True).flag("TMA_LOADS")

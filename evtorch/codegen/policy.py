@@ -78,6 +78,21 @@ def splitk_tma_worthwhile(M: int, N: int, K: int, L: int, dtype: torch.dtype, in
             and K >= 4 * max(M, N) and K >= 2048)
 
 
+def splitk_tma_heuristic(M: int, N: int, K: int, L: int, dtype: torch.dtype, info: DeviceInfo) -> GemmConfig:
+    """The heuristic's split-K over TMA loads, on as many splits as fill one wave (``wave_split_k``): the
+    persistent template's 128x256 tile on 4 stages where 16 or more of them cover the output, else 128x128 on 6
+    stages. Each split's main loop is a whole GEMM's, so the tile and ring the large problems run at 98% of cuBLAS
+    pay here too: on an H200 (kernels by graph replay, identity) 768x768x49152 ran 1.014 x cuBLAS on 18 128x256
+    tiles x 7 splits, against 1.183 on 128x128 x 3 splits with 4 stages and 1.093 with 6; 1024x1024x65536 1.057
+    on 32 x 4, against 1.094 on 128x128 x 2; 512x512x32768 (8 128x256 tiles) 1.124 on 128x128 x 8 with 6
+    stages, against 1.286 with 4 and 1.256 on 128x256 x 16 (docs/benchmarks.md, "Split-K's main loop and reduce
+    tile")."""
+    wide = N >= 256 and cdiv(M, 128) * cdiv(N, 256) * max(L, 1) >= 16
+    bm, bn, bk, stages = _scale_for_dtype(128, 256 if wide else 128, 64, 4 if wide else 6, dtype)
+    base = GemmConfig("splitk", bm, bn, bk, 8, 2, 8, stages, (("TMA_LOADS", True),))
+    return _fit_stages(dataclasses.replace(base, SPLIT_K=wave_split_k(M, N, K, L, base, info)), dtype, info)
+
+
 def _splitk_tma_space(M: int, N: int, K: int, L: int, dtype: torch.dtype, info: DeviceInfo) -> list[GemmConfig]:
     """The TMA split-K tiles at their one-wave split and at twice it (a second wave measured ahead of one for
     128x64 at 512x512x32768: 1.225 against 2.007, H100)."""
@@ -118,7 +133,9 @@ _SPLITK_16 = ((64, 64, 64, 3, 4), (128, 64, 64, 3, 4), (64, 128, 64, 3, 4), (32,
 # (the tuner's unsplit 64x128 pick 1.219, the heuristic's 128x64 1.694); 512x512x32768 128x64 on 8 splits 1.225
 # and 128x128 on 8 1.248 (the tuner's portable split-K 1.320). On the fewest tiles (16 of 64x64) the portable
 # 16x64x128 split-K stays ahead (1.21-1.46 against 1.39-1.50).
-_SPLITK_TMA_16 = ((128, 128, 64, 4, 8), (128, 64, 64, 4, 4), (64, 64, 128, 4, 4))
+# The large problems' main loops (H200, 2026-11-28: 128x256 on 4 stages, 128x128 on 6; ``splitk_tma_heuristic``)
+# ahead of 128x128 on 4 stages by 4-14%, so they replace it.
+_SPLITK_TMA_16 = ((128, 256, 64, 4, 8), (128, 128, 64, 6, 8), (128, 64, 64, 4, 4), (64, 64, 128, 4, 4))
 # (BM, BN, BK, stages, warps, subtile, warp_specialize, flatten), best first as measured on an H200 with
 # Triton 3.6, bf16, store epilogue (benchmarks/template_check.py; TFLOP/s at 8192x8192x4096 / 4096^3,
 # torch.matmul 684 / 703): 128x256x64 s3 w8 subtile 668 / 690, +flatten 684 / 692, +warp_specialize
@@ -597,9 +614,7 @@ def heuristic_config(
         return _fit_stages(cfg, dtype, info)
     if splitk_tma_worthwhile(M, N, K, L, dtype, info, tma_ok, allow_tf32) and tiles_128(M, N, L) >= 16 \
             and K >= 32 * max(M, N):
-        bm, bn, bk, stages = _scale_for_dtype(128, 128, 64, 4, dtype)
-        base = GemmConfig("splitk", bm, bn, bk, 8, 2, 8, stages, (("TMA_LOADS", True),))
-        return _fit_stages(dataclasses.replace(base, SPLIT_K=wave_split_k(M, N, K, L, base, info)), dtype, info)
+        return splitk_tma_heuristic(M, N, K, L, dtype, info)
     few_rows = _few_rows_config(M, N, K, L, dtype, info, tma_ok, allow_tf32)
     if few_rows is not None and few_rows[1]:
         return few_rows[0]
