@@ -147,9 +147,10 @@ def run(sizes=((257, 193, 129, 3), (1024, 768, 512, 2)), dtypes=("float32", "flo
         for name, ex in EXAMPLES.items():
             for tm, tn, dname in shapes:
                 dtype = getattr(torch, dname)
-                # a persistent_tma config sized for 16-bit operands may not fit wider ones (64x64x128 on six stages
-                # in float32: 384 KiB), which the tuner never offers unscaled (policy._scale_for_dtype)
-                if cfg.template == "persistent_tma" and not fits_smem(cfg, dtype, info):
+                # a persistent_tma or TMA split-K config sized for 16-bit operands may not fit wider ones (64x64x128
+                # on six stages in float32: 384 KiB; split-K's 128x128x64 on six: 320 KiB), which the tuner never
+                # offers unscaled (policy._scale_for_dtype, _fit_stages)
+                if cfg.template in ("persistent_tma", "splitk") and not fits_smem(cfg, dtype, info):
                     continue
                 case = Case(f"template_{cfg.short()}_{name}", ex.fn,
                             lambda M, N, L, d, t, ex=ex: ex.make_inputs(M, N, d, t))
