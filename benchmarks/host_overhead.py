@@ -19,6 +19,8 @@ Cases (microseconds per call: the lowest of 5 medians of ``--calls / 5`` calls, 
 - ``torch_matmul_fwd``: ``torch.matmul(A, B)``, what a cuBLAS call costs on the host (with ``--real``);
 - ``gemm_identity_fwd``: ``evt.gemm(A, B)`` (no grad);
 - ``gemm_bias_gelu_fwd``: ``evt.gemm(A, B, bias_gelu, bias=b)`` (no grad);
+- ``gemm_splitk_colsum_fwd``: the same epilogue with a column sum, forced onto split-K (4 splits): the workspace,
+  the zero fill of the atomic column sum, the partial and reduce kernels;
 - ``linear_fwd``: ``evt.linear(x, W, gelu, b)`` under ``torch.no_grad()``;
 - ``linear_fwd_bwd``: ``evt.linear(x, W, gelu, b)`` with x, W, b requiring grad, then
   ``torch.autograd.grad(y, (x, W, b), gy)``: the forward kernel, the epilogue-only backward kernel, dA, dB;
@@ -89,10 +91,17 @@ def bias_gelu(acc, bias):
     return F.gelu(acc + bias, approximate="tanh")
 
 
+def bias_gelu_colsum(acc, bias):
+    import torch.nn.functional as F
+    y = F.gelu(acc + bias, approximate="tanh")
+    return y, y.sum(dim=0)
+
+
 def cases(M, N, K, dtype, device="cpu"):
     import torch
 
     import evtorch as evt
+    from evtorch.codegen.configs import GemmConfig
     g = torch.Generator().manual_seed(0)
 
     def rnd(*shape, grad=False):
@@ -109,6 +118,11 @@ def cases(M, N, K, dtype, device="cpu"):
 
     def gemm_bias_gelu_fwd():
         evt.gemm(A, B, bias_gelu, bias=b, backend="triton")
+
+    splitk = GemmConfig("splitk", 16, 64, 32, SPLIT_K=4, num_warps=4, num_stages=4)
+
+    def gemm_splitk_colsum_fwd():
+        evt.gemm(A, B, bias_gelu_colsum, bias=b, config=splitk, backend="triton")
 
     def linear_fwd():
         with torch.no_grad():
@@ -141,8 +155,8 @@ def cases(M, N, K, dtype, device="cpu"):
         y, _ = Floor.apply(x, W, bl)
         torch.autograd.grad(y, (x, W, bl), gy)
 
-    return {f.__name__: f for f in (torch_matmul_fwd, gemm_identity_fwd, gemm_bias_gelu_fwd, linear_fwd, linear_fwd_bwd,
-                                    torch_floor_fwd_bwd)}
+    return {f.__name__: f for f in (torch_matmul_fwd, gemm_identity_fwd, gemm_bias_gelu_fwd, gemm_splitk_colsum_fwd,
+                                    linear_fwd, linear_fwd_bwd, torch_floor_fwd_bwd)}
 
 
 def measure(fn, calls: int, warmup: int = 20, rounds: int = 5, sync=None) -> float:
