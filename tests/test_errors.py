@@ -307,3 +307,30 @@ def test_outputs_selection_errors():
     raises(EpilogueError, fn, "no output -3", outputs=(0, -3))
     raises(EpilogueTypeError, fn, "outputs=", "float", outputs=1.0)
     raises(EpilogueTypeError, fn, "outputs=", "'a'", outputs=("a",))
+
+
+def test_forced_config_out_of_resources_names_the_config(monkeypatch):
+    """A forced config whose kernels need more shared memory than the GPU has (Triton raises OutOfResources
+    when it compiles them, on the first run) is reported as a ValueError naming the config and the dtype, with
+    Triton's numbers; the broken launch is not cached, so the next call compiles again rather than reusing it."""
+    from triton.runtime.errors import OutOfResources
+
+    from evtorch.codegen.configs import GemmConfig
+    from evtorch.runtime import gemm as rgemm
+
+    cfg = GemmConfig("splitk", 16, 16, 16, SPLIT_K=2, num_stages=6)
+    runs = []
+
+    def out_of_smem(self, *args, **kw):
+        runs.append(1)
+        raise OutOfResources(294936, 232448, "shared memory")
+    monkeypatch.setattr(rgemm._Launch, "run", out_of_smem)
+    for _ in range(2):
+        with pytest.raises(ValueError, match=r"config=GemmConfig\(template='splitk'.*torch.float32.*"
+                                             r"Required: 294936, Hardware limit: 232448.*fewer num_stages"):
+            evt.gemm(A, B, lambda acc: acc * 2, config=cfg, backend="triton")
+    assert len(runs) == 2 and not any(launch.config == cfg for launch in rgemm._launches.values())
+    monkeypatch.undo()  # other failures pass through unchanged
+    monkeypatch.setattr(rgemm._Launch, "run", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom")))
+    with pytest.raises(RuntimeError, match="boom"):
+        evt.gemm(A, B, lambda acc: acc * 3, config=cfg, backend="triton")

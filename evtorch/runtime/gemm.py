@@ -529,7 +529,16 @@ def _execute(ep, prog, A, B, inputs, out_dtype, allow_tf32, config: GemmConfig, 
     tile = config.epilogue_tile(A.shape[-2], B.shape[-1], L, device_info(A.device).num_sms)
     call = _Call(ep, prog, A, B, inputs, out_dtype, tile)
     launch = _remember(_launches, key, _Launch(ep, prog, call, A, B, config, allow_tf32))
-    return _Result(launch, launch.run(A, B, inputs, call))
+    try:
+        return _Result(launch, launch.run(A, B, inputs, call))  # the first run compiles the kernels
+    except Exception as exc:
+        if type(exc).__name__ != "OutOfResources":  # triton.runtime.errors.OutOfResources, without importing it
+            raise
+        _launches.pop(key, None)
+        raise ValueError(
+            f"config={config!r} does not fit this GPU for {A.dtype} operands: {exc} The tuner's candidates and "
+            "the heuristic are sized per dtype and device (evtorch.codegen.policy.candidate_configs); a forced "
+            "config needs fewer num_stages or smaller BLOCK_M / BLOCK_N / BLOCK_K") from exc
 
 
 #: ``hook(config)`` for each, when a call signature's launch is first prepared (benchmarks/run.py records the tuned
