@@ -179,6 +179,29 @@ def test_splitk_reduce_tile(M, N, L, tile, expect):
     assert GemmConfig("portable", *tile, 64).epilogue_tile(M, N, L, 132) == tile
 
 
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(M=st.integers(1, 5000), N=st.integers(1, 5000), L=st.integers(1, 4),
+       tile=st.sampled_from([(16, 64), (32, 64), (64, 64), (128, 64), (64, 128), (128, 128), (128, 256)]),
+       sms=st.sampled_from([1, 4, 78, 132]))
+def test_splitk_reduce_tile_properties(M, N, L, tile, sms):
+    """The reduce tile halves the GEMM's tile (rows first, down to REDUCE_MIN_TILE), stopping at the first tile
+    with REDUCE_PROGRAMS_PER_SM programs per SM: never larger than the GEMM's, never below the minimum unless the
+    GEMM's tile already was, and one halving fewer would not have reached the target."""
+    cfg = GemmConfig("splitk", *tile, 64, SPLIT_K=2, num_warps=8)
+    bm, bn = cfg.reduce_tile(M, N, L, sms)
+    lo_m, lo_n = cfgmod.REDUCE_MIN_TILE
+    assert tile[0] % bm == 0 and tile[1] % bn == 0
+    assert bm >= min(lo_m, tile[0]) and bn >= min(lo_n, tile[1])
+    assert bn == tile[1] or bm == min(lo_m, tile[0])  # columns only once the rows are at their minimum
+    target = cfgmod.REDUCE_PROGRAMS_PER_SM * sms
+    programs = cdiv(M, bm) * cdiv(N, bn) * L
+    assert programs >= target or (bm, bn) == (min(lo_m, tile[0]), min(lo_n, tile[1]))
+    if (bm, bn) != tile:  # the tile before the last halving had too few programs
+        prev = (bm * 2, bn) if bn == tile[1] else (bm, bn * 2)
+        assert cdiv(M, prev[0]) * cdiv(N, prev[1]) * L < target
+    assert 1 <= cfg.reduce_warps((bm, bn)) <= cfg.num_warps
+
+
 def test_splitk_workspace_fn(store_module):
     A, B = randn(18, 40, dtype=torch.float16), randn(40, 22, dtype=torch.float16)
     cfg = GemmConfig("splitk", 16, 16, 16, SPLIT_K=2, num_stages=1)
