@@ -365,10 +365,10 @@ def prepare_launch(
             raise ValueError(f"config.SPLIT_K={split} exceeds the grid limit {MAX_GRID_YZ}")
         out.work_dtype = torch.float64 if p.dtype == torch.float64 else torch.float32
         out.work_shape = (split, p.L, p.M, p.N)
-        # (partials kernel, its grid, reduce kernel, its grid), for runtime.launcher's direct launches
         # the reduce kernel (partials summed, then the epilogue) on its own, smaller tile where GEMM tiles are few
         rm, rn = config.reduce_tile(p.M, p.N, p.L, device_info(A.device).num_sms)
         reduce_tiles = cdiv(p.M, rm) * cdiv(p.N, rn)
+        # (partials kernel, its grid, reduce kernel, its grid), for runtime.launcher's direct launches
         out.splitk_kernels = (_kernel(module, kernel_name, "splitk"), (tiles, split, p.L),
                               _kernel(module, kernel_name, "splitk_reduce"), (reduce_tiles, p.L))
         out.fn = out.splitk_kernels[0][out.splitk_kernels[1]]
