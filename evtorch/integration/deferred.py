@@ -32,7 +32,10 @@ from typing import Callable
 import torch
 from torch.utils._pytree import tree_map_only
 
+from ..runtime import knobs
+
 aten = torch.ops.aten
+_environ_get, (_FUSE_KEY,) = knobs.raw_reader(knobs.FUSE_BACKWARD)
 
 #: hand-offs fused into the producer's backward GEMM / computed because something else needed the value
 STATS = {"fused": 0, "materialized": 0}
@@ -145,8 +148,10 @@ def _resolve(shape, numel: int):
 
 
 def mode() -> str:
-    """EVTORCH_FUSE_BACKWARD: "auto", "always" or "never"."""
-    from ..runtime import knobs
+    """EVTORCH_FUSE_BACKWARD: "auto", "always" or "never". Read on every backward, so an unset variable (the
+    common case) is one dict lookup (``knobs.raw_reader``), not a parse."""
+    if _environ_get(_FUSE_KEY) is None:
+        return "auto"
     return knobs.FUSE_BACKWARD.get()
 
 
