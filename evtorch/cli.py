@@ -1,7 +1,9 @@
-"""The ``evtorch`` command: ``demo``, ``show``, ``bench``, ``selftest``.
+"""The ``evtorch`` command: ``demo``, ``show``, ``tuning``, ``configs``, ``bench``, ``selftest``.
 
     evtorch demo [--device cpu|cuda] [--size M,N,K] [--dtype f16] [--backend reference|triton]
     evtorch show FILE.py:FUNC --shape M,N[,K] [--batch L] [--input NAME=SPEC ...] [--dot out.svg] [--source]
+    evtorch tuning [MATCH ...] [--top N] [--json] [--clear]
+    evtorch configs --shape M,N,K [--batch L] [--dtype bf16] [--device current|hopper|h100|h200|a100] [--no-tma]
     evtorch bench ...      (benchmarks.run:main)
     evtorch selftest ...   (evtorch.selftest:main)
 
@@ -291,6 +293,70 @@ def cmd_tuning(args) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------------------------------- configs
+def _device_for_plan(name: str):
+    """The DeviceInfo ``evtorch configs --device`` names: ``current`` (this machine's GPU, else the
+    interpreter's or the CPU's), or one of ``configs.NAMED_DEVICES``."""
+    from .codegen.configs import NAMED_DEVICES, device_info
+
+    if name == "current":
+        return device_info()
+    try:
+        return NAMED_DEVICES[name]
+    except KeyError:
+        raise UsageError(f"--device: expected current or one of {sorted(NAMED_DEVICES)}, got {name!r}") from None
+
+
+def format_config_line(config, M: int, N: int, K: int, L: int, dtype: torch.dtype, info) -> str:
+    """One config with how it lays the problem out on ``info`` and the shared memory it is modelled to take."""
+    from .codegen.configs import elem_bytes, resident_programs
+
+    g = config.launch_geometry(M, N, K, L, info.num_sms)
+    text = f"{config.short()}: {g['tiles']} tiles"
+    if "splits" in g:
+        rm, rn = g["reduce_tile"]
+        text += (f" x {g['splits']} splits = {g['programs']} programs of {g['blocks']} K blocks; reduce on "
+                 f"{rm}x{rn}: {g['reduce_programs']} programs, {g['reduce_warps']} warps")
+    else:
+        text += f", {g['programs']} programs of {g['blocks']} K blocks"
+    if info.kind == "cuda":
+        text += (f"; {g['programs'] / info.num_sms:.2f} programs an SM ({resident_programs(config, dtype, info)} "
+                 f"fit); shared memory {config.smem_bytes(elem_bytes(dtype)) / 1024:.0f} KiB of "
+                 f"{info.smem_bytes / 1024:.0f}")
+    return text
+
+
+def cmd_configs(args) -> int:
+    from .codegen.configs import DTYPE_BYTES
+    from .codegen.policy import candidate_configs, heuristic_config
+
+    M, N, K = args.shape
+    L = args.batch or 1
+    if min(M, N, K, L) < 1:
+        raise UsageError(f"--shape/--batch: expected sizes >= 1, got M,N,K = {M},{N},{K} and L = {L}")
+    if args.max < 1:
+        raise UsageError(f"--max: expected a count of candidates >= 1, got {args.max}")
+    info = _device_for_plan(args.device)
+    eb = DTYPE_BYTES[args.dtype]
+    # row-major A (M, K) and B (K, N): TMA needs 16-byte row pitches
+    tma_ok = not args.no_tma and (K * eb) % 16 == 0 and (N * eb) % 16 == 0
+    kw = dict(L=L, tma_ok=tma_ok, allow_tf32=args.tf32)
+    where = (f"{info.name} ({info.num_sms} SMs, {info.smem_bytes / 1024:.0f} KiB shared memory a block)"
+             if info.kind == "cuda" else f"{info.name} (no GPU: the interpreter's small tiles)")
+    print(f"evtorch configs: {M}x{N}x{K}" + (f" L={L}" if L > 1 else "") + f" {str(args.dtype).split('.')[-1]} "
+          f"on {where}; operands {'TMA-able' if tma_ok else 'not TMA-able'}"
+          + ("; TF32 allowed" if args.tf32 else ""))
+    heuristic = heuristic_config(M, N, K, args.dtype, info, **kw)
+    print("heuristic (EVTORCH_AUTOTUNE=0, and the tuner's fallback):")
+    print("  " + format_config_line(heuristic, M, N, K, L, args.dtype, info))
+    listed = candidate_configs(M, N, K, args.dtype, info, max_candidates=args.max, **kw)
+    print(f"tuner's candidates ({len(listed)}, at most {args.max}; the heuristic first; an epilogue then adjusts "
+          "them: policy.for_epilogue):")
+    for i, config in enumerate(listed, 1):
+        print(f"  {i:2d}. " + format_config_line(config, M, N, K, L, args.dtype, info))
+    return 0
+
+
 # ---------------------------------------------------------------------------------------------------- demo
 def cmd_demo(args) -> int:
     from .demo import demo
@@ -393,6 +459,21 @@ def build_parser() -> argparse.ArgumentParser:
     tuning.add_argument("--clear", action="store_true", help="delete the matching records (the next call with "
                         "such a key tunes again)")
     tuning.set_defaults(handler=cmd_tuning)
+
+    configs = sub.add_parser("configs", help="print the configs a GEMM gets: the heuristic's and the tuner's "
+                             "candidates, with their tiles, programs, splits and shared memory",
+                             description="What the policy (evtorch/codegen/policy.py) chooses for a problem, on "
+                             "this machine's GPU or a named one, without running anything.")
+    configs.add_argument("--shape", type=functools.partial(parse_ints, lengths=(3,)), required=True,
+                         metavar="M,N,K", help="the GEMM: A (M, K) @ B (K, N)")
+    configs.add_argument("--batch", type=int, metavar="L", help="batched: L problems")
+    configs.add_argument("--dtype", type=parse_dtype, default=torch.bfloat16, help="A and B dtype (default bf16)")
+    configs.add_argument("--device", default="current",
+                         help="current (default: this machine's GPU), hopper (or h100, h200) or a100")
+    configs.add_argument("--no-tma", action="store_true", help="operands TMA cannot take (the TMA templates off)")
+    configs.add_argument("--tf32", action="store_true", help="float32 operands with TF32 allowed")
+    configs.add_argument("--max", type=int, default=16, help="candidates listed (default 16, the tuner's limit)")
+    configs.set_defaults(handler=cmd_configs)
 
     for name, (module, what) in DELEGATES.items():
         sub.add_parser(name, help=f"run {what}; arguments are passed on ({module}:main)", add_help=False)

@@ -390,3 +390,44 @@ def test_tuning_lists_clears_and_filters_the_stored_records(capsys, tmp_path, mo
     assert "removed 1 record" in capsys.readouterr().out
     assert [autotune.key_fields(r["key"])["mnk"] for r in autotune.stored_records()] == ["8192x8192x4096"]
     autotune.clear_memory_cache()
+
+
+# ------------------------------------------------------------------------------------------------- configs
+def test_configs_prints_the_heuristic_and_the_candidates(capsys):
+    """``evtorch configs`` prints what the policy picks, with each config's layout on the named device: here
+    split-K over TMA loads on 128x256 tiles for a weight gradient, its reduce kernel on 32x64 tiles."""
+    from evtorch.codegen.configs import HOPPER
+    from evtorch.codegen.policy import candidate_configs, heuristic_config
+
+    rc, out, _ = run(capsys, "configs", "--shape", "768,768,49152", "--device", "h200", "--max", "4")
+    assert rc == 0
+    lines = out.splitlines()
+    assert lines[0].startswith("evtorch configs: 768x768x49152 bfloat16 on Hopper (132 SMs") and "TMA-able" in lines[0]
+    h = heuristic_config(768, 768, 49152, torch.bfloat16, HOPPER, tma_ok=True)
+    assert lines[2].strip().startswith(f"{h.short()}: 18 tiles x 7 splits = 126 programs of 110 K blocks; "
+                                       "reduce on 32x64: 288 programs, 4 warps")
+    listed = candidate_configs(768, 768, 49152, torch.bfloat16, HOPPER, tma_ok=True, max_candidates=4)
+    numbered = [line.strip() for line in lines if line.strip()[:3] in ("1. ", "2. ", "3. ", "4. ")]
+    assert [line.split(":")[0][3:] for line in numbered] == [c.short() for c in listed]
+    assert "192 KiB of 227" in lines[2]
+
+
+def test_configs_layouts_of_the_other_templates(capsys):
+    rc, out, _ = run(capsys, "configs", "--shape", "8192,4096,1024", "--device", "hopper", "--max", "2")
+    assert rc == 0 and "1024 tiles, 132 programs of 16 K blocks; 1.00 programs an SM (1 fit)" in out
+    rc, out, _ = run(capsys, "configs", "--shape", "1000,1000,100", "--device", "a100", "--no-tma", "--dtype", "f32",
+                     "--max", "1")
+    assert rc == 0 and "A100 (108 SMs" in out and "not TMA-able" in out and "portable_" in out
+    rc, out, _ = run(capsys, "configs", "--shape", "64,48,32", "--batch", "3", "--device", "hopper", "--max", "1")
+    assert rc == 0 and "64x48x32 L=3" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--shape", "64,64,0"], "expected sizes >= 1, got M,N,K = 64,64,0"),
+    (["--shape", "64,64,64", "--device", "v100"], "--device: expected current or one of"),
+    (["--shape", "64,64,64", "--max", "0"], "--max: expected a count of candidates >= 1, got 0"),
+])
+def test_configs_bad_arguments_name_the_option(capsys, argv, message):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["configs", *argv])
+    assert e.value.code == 2 and message in capsys.readouterr().err

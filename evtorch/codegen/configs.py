@@ -364,6 +364,25 @@ class GemmConfig:
                 break
         return bm, bn
 
+    def launch_geometry(self, M: int, N: int, K: int, L: int, num_sms: int) -> dict[str, Any]:
+        """How this config lays a problem out on a GPU of ``num_sms`` SMs, for people reading a plan (``evtorch
+        configs``): output ``tiles`` (x L), the ``programs`` of the main kernel (persistent templates: at most
+        their resident count), K ``blocks`` per program, and for split-K its ``splits``, the ``reduce_tile``, the
+        ``reduce_programs`` and their ``reduce_warps``."""
+        tiles = cdiv(M, self.BLOCK_M) * cdiv(N, self.BLOCK_N) * max(L, 1)
+        blocks = cdiv(K, self.BLOCK_K)
+        out: dict[str, Any] = {"tiles": tiles, "blocks": blocks}
+        if self.template == "splitk":
+            tile = self.reduce_tile(M, N, L, num_sms)
+            out.update(programs=tiles * self.SPLIT_K, splits=self.SPLIT_K, blocks=cdiv(blocks, self.SPLIT_K),
+                       reduce_tile=tile, reduce_programs=cdiv(M, tile[0]) * cdiv(N, tile[1]) * max(L, 1),
+                       reduce_warps=self.reduce_warps(tile))
+        elif self.is_persistent:
+            out["programs"] = self.persistent_grid(num_sms, tiles)
+        else:
+            out["programs"] = tiles
+        return out
+
     def reduce_warps(self, tile: tuple[int, int]) -> int:
         """Warps of split-K's reduce kernel on ``tile``: 16 elements a thread (a 32 x 64 tile takes 4), at most
         the config's ``num_warps``."""
@@ -443,6 +462,14 @@ class DeviceInfo:
 _SMEM_BY_CAPABILITY = {(9, 0): 232448, (8, 0): 166912, (8, 7): 166912, (8, 6): 101376, (8, 9): 101376}
 # The device a Hopper-only choice is sized for where none is given (``policy.for_epilogue``).
 HOPPER = DeviceInfo("cuda", "Hopper", (9, 0), 132, _SMEM_BY_CAPABILITY[(9, 0)])
+#: Devices to plan configs for off the GPU (``evtorch configs --device NAME``): the SXM boards' SM counts and
+#: shared memory (H100 and H200 are both ``hopper``: 132 SMs, 227 KiB a block).
+NAMED_DEVICES: dict[str, DeviceInfo] = {
+    "hopper": HOPPER,
+    "h100": HOPPER,
+    "h200": HOPPER,
+    "a100": DeviceInfo("cuda", "A100", (8, 0), 108, _SMEM_BY_CAPABILITY[(8, 0)]),
+}
 
 
 @functools.lru_cache(maxsize=None)
