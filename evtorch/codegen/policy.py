@@ -582,11 +582,11 @@ def heuristic_config(
       the flatten / warp_specialize variants were within run-to-run noise (~2%) and are left to the tuner;
     - the same operands with 16 or more 128x128 tiles but less than a wave, and K >= 32 max(M, N) (weight
       gradients: K = tokens; the shapes measured to gain have K = 64 max(M, N); at K = 16 max(M, N),
-      1024x1024x16384, the few-rows 64x128 unsplit ran 1.065 x cuBLAS against 1.164 for the split, H200):
-      split-K over TMA loads on 128x128x64 tiles, the splits that fill one wave (``wave_split_k``, any count):
-      1024x1024x65536 1.080 x cuBLAS on an H100 against 1.694 for the few-rows tile, 768x768x49152 1.20 on three
-      splits (H200, 1.60 on two), and
-      512x512x32768 1.248 against 1.578 (docs/benchmarks.md, "Split-K over TMA loads");
+      1024x1024x16384, the few-rows 64x128 unsplit ran 1.065 x cuBLAS against 1.164 for the split on 128x128
+      with 4 stages, H200): split-K over TMA loads on the large problems' main loops, the splits that fill one
+      wave (``splitk_tma_heuristic``): on an H200 768x768x49152 1.01 x cuBLAS, 1024x1024x65536 1.02,
+      512x512x32768 1.13 (kernels; 1.69 for the few-rows tile at 1024x1024x65536 on an H100; docs/benchmarks.md,
+      "Split-K over TMA loads", "Split-K's main loop and reduce tile");
     - the same operands with fewer tiles, but at least 64 rows and columns: persistent_tma on the largest tile
       that fills the GPU, down to 64x64x128 on six stages (``_few_rows_config``);
     - fewer tiles than that (less than ``SPLIT_BELOW_SHARE`` of the SMs) and a long K: split-K over 16x64x128
