@@ -2,13 +2,15 @@
 
 Runs every case of ``evtorch.testing`` (each registry op, input role, view, reduction, vector stage, the source
 documents' examples) on CUDA in fp16, bf16 and fp32 (TF32 off) with outputs poisoned before each run, in both
-reduction modes, and every GEMM template on the examples, against eager PyTorch on the float64 product.
+reduction modes, and every GEMM template on the examples (the TMA templates also on column-major operands),
+against eager PyTorch on the float64 product.
 Tolerances: fp32 relative error <= 1e-5, fp16/bf16 <= 1e-2 relative Frobenius; NaN never passes. Prints a
 summary and exits non-zero on any failure.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -138,7 +140,6 @@ def run(sizes=((257, 193, 129, 3), (1024, 768, 512, 2)), dtypes=("float32", "flo
                             (("EPILOGUE_SUBTILE", 4), ("EPI_MMA", True), ("TMA_STORE", 2))),
                  # the epilogue-warpgroup schedule: 128x256 tiles, quarters handed off through two fp32 buffers
                  GemmConfig("pingpong", 128, 256, 64, 8, 1, 4, 3, (("EPILOGUE_SUBTILE", 4), ("EPI_WG", 2)))]
-    import evtorch as evt
     # whole 128 x 128 (and 64 x 64) tiles, where the launcher sets EVEN_M / EVEN_N and the epilogue's bounds masks
     # fold away, in every dtype; ragged rows and columns (masks kept; TMA-aligned rows) in bfloat16
     shapes = [(512, 384, d) for d in dtypes] + [(520, 376, d) for d in dtypes if d == "bfloat16"]
@@ -154,23 +155,50 @@ def run(sizes=((257, 193, 129, 3), (1024, 768, 512, 2)), dtypes=("float32", "flo
                     continue
                 case = Case(f"template_{cfg.short()}_{name}", ex.fn,
                             lambda M, N, L, d, t, ex=ex: ex.make_inputs(M, N, d, t))
-
-                def go(case=case, cfg=cfg, dtype=dtype, tm=tm, tn=tn):
-                    from .testing import operands, rel_error, TOLERANCE
-                    A, B = operands(case, tm, tn, 1024, 1, device, dtype)
-                    kw = case.make_inputs(tm, tn, 1, device, dtype)
-                    out = evt.gemm(A, B, case.fn, config=cfg, **kw)
-                    ref = case.fn(A.double() @ B.double(), **{k: v.double() if torch.is_tensor(v) and
-                                                              v.is_floating_point() else v for k, v in kw.items()})
-                    out = out if isinstance(out, tuple) else (out,)
-                    ref = ref if isinstance(ref, tuple) else (ref,)
-                    errs = [rel_error(o, r.to(o.dtype) if o.dtype in (torch.float16, torch.bfloat16) else r)
-                            for o, r in zip(out, ref)]
-                    lim = max(TOLERANCE[dtype], 1e-2 if dtype != torch.float32 else 1e-5)
-                    assert all(e <= lim for e in errs), f"errors {errs} > {lim}"
-                    return errs
-                record(f"{case.name}|{dname}|{tm}x{tn}x1024|det=False", go)
+                record(f"{case.name}|{dname}|{tm}x{tn}x1024|det=False",
+                       functools.partial(template_check, case, cfg, tm, tn, 1024, device, dtype))
+    # operands stored column-major (a weight gradient's X^T, a transposed weight): the TMA templates' *_COL_MAJOR
+    # descriptors, which the row-major checks above never take
+    for cfg in templates:
+        if not (cfg.template == "persistent_tma" or cfg.flag("TMA_LOADS")):
+            continue
+        for name in ("lincomb_relu", "row_reduction"):
+            ex = EXAMPLES[name]
+            case = Case(f"layout_{cfg.short()}_{name}", ex.fn, lambda M, N, L, d, t, ex=ex: ex.make_inputs(M, N, d, t))
+            for a_col, b_col in ((True, False), (False, True)):
+                record(f"{case.name}_{'A' if a_col else 'B'}col|bfloat16|512x384x1024|det=False",
+                       functools.partial(template_check, case, cfg, 512, 384, 1024, device, torch.bfloat16,
+                                         a_col=a_col, b_col=b_col))
     return results
+
+
+def template_check(case, cfg, M: int, N: int, K: int, device, dtype: torch.dtype, *, a_col: bool = False,
+                   b_col: bool = False, backend: str | None = None) -> list[float]:
+    """``case`` through ``evt.gemm`` with ``cfg`` forced on (M, K) @ (K, N) operands (``a_col`` / ``b_col``:
+    stored column-major, the same values), against the float64 product and epilogue; the relative errors. With a
+    column-major operand the config must still run its own template (not a fallback), so the check is what it
+    says."""
+    import evtorch as evt
+    from .runtime.gemm_launch import resolve_config
+    from .testing import TOLERANCE, operands, rel_error
+
+    A, B = operands(case, M, N, K, 1, device, dtype)
+    if a_col:
+        A = A.t().contiguous().t()
+    if b_col:
+        B = B.t().contiguous().t()
+    if a_col or b_col:
+        assert resolve_config(A, B, cfg).template == cfg.template, f"{cfg.short()} falls back on these operands"
+    kw = case.make_inputs(M, N, 1, device, dtype)
+    out = evt.gemm(A, B, case.fn, config=cfg, **({"backend": backend} if backend else {}), **kw)
+    ref = case.fn(A.double() @ B.double(), **{k: v.double() if torch.is_tensor(v) and v.is_floating_point() else v
+                                              for k, v in kw.items()})
+    out = out if isinstance(out, tuple) else (out,)
+    ref = ref if isinstance(ref, tuple) else (ref,)
+    errs = [rel_error(o, r.to(o.dtype) if o.dtype in (torch.float16, torch.bfloat16) else r) for o, r in zip(out, ref)]
+    lim = max(TOLERANCE[dtype], 1e-2 if dtype != torch.float32 else 1e-5)
+    assert all(e <= lim for e in errs), f"errors {errs} > {lim}"
+    return errs
 
 
 def main(argv=None) -> int:
