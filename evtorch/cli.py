@@ -3,7 +3,7 @@
     evtorch demo [--device cpu|cuda] [--size M,N,K] [--dtype f16] [--backend reference|triton]
     evtorch show FILE.py:FUNC --shape M,N[,K] [--batch L] [--input NAME=SPEC ...] [--dot out.svg] [--source]
     evtorch tuning [MATCH ...] [--top N] [--json] [--clear]
-    evtorch configs --shape M,N,K [--batch L] [--dtype bf16] [--device current|hopper|h100|h200|a100] [--no-tma]
+    evtorch configs --shape M,N,K [--device current|hopper|h100|h200|a100] [--epilogue FILE.py:FUNC] ...
     evtorch bench ...      (benchmarks.run:main)
     evtorch selftest ...   (evtorch.selftest:main)
 
@@ -169,36 +169,44 @@ def format_codegen_plan(ep, out_dtype: torch.dtype, full: bool = False) -> str:
     return head + body + (f"\n# hardware approximations: {names}" if names else "")
 
 
-def cmd_show(args) -> int:
+def trace_target(target: str, shape, batch, dtype: torch.dtype, inputs: list[str], debug=None):
+    """Trace ``target`` (FILE.py:FUNC or module:FUNC) for an accumulator of ``shape`` (M, N[, K]) and ``batch``,
+    its inputs described by ``--input`` texts (a keyword input without one and without a default: full-size).
+    Prints the signature line; returns the epilogue. Raises EpilogueError (tracing) or UsageError (inputs)."""
     from . import trace
-    from .errors import EpilogueError
     from .frontend.signature import epilogue_params, spec
 
-    fn = load_function(args.target)
-    M, N = args.shape[:2]
+    fn = load_function(target)
+    M, N = shape[:2]
     sizes = {"M": M, "N": N}
-    if args.batch is not None:
-        sizes["L"] = args.batch
-    acc_shape = (args.batch, M, N) if args.batch is not None else (M, N)
-    acc_dtype = torch.float64 if args.dtype == torch.float64 else torch.float32
+    if batch is not None:
+        sizes["L"] = batch
+    acc_shape = (batch, M, N) if batch is not None else (M, N)
+    acc_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+    acc_name, names = epilogue_params(fn)
+    given = dict(parse_input(t, sizes, dtype) for t in inputs)
+    unknown = [n for n in given if n not in names]
+    if unknown:
+        raise UsageError(f"--input {', '.join(unknown)}: {fn.__name__} has no such keyword input; "
+                         f"it takes {', '.join(names) or 'none'}")
+    params = inspect.signature(fn).parameters
+    defaulted = [n for n in names if n not in given and params[n].default is inspect.Parameter.empty]
+    given.update({n: spec(acc_shape, dtype) for n in defaulted})
+    examples = {n: given[n] for n in names if n in given}
+    print(f"# {fn.__name__}({acc_name}: {_describe(spec(acc_shape, acc_dtype))}"
+          + "".join(f", {n}: {_describe(v)}" for n, v in examples.items())
+          + f")  M={M} N={N}" + (f" K={shape[2]}" if len(shape) > 2 else "")
+          + (f" L={batch}" if batch is not None else ""))
+    if defaulted:
+        print(f"# full-size by default (describe with --input NAME=SPEC): {', '.join(defaulted)}")
+    return trace(fn, debug=debug, **{acc_name: spec(acc_shape, acc_dtype)}, **examples)
+
+
+def cmd_show(args) -> int:
+    from .errors import EpilogueError
+
     try:
-        acc_name, names = epilogue_params(fn)
-        given = dict(parse_input(t, sizes, args.dtype) for t in args.input)
-        unknown = [n for n in given if n not in names]
-        if unknown:
-            raise UsageError(f"--input {', '.join(unknown)}: {fn.__name__} has no such keyword input; "
-                             f"it takes {', '.join(names) or 'none'}")
-        params = inspect.signature(fn).parameters
-        defaulted = [n for n in names if n not in given and params[n].default is inspect.Parameter.empty]
-        given.update({n: spec(acc_shape, args.dtype) for n in defaulted})
-        examples = {n: given[n] for n in names if n in given}
-        print(f"# {fn.__name__}({acc_name}: {_describe(spec(acc_shape, acc_dtype))}"
-              + "".join(f", {n}: {_describe(v)}" for n, v in examples.items())
-              + f")  M={M} N={N}" + (f" K={args.shape[2]}" if len(args.shape) > 2 else "")
-              + (f" L={args.batch}" if args.batch is not None else ""))
-        if defaulted:
-            print(f"# full-size by default (describe with --input NAME=SPEC): {', '.join(defaulted)}")
-        ep = trace(fn, debug=args.debug or None, **{acc_name: spec(acc_shape, acc_dtype)}, **examples)
+        ep = trace_target(args.target, args.shape, args.batch, args.dtype, args.input, args.debug or None)
     except EpilogueError as e:
         print(f"evtorch show: {args.target}: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
@@ -346,13 +354,31 @@ def cmd_configs(args) -> int:
     print(f"evtorch configs: {M}x{N}x{K}" + (f" L={L}" if L > 1 else "") + f" {str(args.dtype).split('.')[-1]} "
           f"on {where}; operands {'TMA-able' if tma_ok else 'not TMA-able'}"
           + ("; TF32 allowed" if args.tf32 else ""))
+    ep = None
+    if args.epilogue:
+        from .errors import EpilogueError
+
+        try:
+            ep = trace_target(args.epilogue, (M, N, K), args.batch, args.dtype, args.input)
+        except EpilogueError as e:
+            print(f"evtorch configs: {args.epilogue}: {type(e).__name__}: {e}", file=sys.stderr)
+            return 1
+    elif args.input:
+        raise UsageError("--input describes the inputs of --epilogue, which is not given")
     heuristic = heuristic_config(M, N, K, args.dtype, info, **kw)
     print("heuristic (EVTORCH_AUTOTUNE=0, and the tuner's fallback):")
     print("  " + format_config_line(heuristic, M, N, K, L, args.dtype, info))
-    listed = candidate_configs(M, N, K, args.dtype, info, max_candidates=args.max, **kw)
-    print(f"tuner's candidates ({len(listed)}, at most {args.max}; the heuristic first; an epilogue then adjusts "
-          "them: policy.for_epilogue):")
-    for i, config in enumerate(listed, 1):
+    listed = candidate_configs(M, N, K, args.dtype, info, **kw)  # the tuner's list, as runtime.gemm builds it
+    if ep is not None:
+        from .codegen.program import build_program
+        from .runtime.gemm import candidates_for_program
+
+        listed = candidates_for_program(build_program(ep, args.dtype), listed, args.dtype, info)
+        what = f"as {ep.name} can use them: policy.for_epilogue"
+    else:
+        what = "the heuristic first; an epilogue then adjusts them: policy.for_epilogue, --epilogue"
+    print(f"tuner's candidates ({min(len(listed), args.max)} of {len(listed)}; {what}):")
+    for i, config in enumerate(listed[:args.max], 1):
         print(f"  {i:2d}. " + format_config_line(config, M, N, K, L, args.dtype, info))
     return 0
 
@@ -472,7 +498,12 @@ def build_parser() -> argparse.ArgumentParser:
                          help="current (default: this machine's GPU), hopper (or h100, h200) or a100")
     configs.add_argument("--no-tma", action="store_true", help="operands TMA cannot take (the TMA templates off)")
     configs.add_argument("--tf32", action="store_true", help="float32 operands with TF32 allowed")
-    configs.add_argument("--max", type=int, default=16, help="candidates listed (default 16, the tuner's limit)")
+    configs.add_argument("--max", type=int, default=16, help="the first N candidates (default 16: all the tuner "
+                         "times; the bench times 9)")
+    configs.add_argument("--epilogue", metavar="FILE.py:FUNC", help="the candidates as this epilogue can use them "
+                         "(what the tuner times for it)")
+    configs.add_argument("--input", action="append", default=[], metavar="NAME=SPEC",
+                         help="with --epilogue: an input's shape, as for show (C=M,N bias=N alpha=scalar ...)")
     configs.set_defaults(handler=cmd_configs)
 
     for name, (module, what) in DELEGATES.items():

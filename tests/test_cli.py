@@ -431,3 +431,37 @@ def test_configs_bad_arguments_name_the_option(capsys, argv, message):
     with pytest.raises(SystemExit) as e:
         cli.main(["configs", *argv])
     assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_configs_for_an_epilogue_lists_what_the_tuner_times(capsys):
+    """``--epilogue``: the candidates after ``policy.for_epilogue``, as ``runtime.gemm`` adjusts them for that
+    epilogue: lincomb_relu's M x N input can come through the ping-pong loader (EPI_TMA), bias_gelu_aux has none
+    (its EPI_TMA configs run in the wgmma layout with TMA stores instead)."""
+    from evtorch import trace
+    from evtorch.codegen.configs import HOPPER
+    from evtorch.codegen.policy import candidate_configs
+    from evtorch.codegen.program import build_program
+    from evtorch.examples import lincomb_relu
+    from evtorch.runtime.gemm import candidates_for_program
+
+    def listed(out):
+        return [line.strip().split(":")[0].split(". ", 1)[1] for line in out.splitlines()
+                if line.startswith("  ") and ". " in line.strip()[:4]]
+
+    rc, out, _ = run(capsys, "configs", "--shape", "8192,4096,1024", "--device", "hopper", "--epilogue",
+                     "evtorch.examples:lincomb_relu", "--input", "alpha=scalar", "--input", "beta=scalar")
+    assert rc == 0 and "# lincomb_relu(acc: float32[8192, 4096], C: bfloat16[8192, 4096]" in out
+    ep = trace(lincomb_relu, acc=torch.empty(8192, 4096), C=torch.empty(8192, 4096, dtype=torch.bfloat16),
+               alpha=1.0, beta=1.0)
+    want = candidates_for_program(build_program(ep, torch.bfloat16),
+                                  candidate_configs(8192, 4096, 1024, torch.bfloat16, HOPPER, tma_ok=True),
+                                  torch.bfloat16, HOPPER)
+    assert listed(out) == [c.short() for c in want] and any("epi_tma" in name for name in listed(out))
+    workloads = Path(__file__).resolve().parents[1] / "benchmarks" / "workloads.py"
+    rc, out, _ = run(capsys, "configs", "--shape", "8192,4096,1024", "--device", "hopper", "--epilogue",
+                     f"{workloads}:bias_gelu_aux", "--input", "bias=N")
+    assert rc == 0 and listed(out) and not any("epi_tma" in name for name in listed(out))
+    assert any("tma_store" in name for name in listed(out))
+    with pytest.raises(SystemExit) as e:
+        cli.main(["configs", "--shape", "64,64,64", "--input", "bias=N"])
+    assert e.value.code == 2 and "--input describes the inputs of --epilogue" in capsys.readouterr().err

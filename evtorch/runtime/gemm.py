@@ -474,6 +474,16 @@ class _Result:
         return self.value
 
 
+def candidates_for_program(prog, candidates: list[GemmConfig], dtype: torch.dtype, info) -> list[GemmConfig]:
+    """``candidates`` as the epilogue of generated program ``prog`` can use them: ``policy.for_epilogue`` with what
+    its code says (an M x N input the loader can bring, tile stores, TMA-stored outputs, prefetched inputs,
+    reductions). The tuner's list, and ``evtorch configs --epilogue``'s."""
+    code = prog.epilogue
+    return for_epilogue(candidates, tma_input=code.tma_input() is not None, tile_stores=code.tile_stores,
+                        tma_outputs=len(code.tma_outputs), tile_inputs=code.prefetch,
+                        reductions=bool(code.reductions), dtype=dtype, info=info)
+
+
 def _choose_config(ep, prog, A, B, inputs, out_dtype, deterministic, allow_tf32) -> GemmConfig:
     """The config to run (already through ``resolve_config``); on CUDA remembered per call signature."""
     L = A.shape[0] if A.dim() == 3 else 1
@@ -490,11 +500,7 @@ def _choose_config(ep, prog, A, B, inputs, out_dtype, deterministic, allow_tf32)
     heuristic = heuristic_config(M, N, K, A.dtype, A.device, L=L, tma_ok=tma_ok, allow_tf32=allow_tf32)
     key = make_tune_key(A, B, prog.tune_hash + ("det" if deterministic else ""), prog.key[4], (out_dtype,))
     candidates = candidate_configs(M, N, K, A.dtype, A.device, L=L, tma_ok=tma_ok, allow_tf32=allow_tf32)
-    code = prog.epilogue
-    candidates = for_epilogue(candidates, tma_input=code.tma_input() is not None, tile_stores=code.tile_stores,
-                              tma_outputs=len(code.tma_outputs), tile_inputs=code.prefetch,
-                              reductions=bool(code.reductions), dtype=A.dtype,
-                              info=device_info(A.device))
+    candidates = candidates_for_program(prog, candidates, A.dtype, device_info(A.device))
 
     def bench(cfg: GemmConfig) -> float:
         return time_ms(lambda: _execute(ep, prog, A, B, inputs, out_dtype, allow_tf32, cfg), graph="auto")
