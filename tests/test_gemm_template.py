@@ -1294,3 +1294,12 @@ def test_auto_timing_replays_graphs_only_for_short_calls(monkeypatch):
         autotune.time_ms(lambda: None, graph="auto")
     assert autotune.time_ms(lambda: None, graph="auto", settle_ms=0) == 1.0  # nothing measured: graph replays
     assert seen == ["graph", "plain", "graph"]
+
+def test_issue_shapes_never_reach_split_k():
+    """The bench's shapes (issue 4's two and the identity sizes; down to 2048^3 they fill a wave of 128x128 tiles,
+    1024^3's K is short): no split-K in the heuristic's pick or the tuner's list, so split-K's changes leave
+    their kernels alone."""
+    for M, N, K in ((8192, 8192, 4096), (8192, 4096, 1024), (8192, 8192, 8192), (4096, 4096, 4096),
+                    (2048, 2048, 2048), (1024, 1024, 1024)):
+        assert heuristic_config(M, N, K, torch.bfloat16, H100, tma_ok=True).template != "splitk"
+        assert not any(c.template == "splitk" for c in candidate_configs(M, N, K, torch.bfloat16, H100, tma_ok=True))
