@@ -335,8 +335,8 @@ def format_config_line(config, M: int, N: int, K: int, L: int, dtype: torch.dtyp
 
 
 def cmd_configs(args) -> int:
-    from .codegen.configs import DTYPE_BYTES
     from .codegen.policy import candidate_configs, heuristic_config
+    from .runtime.gemm_launch import tma_layout
 
     M, N, K = args.shape
     L = args.batch or 1
@@ -345,9 +345,9 @@ def cmd_configs(args) -> int:
     if args.max < 1:
         raise UsageError(f"--max: expected a count of candidates >= 1, got {args.max}")
     info = _device_for_plan(args.device)
-    eb = DTYPE_BYTES[args.dtype]
-    # row-major A (M, K) and B (K, N): TMA needs 16-byte row pitches
-    tma_ok = not args.no_tma and (K * eb) % 16 == 0 and (N * eb) % 16 == 0
+    # contiguous (L,) M x K and K x N operands, judged by the launcher's own rule (shapes only: meta tensors)
+    A = torch.empty(((L,) if args.batch else ()) + (M, K), dtype=args.dtype, device="meta")
+    tma_ok = not args.no_tma and tma_layout(A, torch.empty(K, N, dtype=args.dtype, device="meta"))[0]
     kw = dict(L=L, tma_ok=tma_ok, allow_tf32=args.tf32)
     where = (f"{info.name} ({info.num_sms} SMs, {info.smem_bytes / 1024:.0f} KiB shared memory a block)"
              if info.kind == "cuda" else f"{info.name} (no GPU: the interpreter's small tiles)")

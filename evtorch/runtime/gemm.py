@@ -24,7 +24,8 @@ from ..codegen.vector_stage import VBLOCK
 from ..ir.layouts import input_axis_strides, make_output
 from . import autotune, knobs
 from .autotune import interleaved_ms, make_tune_key, pick_config, time_ms
-from .gemm_launch import install_tma_allocator, narrow_index, prepare_launch, resolve_config, tma_eligible
+from .gemm_launch import (gemm_problem, install_tma_allocator, narrow_index, prepare_launch, resolve_config,
+                          tma_eligible)
 from .launcher import arg_key, make_launch
 
 
@@ -531,14 +532,16 @@ def _execute(ep, prog, A, B, inputs, out_dtype, allow_tf32, config: GemmConfig, 
     launch = _launches.get(key)
     if launch is not None and launch.config == config:
         return _Result(launch, launch.run(A, B, inputs))
-    L = max(A.shape[0] if A.dim() == 3 else 1, B.shape[0] if B.dim() == 3 else 1)  # as gemm_problem's
-    tile = config.epilogue_tile(A.shape[-2], B.shape[-1], L, device_info(A.device).num_sms)
+    p = gemm_problem(A, B)
+    tile = config.epilogue_tile(p.M, p.N, p.L, device_info(A.device).num_sms)
     call = _Call(ep, prog, A, B, inputs, out_dtype, tile)
     launch = _remember(_launches, key, _Launch(ep, prog, call, A, B, config, allow_tf32))
     try:
         return _Result(launch, launch.run(A, B, inputs, call))  # the first run compiles the kernels
     except Exception as exc:
-        if type(exc).__name__ != "OutOfResources":  # triton.runtime.errors.OutOfResources, without importing it
+        from triton.runtime.errors import OutOfResources  # the launch ran, so Triton is there
+
+        if not isinstance(exc, OutOfResources):
             raise
         _launches.pop(key, None)
         raise ValueError(
