@@ -1,0 +1,113 @@
+"""The sharded GPU-test runner (benchmarks/gpu_tests.py), run on CPU against a small suite of its own: sharding,
+the report plugin, merging, and a shard stopped at its time limit."""
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import gpu_tests  # noqa: E402
+
+SUITE = '''
+import time
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+@pytest.mark.parametrize("i", range(5))
+def test_pass(i):
+    assert i >= 0
+
+def test_fail():
+    assert 1 == 2
+
+def test_skip():
+    pytest.skip("no reason")
+
+@pytest.fixture
+def broken():
+    yield
+    raise RuntimeError("teardown")
+
+def test_teardown_fails(broken):
+    pass
+
+def test_slow():
+    time.sleep({sleep})
+
+def test_after_the_slow_one():
+    pass
+'''
+
+
+def _suite(tmp_path, sleep):
+    (tmp_path / "suite").mkdir()
+    (tmp_path / "suite" / "test_suite.py").write_text(SUITE.format(sleep=sleep))
+    other = tmp_path / "suite" / "test_cpu.py"
+    other.write_text("def test_cpu_only():\n    pass\n")
+    return tmp_path / "suite"
+
+
+def test_round_robin_spreads_a_file_over_every_shard():
+    ids = [f"a.py::t{i}" for i in range(7)]
+    assert gpu_tests.shard(ids, 3) == [ids[0::3], ids[1::3], ids[2::3]]
+    assert sorted(sum(gpu_tests.shard(ids, 10), [])) == sorted(ids)
+    with pytest.raises(ValueError, match="shards: expected a positive count, got 0"):
+        gpu_tests.shard(ids, 0)
+
+
+def test_balance_puts_long_tests_apart_and_keeps_collection_order():
+    ids = ["f::a", "f::b", "f::c", "f::d", "f::new"]
+    durations = {"f::a": 10.0, "f::b": 9.0, "f::c": 1.0, "f::d": 1.0}  # mean 5.25 for f::new
+    shards = gpu_tests.shard(ids, 2, durations)
+    loads = [sum(durations.get(t, 5.25) for t in s) for s in shards]
+    assert {"f::a", "f::b"} not in [set(s) & {"f::a", "f::b"} for s in shards]  # the two long ones apart
+    assert max(loads) - min(loads) <= 10.0 and sorted(sum(shards, [])) == sorted(ids)
+    assert all(s == sorted(s, key=ids.index) for s in shards)
+
+
+def test_merge_takes_the_worst_phase_and_lists_what_did_not_run():
+    shards = [["f::a", "f::b"], ["f::c"]]
+    reports = [[dict(nodeid="f::a", when="call", outcome="passed", duration=1.0),
+                dict(nodeid="f::a", when="teardown", outcome="failed", duration=0.5),
+                dict(nodeid="f::b", when="setup", outcome="skipped", duration=0.0)], []]
+    m = gpu_tests.merge(shards, reports, ["l0", "l1"])
+    assert (m["passed"], m["failed"], m["skipped"], m["not_run"]) == (0, 1, 1, ["f::c"])
+    assert m["failures"] == [dict(test="f::a", log="l0")] and m["durations"]["f::a"] == 1.5
+
+
+def test_the_runner_end_to_end(tmp_path, capsys):
+    suite = _suite(tmp_path, sleep=0)
+    out = tmp_path / "out"
+    rc = gpu_tests.main(["--out", str(out), "--shards", "3", "--rootdir", str(suite), "--interpret", "."])
+    s = json.loads((out / "summary.json").read_text())
+    assert rc == 1  # a failure
+    assert (s["selected"], s["passed"], s["failed"], s["skipped"], s["not_run"]) == (10, 7, 2, 1, [])
+    assert sorted(f["test"] for f in s["failures"]) == ["test_suite.py::test_fail",
+                                                        "test_suite.py::test_teardown_fails"]
+    assert all(Path(f["log"]).exists() for f in s["failures"])
+    assert "test_cpu_only" not in json.dumps(s)  # outside the marker
+    assert "7 passed, 2 failed, 1 skipped, 0 not run of 10 selected, 3 shards" in capsys.readouterr().out
+    # balanced by that run's durations: the same tests, in any number of shards
+    previous = tmp_path / "previous.json"
+    previous.write_text((out / "summary.json").read_text())
+    gpu_tests.main(["--out", str(out), "--shards", "2", "--rootdir", str(suite), "--interpret",
+                    "--balance", str(previous), "."])
+    s = json.loads((out / "summary.json").read_text())
+    assert (s["selected"], s["passed"], s["shards"]) == (10, 7, 2)
+
+
+def test_a_shard_stopped_at_its_limit_reports_what_it_ran(tmp_path, capsys):
+    suite = _suite(tmp_path, sleep=60)
+    out = tmp_path / "out"
+    rc = gpu_tests.main(["--out", str(out), "--shards", "1", "--timeout", "20", "--rootdir", str(suite),
+                         "--interpret", "."])
+    s = json.loads((out / "summary.json").read_text())
+    assert rc == 1 and s["timed_out_shards"] == [0] and s["seconds"] < 50
+    # the test it was in when stopped, and the one after it
+    assert s["not_run"] == ["test_suite.py::test_slow", "test_suite.py::test_after_the_slow_one"]
+    assert s["passed"] == 5 and s["failed"] == 2
+    assert "NOT RUN test_suite.py::test_slow" in capsys.readouterr().out
