@@ -91,6 +91,9 @@ def main(argv=None) -> int:
     ap.add_argument("--graph", action="store_true",
                     help="also time each forced config and the heuristic's pick as a CUDA-graph replay (graph_ms: "
                          "the kernels without the call's host work, as the tuner times short calls)")
+    ap.add_argument("--no-tune", action="store_true",
+                    help="skip the tuner's pick (its compiles take most of a row's time): forced configs and the "
+                         "heuristic only")
     ap.add_argument("--profile", type=int, default=0,
                     help="also list the CUDA kernels (torch.profiler, us per call) of the N fastest configs")
     args = ap.parse_args(argv)
@@ -144,14 +147,15 @@ def main(argv=None) -> int:
                 ms = bench(call)
                 row["heuristic"] = {"ms": ms, "x_cublas": ms / cublas, "max_err": err,
                                     "config": tuned_config(fn, A, B, inputs), **graph_ms(call)}
-            # the tuner's pick, tuned into a fresh cache (this row's record only)
-            with environ("EVTORCH_AUTOTUNE", "1"), environ("EVTORCH_CACHE_DIR",
-                                                            tempfile.mkdtemp(prefix="evtorch_skinny_tune_")):
-                call()
-                ms = bench(call)
-                record = (stored_records() or [{}])[-1]
-            row["tuned"] = {"ms": ms, "x_cublas": ms / cublas, "best": record.get("best") and record["best"].short(),
-                            "timings_ms": record.get("timings_ms"), "final_ms": record.get("final_ms")}
+            if not args.no_tune:  # the tuner's pick, tuned into a fresh cache (this row's record only)
+                with environ("EVTORCH_AUTOTUNE", "1"), environ("EVTORCH_CACHE_DIR",
+                                                                tempfile.mkdtemp(prefix="evtorch_skinny_tune_")):
+                    call()
+                    ms = bench(call)
+                    record = (stored_records() or [{}])[-1]
+                row["tuned"] = {"ms": ms, "x_cublas": ms / cublas,
+                                "best": record.get("best") and record["best"].short(),
+                                "timings_ms": record.get("timings_ms"), "final_ms": record.get("final_ms")}
             if args.profile:
                 ranked = sorted((v["ms"], k) for k, v in row["configs"].items() if "ms" in v)[:args.profile]
                 all_cfgs = configs(M, N, K)
@@ -166,7 +170,8 @@ def main(argv=None) -> int:
             h = row["heuristic"]
             heur = f"{h[timing] / cublas:.3f}" + (f" (call {h['x_cublas']:.3f})" if args.graph else "")
             print(f"{shape:16s} {name:14s} cuBLAS {cublas * 1e3:7.1f} us | heuristic {heur} "
-                  f"({h['config']}, err {h['max_err']:.1e}) | tuned {ms / cublas:.3f} ({row['tuned']['best']}) | "
+                  f"({h['config']}, err {h['max_err']:.1e}) | "
+                  + (f"tuned {row['tuned']['x_cublas']:.3f} ({row['tuned']['best']}) | " if "tuned" in row else "")
                   + ("graph: " if args.graph else "") + " ".join(f"{k} {v / cublas:.3f}" for v, k in best),
                   flush=True)
             meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
