@@ -1,19 +1,18 @@
 """Run the GPU tests (`pytest -m gpu`) in parallel shards, so that the whole suite fits one device call.
 
-    python -m benchmarks.gpu_tests --out $OUT/gt                      # every GPU test, 14 shards
+    python -m benchmarks.gpu_tests --out $OUT/gt                      # every GPU test, 8 shards
     python -m benchmarks.gpu_tests --out $OUT/gt --shards 8 tests/test_pingpong_gpu.py
     python -m benchmarks.gpu_tests --out $OUT/gt --balance benchmarks/results/gpu_tests_h200.json
 
-Why: one pytest process spends most of a GPU test's time compiling Triton kernels on one CPU core, so the suite
-run file by file took more than a device call's ten minutes on an H200 (2026-11-28: the ping-pong file alone ran
-out a 480 s limit after 51 of its 83 tests). The device machine has 16 cores; compiles in 14 processes finish the
-suite in a fraction of that. pytest-xdist would do the sharding but is not on the device machine, which cannot
+Why: one pytest process spends most of a GPU test's time compiling Triton kernels, so the suite run file by file
+took more than a device call's ten minutes on an H200 (2026-11-28: the ping-pong file alone ran out a 480 s limit
+after 51 of its 83 tests, about 9 s a test); the device machine has 16 cores for more processes. pytest-xdist would do the sharding but is not on the device machine, which cannot
 install packages, so this runner uses pytest alone:
 
 1. collect the selected tests' node ids (``pytest --collect-only -q -m gpu``);
-2. split them into shards: round robin in collection order (so that one slow file spreads over every shard), or,
-   with ``--balance PREVIOUS.json``, longest first onto the least-loaded shard by the durations a previous run
-   recorded (tests it did not see count as that run's mean);
+2. split them into contiguous runs of collection order of about equal weight (neighbouring tests compile
+   similar kernels and share fixtures): equal counts, or, with ``--balance PREVIOUS.json``, equal sums of the
+   durations a previous run recorded (tests it did not see count as that run's mean);
 3. run each shard as its own ``pytest`` process with ``TRITON_INTERPRET=0``, under a time limit; a small plugin
    (:mod:`benchmarks._test_reports`) appends every test's outcome to a JSON-lines file as it finishes, so a shard
    killed at its limit still reports what it ran, and the tests it did not reach are listed as not run;
@@ -49,21 +48,27 @@ def collect(paths, marker, env, cwd=ROOT):
 
 
 def shard(ids, n, durations=None):
-    """Split ``ids`` into ``n`` lists. Without durations: round robin. With a ``{node id: seconds}`` map: longest
-    first onto the shard with the least total so far (unknown tests count as the map's mean), each shard then
-    kept in collection order so that module fixtures are built once per shard where they can be."""
+    """Split ``ids`` (in collection order) into ``n`` contiguous runs of about equal weight: each test weighs its
+    duration in ``durations`` (a ``{node id: seconds}`` map from a previous run; tests it lacks weigh its mean), or
+    1 without one.
+
+    Contiguous, not dealt round robin: neighbouring tests (one file's, one parametrisation's) compile the same or
+    similar kernels and share module fixtures, so a shard of neighbours compiles each once. Dealt round robin, 14
+    shards on an H200 (2026-11-28) each compiled what every other did, at once, and finished 7 of 133 tests in
+    170 s (one process per file, 11 of them, had run 152 tests in 480 s)."""
     if n < 1:
         raise ValueError(f"shards: expected a positive count, got {n}")
-    if not durations:
-        return [ids[i::n] for i in range(n)]
-    mean = sum(durations.values()) / len(durations)
-    order = {t: i for i, t in enumerate(ids)}
-    loads, shards = [0.0] * n, [[] for _ in range(n)]
-    for t in sorted(ids, key=lambda t: -durations.get(t, mean)):
-        k = min(range(n), key=loads.__getitem__)
+    mean = sum(durations.values()) / len(durations) if durations else 1.0
+    weights = [durations.get(t, mean) if durations else 1.0 for t in ids]
+    total, shards, done, k = sum(weights), [[] for _ in range(n)], 0.0, 0
+    for i, (t, w) in enumerate(zip(ids, weights)):
+        # the next shard once this one holds its share (a test's midpoint past it), or when only as many tests
+        # are left as shards still empty
+        if shards[k] and k < n - 1 and (done + w / 2 > total * (k + 1) / n or len(ids) - i <= n - 1 - k):
+            k += 1
         shards[k].append(t)
-        loads[k] += durations.get(t, mean)
-    return [sorted(s, key=order.__getitem__) for s in shards]
+        done += w
+    return [s for s in shards if s]
 
 
 def read_reports(path):
@@ -123,7 +128,8 @@ def main(argv=None):
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("paths", nargs="*", default=["tests"], help="test files or directories (default: tests)")
     ap.add_argument("--out", required=True, type=Path, help="folder for the shards' logs and summary.json")
-    ap.add_argument("--shards", type=int, default=14, help="parallel pytest processes (default 14)")
+    ap.add_argument("--shards", type=int, default=8,
+                    help="parallel pytest processes (default 8: a tuner test compiles in up to 8 threads itself)")
     ap.add_argument("--timeout", type=float, default=540, help="seconds before unfinished shards are stopped")
     ap.add_argument("--marker", default="gpu", help="pytest -m expression (default: gpu)")
     ap.add_argument("--balance", type=Path, help="a previous summary.json whose durations balance the shards")

@@ -469,7 +469,7 @@ def test_programs_per_sm_pruning():
     ((128, 4096, 4096), (64, 64, 128, 6)),     # 128 tiles of 64x64 fill the GPU; nothing larger does
     ((64, 4096, 4096), (64, 64, 128, 6)),      # none fills: still the TMA kernel (no long K for split-K)
     ((256, 4096, 4096), (64, 128, 64, 8)),     # 128 tiles of 64x128 (ahead of 128x64: one wider wgmma)
-    ((1024, 1024, 16384), (64, 128, 64, 8)),   # 65 us against 89 for 128x64 (H100)
+    ((1024, 1024, 8192), (64, 128, 64, 8)),    # K = 8 max(M, N): under the TMA split's threshold
     ((512, 4096, 4096), (128, 128, 64, 4)),    # 128 tiles of 128x128: most of a wave
     ((128, 14336, 4096), (128, 128, 64, 4)),
     ((128, 4096, 14336), (64, 64, 128, 6)),    # a long K, but 64x64 tiles fill the GPU: no split-K
@@ -523,13 +523,16 @@ def test_few_rows_heuristic_splits_k_only_below_a_fifth_of_the_sms(shape, split)
     ((768, 768, 49152), (128, 256, 4), 7),    # 18 x 7: 126
     ((512, 512, 32768), (128, 128, 6), 8),    # 8 tiles of 128x256 are too few: 16 of 128x128 x 8
     ((640, 640, 40960), (128, 128, 6), 5),    # 15 of 128x256: 25 of 128x128 x 5
+    ((1024, 1024, 24576), (128, 256, 4), 4),  # K = 24 max(M, N); 6144 a split: 128x256 still
+    ((1024, 1024, 16384), (128, 128, 6), 2),  # K = 16 max(M, N): 4096 a split on 128x256 is too short
+    ((768, 768, 16384), (128, 128, 6), 3),    # 2340 a split on 128x256 x 7: 128x128 x 3
 ])
 def test_long_k_weight_gradients_split_over_tma_loads(shape, tile, split):
-    """16 or more 128x128 tiles but less than a wave, K >= 32 max(M, N) (a weight gradient over many tokens):
+    """16 or more 128x128 tiles but less than a wave, K >= 16 max(M, N) (a weight gradient over many tokens):
     split-K over TMA loads on the large problems' main loops, 128x256 on 4 stages where 16 or more such tiles
-    cover the output, else 128x128 on 6, as many splits as fill one wave (H200, kernels: 768x768x49152 1.014 x
-    cuBLAS, 1024x1024x65536 1.057, 512x512x32768 1.124; ``policy.splitk_tma_heuristic``). The tuner's list holds
-    the four TMA split-K tiles."""
+    cover the output and each split keeps a K of 6144, else 128x128 on 6, as many splits as fill one wave (H200,
+    kernels: 768x768x49152 1.014 x cuBLAS, 1024x1024x65536 1.057, 512x512x32768 1.124, 1024x1024x16384 1.039,
+    768x768x16384 1.043; ``policy.splitk_tma_heuristic``). The tuner's list holds the four TMA split-K tiles."""
     M, N, K = shape
     cfg = heuristic_config(M, N, K, torch.bfloat16, H100, tma_ok=True)
     assert (cfg.template, cfg.BLOCK_M, cfg.BLOCK_N, cfg.num_stages, cfg.SPLIT_K, cfg.flag("TMA_LOADS")) == (
@@ -545,6 +548,9 @@ def test_long_k_weight_gradients_split_over_tma_loads(shape, tile, split):
     assert not heuristic_config(M, N, K, torch.bfloat16, A100, tma_ok=True).flag("TMA_LOADS")
     assert not any(c.flag("TMA_LOADS") for c in candidate_configs(M, N, K, torch.bfloat16, A100, tma_ok=True))
     assert not heuristic_config(256, 256, 16384, torch.bfloat16, H100, tma_ok=True).flag("TMA_LOADS")
+    # just under K = 16 max(M, N): the unsplit few-rows tile
+    under = heuristic_config(M, N, 16 * max(M, N) - 64, torch.bfloat16, H100, tma_ok=True)
+    assert under.template == "persistent_tma" and under.SPLIT_K == 1
     # float32 with TF32: the same bytes per K step
     f32 = heuristic_config(M, N, K, torch.float32, H100, tma_ok=True, allow_tf32=True)
     assert f32.flag("TMA_LOADS") and f32.BLOCK_K == 32 and cfgmod.fits_smem(f32, torch.float32, H100)

@@ -78,19 +78,46 @@ def splitk_tma_worthwhile(M: int, N: int, K: int, L: int, dtype: torch.dtype, in
             and K >= 4 * max(M, N) and K >= 2048)
 
 
+#: The heuristic splits K over TMA loads from K >= SPLITK_TMA_K_RATIO max(M, N) (``heuristic_config``). On an H200
+#: (2026-11-28, kernels by graph replay, identity / dgelu_bgrad) the split led the unsplit few-rows tiles at 16:
+#: 1024x1024x16384 1.039 / 1.099 x cuBLAS against 1.089 / 1.146, 768x768x16384 1.043 / 1.131 against 1.371 /
+#: 1.398 (the heuristic's unsplit 64x64 pick there: 1.798 / 1.885), 1024x1024x24576 1.036 / 1.063 against 1.138 /
+#: 1.148. It was 32 while the split ran 128x128 tiles on 4 stages, which trailed the unsplit 64x128 at 16 (1.164
+#: against 1.065). Below 16 it is not measured.
+SPLITK_TMA_K_RATIO = 16
+#: ... and only where each split keeps a K of at least this: every split writes an M x N float32 partial that the
+#: reduce kernel reads back, 8 M N bytes a split against 2 M N K / splits FLOPs, so on a board of ~700 TFLOP/s
+#: and ~4.2 TB/s the partials cost about 670 / (K / splits) of the GEMM's time (16% at 4096, the shortest split
+#: measured to win: 512x512x32768 on 8, 1.126 x cuBLAS, H200). 512x512x8192 would get 8 splits of 1024 (65%).
+SPLITK_TMA_MIN_K = 4096
+#: The 128x256 split tile needs this long a K a split (96 blocks of 64 for 16-bit operands); with less, 128x128
+#: on its own wave split is ahead: at 1024x1024x16384 128x256 on 4 splits (64 blocks) ran 1.079 x
+#: cuBLAS against 1.039 for 128x128 on 2, at 768x768x16384 on 7 (36 blocks) 1.067 against 1.043 on 3; at
+#: 1024x1024x24576 (96 blocks) 1.036 against 1.042, at 768x768x49152 (109) 1.014 against 1.093 (H200).
+SPLITK_WIDE_MIN_K = 6144
+
+
 def splitk_tma_heuristic(M: int, N: int, K: int, L: int, dtype: torch.dtype, info: DeviceInfo) -> GemmConfig:
     """The heuristic's split-K over TMA loads, on as many splits as fill one wave (``wave_split_k``): the
-    persistent template's 128x256 tile on 4 stages where 16 or more of them cover the output, else 128x128 on 6
-    stages. Each split's main loop is a whole GEMM's, so the tile and ring the large problems run at 98% of cuBLAS
-    pay here too: on an H200 (kernels by graph replay, identity) 768x768x49152 ran 1.014 x cuBLAS on 18 128x256
-    tiles x 7 splits, against 1.183 on 128x128 x 3 splits with 4 stages and 1.093 with 6; 1024x1024x65536 1.057
-    on 32 x 4, against 1.094 on 128x128 x 2; 512x512x32768 (8 128x256 tiles) 1.124 on 128x128 x 8 with 6
-    stages, against 1.286 with 4 and 1.256 on 128x256 x 16 (docs/benchmarks.md, "Split-K's main loop and reduce
-    tile")."""
+    persistent template's 128x256 tile on 4 stages where 16 or more of them cover the output and each split keeps
+    a K of ``SPLITK_WIDE_MIN_K``, else 128x128 on 6 stages. Each split's main loop is a whole GEMM's, so the
+    tile and ring the large problems run at 98% of cuBLAS pay here too: on an H200 (kernels by graph replay,
+    identity) 768x768x49152 ran 1.014 x cuBLAS on 18 128x256 tiles x 7 splits, against 1.183 on 128x128 x 3
+    splits with 4 stages and 1.093 with 6; 1024x1024x65536 1.057 on 32 x 4, against 1.094 on 128x128 x 2;
+    512x512x32768 (8 128x256 tiles) 1.124 on 128x128 x 8 with 6 stages, against 1.286 with 4 and 1.256 on
+    128x256 x 16 (docs/benchmarks.md, "Split-K's main loop and reduce tile"). A split of fewer K blocks makes its
+    prologue and the partials' traffic (each split writes and the reduce reads an M x N float32 tile) weigh more,
+    which the 128x256 tile's twice as many splits double."""
+    def on_wave(bn, stages):
+        bm_, bn_, bk_, stages_ = _scale_for_dtype(128, bn, 64, stages, dtype)
+        base = GemmConfig("splitk", bm_, bn_, bk_, 8, 2, 8, stages_, (("TMA_LOADS", True),))
+        return dataclasses.replace(base, SPLIT_K=wave_split_k(M, N, K, L, base, info))
+
     wide = N >= 256 and cdiv(M, 128) * cdiv(N, 256) * max(L, 1) >= 16
-    bm, bn, bk, stages = _scale_for_dtype(128, 256 if wide else 128, 64, 4 if wide else 6, dtype)
-    base = GemmConfig("splitk", bm, bn, bk, 8, 2, 8, stages, (("TMA_LOADS", True),))
-    return _fit_stages(dataclasses.replace(base, SPLIT_K=wave_split_k(M, N, K, L, base, info)), dtype, info)
+    cfg = on_wave(256, 4) if wide else None
+    if cfg is None or K // cfg.SPLIT_K < SPLITK_WIDE_MIN_K:
+        cfg = on_wave(128, 6)
+    return _fit_stages(cfg, dtype, info)
 
 
 def _splitk_tma_space(M: int, N: int, K: int, L: int, dtype: torch.dtype, info: DeviceInfo) -> list[GemmConfig]:
@@ -580,13 +607,12 @@ def heuristic_config(
       tiles: persistent_tma 128x256x64 (fp32: BK 32), 3 stages, 8 warps, epilogue sub-tiling: 98% of
       torch.matmul (cuBLAS) on an H200 at 4096^3 and 8192x8192x4096 bf16 (690 / 668 TFLOP/s vs 703 / 684);
       the flatten / warp_specialize variants were within run-to-run noise (~2%) and are left to the tuner;
-    - the same operands with 16 or more 128x128 tiles but less than a wave, and K >= 32 max(M, N) (weight
-      gradients: K = tokens; the shapes measured to gain have K = 64 max(M, N); at K = 16 max(M, N),
-      1024x1024x16384, the few-rows 64x128 unsplit ran 1.065 x cuBLAS against 1.164 for the split on 128x128
-      with 4 stages, H200): split-K over TMA loads on the large problems' main loops, the splits that fill one
-      wave (``splitk_tma_heuristic``): on an H200 768x768x49152 1.01 x cuBLAS, 1024x1024x65536 1.02,
-      512x512x32768 1.13 (kernels; 1.69 for the few-rows tile at 1024x1024x65536 on an H100; docs/benchmarks.md,
-      "Split-K over TMA loads", "Split-K's main loop and reduce tile");
+    - the same operands with 16 or more 128x128 tiles but less than a wave, and K >= ``SPLITK_TMA_K_RATIO``
+      (16) max(M, N) (weight gradients: K = tokens): split-K over TMA loads on the large problems' main loops,
+      the splits that fill one wave (``splitk_tma_heuristic``), where each keeps a K of ``SPLITK_TMA_MIN_K``: on an H200 768x768x49152 1.01 x cuBLAS,
+      1024x1024x65536 1.02, 512x512x32768 1.13, 1024x1024x16384 1.04, 768x768x16384 1.04 (kernels; 1.69 for the
+      few-rows tile at 1024x1024x65536 on an H100, 1.80 for it at 768x768x16384 on an H200; docs/benchmarks.md,
+      "Split-K over TMA loads", "Split-K's main loop and reduce tile", "Split-K's threshold");
     - the same operands with fewer tiles, but at least 64 rows and columns: persistent_tma on the largest tile
       that fills the GPU, down to 64x64x128 on six stages (``_few_rows_config``);
     - fewer tiles than that (less than ``SPLIT_BELOW_SHARE`` of the SMs) and a long K: split-K over 16x64x128
@@ -613,8 +639,10 @@ def heuristic_config(
         cfg = GemmConfig("persistent_tma", bm, bn, bk, 8, 1, 8, stages, (("EPILOGUE_SUBTILE", True),))
         return _fit_stages(cfg, dtype, info)
     if splitk_tma_worthwhile(M, N, K, L, dtype, info, tma_ok, allow_tf32) and tiles_128(M, N, L) >= 16 \
-            and K >= 32 * max(M, N):
-        return splitk_tma_heuristic(M, N, K, L, dtype, info)
+            and K >= SPLITK_TMA_K_RATIO * max(M, N):
+        split = splitk_tma_heuristic(M, N, K, L, dtype, info)
+        if K // split.SPLIT_K >= SPLITK_TMA_MIN_K:
+            return split
     few_rows = _few_rows_config(M, N, K, L, dtype, info, tma_ok, allow_tf32)
     if few_rows is not None and few_rows[1]:
         return few_rows[0]
