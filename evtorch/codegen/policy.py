@@ -353,7 +353,8 @@ def _few_rows_config(M: int, N: int, K: int, L: int, dtype: torch.dtype, info: D
                      allow_tf32: bool) -> tuple[GemmConfig, bool] | None:
     """The heuristic's persistent_tma config for a problem with fewer than a wave of 128x128 tiles but at least 64
     rows and columns, and whether its tiles fill three quarters of the SMs: the largest tile not taller or wider
-    than the problem (64x14336x4096: 64x128, not 128x128 with half its rows empty) that does, of 128x128
+    than the problem (64x14336x4096: 64x128, not 128x128 with half its rows empty) that does, or a larger one
+    whose busiest SM does no more work (``_busiest_turn``: 768x768 takes 64x128, not 144 tiles of 64x64), of 128x128
     on four stages (128x14336x4096: 112 tiles, 1.00 x cuBLAS against 1.09 for 128x64), 128x64 or 64x128 on eight
     and 64x64x128 on six (``_FEW_ROWS_16``), else 64x64x128 (64x4096x4096: 64 tiles, 1.10-1.13 x cuBLAS against
     1.23 for the portable pick). None where the TMA template is not allowed, the problem is narrower than 64, has
@@ -367,10 +368,23 @@ def _few_rows_config(M: int, N: int, K: int, L: int, dtype: torch.dtype, info: D
     space = [c for c in space if fits_shape(c, M, N, K)]  # no rows, columns or K steps of MMA work wasted
     if not space:  # (K <= 32: the portable heuristic's tile)
         return None
-    for cfg in space:
+    for i, cfg in enumerate(space):
         if _fills_gpu(cfg, M, N, L, info):
-            return _fit_stages(cfg, dtype, info), True
+            # a larger tile that does as much in each SM's busiest turn (wave quantisation) does it faster
+            larger = [c for c in space[:i] if _busiest_turn(c, M, N, L, info) <= _busiest_turn(cfg, M, N, L, info)]
+            return _fit_stages(larger[0] if larger else cfg, dtype, info), True
     return _fit_stages(space[-1], dtype, info), False
+
+
+def _busiest_turn(config: GemmConfig, M: int, N: int, L: int, info: DeviceInfo) -> int:
+    """The output elements the busiest SM works through: a persistent grid of ``min(tiles, SMs)`` programs gives
+    some programs ``cdiv(tiles, SMs)`` tiles. 768x768 has 144 tiles of 64x64 (three quarters of 132 SMs, so they
+    "fill" it) but twelve SMs run two, as long as the 72 tiles of 64x128 take each on one SM, and the larger tile
+    runs its FLOPs faster (one m64n128 wgmma a K step instead of two m64n64): at 768x768x16384 64x128 on eight
+    stages ran 1.371 x cuBLAS against 1.798 for 64x64x128 on six (H200, identity, kernels;
+    docs/benchmarks.md "Split-K's threshold")."""
+    tiles = cdiv(M, config.BLOCK_M) * cdiv(N, config.BLOCK_N) * max(L, 1)
+    return cdiv(tiles, info.num_sms * config.programs_per_sm) * config.BLOCK_M * config.BLOCK_N
 
 
 def _fits_precision(config: GemmConfig, dtype: torch.dtype, allow_tf32: bool) -> bool:
