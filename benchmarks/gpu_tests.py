@@ -13,7 +13,8 @@ install packages, so this runner uses pytest alone:
 2. split them into contiguous runs of collection order of about equal weight (neighbouring tests compile
    similar kernels and share fixtures): equal counts, or, with ``--balance PREVIOUS.json``, equal sums of the
    durations a previous run recorded (tests it did not see count as that run's mean);
-3. run each shard as its own ``pytest`` process with ``TRITON_INTERPRET=0``, under a time limit; a small plugin
+3. run each shard as its own ``pytest`` process with ``TRITON_INTERPRET=0`` and its share of the CPUs for the
+   tuner's compile threads (``EVTORCH_COMPILE_WORKERS``), under a time limit; a small plugin
    (:mod:`benchmarks._test_reports`) appends every test's outcome to a JSON-lines file as it finishes, so a shard
    killed at its limit still reports what it ran, and the tests it did not reach are listed as not run;
 4. merge: counts, failures with the shard log that holds their traceback, the tests not run, and every test's
@@ -141,7 +142,11 @@ def main(argv=None):
     if a.shards < 1:
         ap.error(f"--shards: expected a positive count, got {a.shards}")
     a.out.mkdir(parents=True, exist_ok=True)
+    # each shard's tuner compiles in its share of the CPUs (a tuner test would otherwise start 8 threads in every
+    # shard at once)
+    workers = os.environ.get("EVTORCH_COMPILE_WORKERS") or str(max(1, (os.cpu_count() or 1) // a.shards))
     env = {**os.environ, "TRITON_INTERPRET": "1" if a.interpret else "0", "PYTHONUNBUFFERED": "1",
+           "EVTORCH_COMPILE_WORKERS": workers,
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     start = time.monotonic()
     ids = collect(a.paths, a.marker, env, a.rootdir)

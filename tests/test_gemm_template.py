@@ -1208,6 +1208,34 @@ def test_knobs(monkeypatch, tmp_path):
         knobs.debug_enabled()
     assert knobs.interpreter_active() is True
     assert "EVTORCH_AUTOTUNE" in knobs.describe()
+    assert knobs.compile_workers() == 8
+    monkeypatch.setenv("EVTORCH_COMPILE_WORKERS", "3")
+    assert knobs.compile_workers() == 3
+    for bad in ("0", "-2", "many"):
+        monkeypatch.setenv("EVTORCH_COMPILE_WORKERS", bad)
+        with pytest.raises(ValueError, match=f"EVTORCH_COMPILE_WORKERS='{bad}' is not a positive integer"):
+            knobs.compile_workers()
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_compile_threads_follow_the_knob(monkeypatch, workers):
+    """The tuner's compile pool has EVTORCH_COMPILE_WORKERS threads (capped by the CPU count and the candidates):
+    with one, every candidate compiles on the same worker thread."""
+    import threading
+    import time
+
+    monkeypatch.setenv("EVTORCH_COMPILE_WORKERS", workers)
+    monkeypatch.setattr(autotune.os, "cpu_count", lambda: 16)
+    barrier, seen = threading.Barrier(int(workers), timeout=10), set()
+
+    def prepare(c):
+        seen.add(threading.get_ident())
+        time.sleep(0.05)  # busy while the others are submitted: a pool allowed more threads would start them
+        barrier.wait()  # with two workers both threads must run at once, or this times out
+
+    cands = [GemmConfig("portable", 64, 64, 32, 8, 1, 4, s) for s in (2, 3, 4, 5)]
+    autotune._prepare_all(cands, prepare)
+    assert len(seen) == int(workers)
 
 
 @pytest.mark.parametrize("extra", [(("EPILOGUE_SUBTILE", 4), ("PROGRAMS_PER_SM", 2)),

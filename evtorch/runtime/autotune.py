@@ -187,7 +187,7 @@ WARMUP_MS = 1500.0
 # for a new shape then waits for about the slowest compile plus what the compiles hold the GIL for, not their sum.
 # (Worker processes were tried, fed through Triton's jit_cache_hook and JITFunction.preload: on the H200 machine the
 # five candidates' compile phase took 4.5-6.4 s that way against 2.4-3.7 s in threads, docs/benchmarks.md.)
-PREPARE_WORKERS = 8
+# How many threads: ``EVTORCH_COMPILE_WORKERS`` (default 8), at most the CPU count.
 
 # The compiles leave the GPU idle for seconds (4.8-7.5 s for nine candidates from cold caches on an H100,
 # benchmarks/results/first_call_h100_*.json), and WARMUP_MS of load after them brings it back to the sustained
@@ -452,8 +452,8 @@ def pick_config(
     the rounds wins (see FINAL_ROUNDS for why). A ``final`` that raises or returns a non-finite time is warned
     about, and the re-timing by ``bench`` takes its place.
 
-    ``prepare(config)``, when given, is first called for every candidate in a pool of PREPARE_WORKERS threads (a
-    run that compiles its kernels); what it raises is ignored here (``bench`` meets the same failure and records
+    ``prepare(config)``, when given, is first called for every candidate in a pool of threads
+    (EVTORCH_COMPILE_WORKERS; a run that compiles its kernels); what it raises is ignored here (``bench`` meets the same failure and records
     it). ``load()``, when given, keeps the GPU busy meanwhile (LOAD_GRAPH_MS), and shortens the warm-up after the
     compiles by as long as it ran (down to WARMUP_MIN_MS). The record keeps how long each phase took
     (``phases_s``: compile, loaded (during the compile), warm_up, first_pass, final (or the re-timings)).
@@ -611,7 +611,7 @@ def _prepare_all(cands: Sequence[GemmConfig], prepare: Callable[[GemmConfig], ob
             pass
 
     replay = load_graph(load) if load is not None else None  # captured before any worker touches the GPU
-    with ThreadPoolExecutor(max_workers=min(len(cands), PREPARE_WORKERS, os.cpu_count() or 1)) as pool:
+    with ThreadPoolExecutor(max_workers=min(len(cands), knobs.compile_workers(), os.cpu_count() or 1)) as pool:
         futures = [pool.submit(run, cfg) for cfg in cands]
         busy_ms = busy_until(replay, lambda: all(f.done() for f in futures)) if replay is not None else 0.0
         for f in futures:

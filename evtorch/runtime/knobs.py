@@ -239,6 +239,32 @@ def intermediates_mode() -> str:
     return INTERMEDIATES.get()
 
 
+def _parse_positive_int(name: str, text: str) -> int:
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"environment variable {name}={text!r} is not a positive integer")
+    return value
+
+
+COMPILE_WORKERS: Knob[int] = Knob(
+    "EVTORCH_COMPILE_WORKERS",
+    lambda: 8,
+    _parse_positive_int,
+    "threads that compile a first call's candidate configs before the tuner times them (default 8, at most the "
+    "CPU count); lower it where several processes share the CPU (benchmarks/gpu_tests.py gives each shard its "
+    "share)",
+)
+ALL_KNOBS = ALL_KNOBS + (COMPILE_WORKERS,)
+
+
+def compile_workers() -> int:
+    """EVTORCH_COMPILE_WORKERS: the tuner's compile threads (runtime/autotune.py ``_prepare_all``)."""
+    return COMPILE_WORKERS.get()
+
+
 #: the knobs an epilogue's trace reads (its optimized graph depends on them): their text is part of every cache
 #: key that stands for a traced epilogue (api's trace cache and call signatures, integration/function.py's plans)
 TRACE_KNOBS: tuple[Knob, ...] = (DISABLE_PASSES, INTERMEDIATES)
