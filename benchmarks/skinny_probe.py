@@ -87,7 +87,9 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", default=SHAPES)
     ap.add_argument("--workloads", default="identity,bias_gelu_aux")
     ap.add_argument("--deadline-s", type=float, default=400.0)
-    ap.add_argument("--configs", default="", help="comma-separated names of configs() to force (default: all)")
+    ap.add_argument("--configs", default="",
+                    help="comma-separated names of configs() to force (default: all; 'none': only the heuristic's "
+                         "pick and the tuner's)")
     ap.add_argument("--graph", action="store_true",
                     help="also time each forced config and the heuristic's pick as a CUDA-graph replay (graph_ms: "
                          "the kernels without the call's host work, as the tuner times short calls)")
@@ -131,7 +133,12 @@ def main(argv=None) -> int:
             row = {"shape": [M, N, K], "workload": name, "cublas_ms": cublas, "configs": {}}
             chosen = configs(M, N, K)
             if args.configs:
-                chosen = {k: v for k, v in chosen.items() if k in args.configs.split(",")}
+                wanted = set(args.configs.split(",")) - {"none"}
+                unknown = wanted - set(chosen)
+                if unknown:
+                    print(f"{shape}: no config named {sorted(unknown)} at this shape (configs() leaves out splits "
+                          "with fewer than 4 K blocks)", flush=True)
+                chosen = {k: v for k, v in chosen.items() if k in wanted}
             for cname, cfg in chosen.items():
                 call = lambda cfg=cfg: evt.gemm(A, B, fn, config=cfg, **inputs)  # noqa: E731
                 try:

@@ -611,6 +611,7 @@ def test_heuristic_config_is_always_a_valid_first_candidate(M, N, K, L, dtype, t
     if cfg.template == "splitk" and cfg.flag("TMA_LOADS"):
         assert policy.splitk_tma_worthwhile(M, N, K, L, dtype, dev, tma_ok, tf32) and cfg.SPLIT_K >= 2
         assert K >= 4 * cfg.SPLIT_K * cfg.BLOCK_K  # at least four K blocks a split
+        assert K // cfg.SPLIT_K >= policy.SPLITK_TMA_MIN_K and K >= policy.SPLITK_TMA_K_RATIO * max(M, N)
         assert cdiv(M, cfg.BLOCK_M) * cdiv(N, cfg.BLOCK_N) * L * cfg.SPLIT_K <= dev.num_sms  # one wave
     elif cfg.template == "splitk":
         assert policy.splitk_worthwhile(M, N, K, L, dev) and cfg.SPLIT_K >= 2
