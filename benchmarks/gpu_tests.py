@@ -41,7 +41,12 @@ def collect(paths, marker, env, cwd=ROOT):
     """Node ids of the tests ``pytest -m marker paths`` would run, in collection order."""
     cmd = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-m", marker, *paths]
     out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
-    ids = [line.strip() for line in out.stdout.splitlines() if "::" in line and not line.startswith(" ")]
+    ids: list = []
+    for line in out.stdout.splitlines():  # the ids, then a blank line, the count and any warnings summary
+        if not line.strip():
+            break
+        if "::" in line and not line.startswith(" ") and line not in ids:
+            ids.append(line.strip())
     if out.returncode not in (0, 5) or (out.returncode == 0 and not ids):  # 5: nothing collected
         raise SystemExit(f"gpu_tests: collection failed (pytest exit {out.returncode}):\n{out.stdout[-3000:]}"
                          f"{out.stderr[-3000:]}")
