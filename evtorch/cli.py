@@ -335,7 +335,7 @@ def format_config_line(config, M: int, N: int, K: int, L: int, dtype: torch.dtyp
 
 
 def cmd_configs(args) -> int:
-    from .codegen.policy import candidate_configs, heuristic_config
+    from .codegen.policy import candidate_configs, heuristic_choice
     from .runtime.gemm_launch import tma_layout
 
     M, N, K = args.shape
@@ -365,8 +365,8 @@ def cmd_configs(args) -> int:
             return 1
     elif args.input:
         raise UsageError("--input describes the inputs of --epilogue, which is not given")
-    heuristic = heuristic_config(M, N, K, args.dtype, info, **kw)
-    print("heuristic (EVTORCH_AUTOTUNE=0, and the tuner's fallback):")
+    heuristic, why = heuristic_choice(M, N, K, args.dtype, info, **kw)
+    print(f"heuristic (EVTORCH_AUTOTUNE=0, and the tuner's fallback): {why}")
     print("  " + format_config_line(heuristic, M, N, K, L, args.dtype, info))
     listed = candidate_configs(M, N, K, args.dtype, info, **kw)  # the tuner's list, as runtime.gemm builds it
     if ep is not None:

@@ -642,32 +642,41 @@ def heuristic_config(
       8192x8192x4096 bf16 vs 459 for 128x128x32), elsewhere up to 128x128x32 with 4 stages; fp32 without
       TF32 (FMA path) at most 64x64; fp64 at most 64x64.
     """
+    return heuristic_choice(M, N, K, dtype, device, L=L, tma_ok=tma_ok, allow_tf32=allow_tf32)[0]
+
+
+def heuristic_choice(M: int, N: int, K: int, dtype: torch.dtype, device: torch.device | str | int | None = None,
+                     *, L: int = 1, tma_ok: bool = False, allow_tf32: bool = False) -> tuple[GemmConfig, str]:
+    """``heuristic_config``'s pick and the rule that made it, in words (``evtorch configs`` prints it)."""
     check_sizes(M, N, K, L)
     elem_bytes(dtype)
     info = device_info(device)
     if info.kind != "cuda":
-        return interpreter_config(M, N, K)
+        return interpreter_config(M, N, K), "the interpreter: small portable tiles"
     L = max(L, 1)
     if tma_template_allowed(dtype, info, tma_ok, allow_tf32) and tiles_128(M, N, L) >= info.num_sms:
         bm, bn, bk, stages = _scale_for_dtype(128, 256 if N >= 256 else 128, 64, 3, dtype)
         cfg = GemmConfig("persistent_tma", bm, bn, bk, 8, 1, 8, stages, (("EPILOGUE_SUBTILE", True),))
-        return _fit_stages(cfg, dtype, info)
+        return _fit_stages(cfg, dtype, info), "a wave or more of 128x128 tiles: the persistent TMA kernel"
     if splitk_tma_worthwhile(M, N, K, L, dtype, info, tma_ok, allow_tf32) and tiles_128(M, N, L) >= 16 \
             and K >= SPLITK_TMA_K_RATIO * max(M, N):
         split = splitk_tma_heuristic(M, N, K, L, dtype, info)
         if K // split.SPLIT_K >= SPLITK_TMA_MIN_K:
-            return split
+            return split, (f"16+ 128x128 tiles below a wave and K >= {SPLITK_TMA_K_RATIO} max(M, N): split-K over "
+                           f"TMA loads, {split.SPLIT_K} splits of {K // split.SPLIT_K} (one wave)")
     few_rows = _few_rows_config(M, N, K, L, dtype, info, tma_ok, allow_tf32)
     if few_rows is not None and few_rows[1]:
-        return few_rows[0]
+        return few_rows[0], "fewer than a wave of 128x128 tiles: the largest TMA tile that fills the SMs"
     few_fill = few_rows is not None and _fills(few_rows[0], M, N, L, info, SPLIT_BELOW_SHARE)
     if splitk_worthwhile(M, N, K, L, info) and not few_fill:
         bm, bn, bk, stages = _scale_for_dtype(16, 64, 128, 4, dtype)
         base = GemmConfig("splitk", bm, bn, bk, 8, 1, 4, stages)
         split = resident_split_k(M, N, K, L, base, dtype, info)
-        return _fit_stages(GemmConfig("splitk", bm, bn, bk, 8, split, 4, stages), dtype, info)
+        return (_fit_stages(GemmConfig("splitk", bm, bn, bk, 8, split, 4, stages), dtype, info),
+                f"too few tiles for a fifth of the SMs and a long K: split-K over 16-row tiles, {split} splits")
     if few_rows is not None:
-        return few_rows[0]
+        why = ("the smallest fills a fifth of the SMs or more" if few_fill else "K too short to split")
+        return few_rows[0], f"too few TMA tiles to fill three quarters of the SMs, {why}: the smallest TMA tile"
     ieee_fp32 = dtype == torch.float32 and not allow_tf32
     cap_m, cap_n = (64, 64) if ieee_fp32 else (128, 128)
     if info.is_hopper and DTYPE_BYTES[dtype] == 2:
@@ -692,4 +701,8 @@ def heuristic_config(
         bm, bn, bk, stages = _scale_for_dtype(bm, bn, bk, stages, dtype)
     else:
         bk = min(bk, 32)
-    return _fit_stages(GemmConfig("portable", bm, bn, bk, 8, 1, warps, stages), dtype, info)
+    return (_fit_stages(GemmConfig("portable", bm, bn, bk, 8, 1, warps, stages), dtype, info),
+            "portable tiles sized to the problem (" + (
+                "under 64 rows or columns, or a K too short for the TMA tiles"
+                if tma_template_allowed(dtype, info, tma_ok, allow_tf32)
+                else "no TMA template for these operands or this device") + ")")
