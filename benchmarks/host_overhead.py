@@ -24,6 +24,9 @@ Cases (microseconds per call: the lowest of 5 medians of ``--calls / 5`` calls, 
 - ``linear_fwd``: ``evt.linear(x, W, gelu, b)`` under ``torch.no_grad()``;
 - ``linear_fwd_bwd``: ``evt.linear(x, W, gelu, b)`` with x, W, b requiring grad, then
   ``torch.autograd.grad(y, (x, W, b), gy)``: the forward kernel, the epilogue-only backward kernel, dA, dB;
+- ``linear_fwd_bwd_compiled``: the same step compiled (``torch.compile(backend="aot_eager")``, the first call
+  compiles during the warm-up): the forward and backward run as the operators ``evtorch::gemm`` and
+  ``evtorch::gemm_backward`` behind AOTAutograd's runtime and the custom operators' autograd wrappers;
 - ``torch_floor_fwd_bwd``: what ``linear_fwd_bwd`` cannot go below in eager PyTorch: a bare
   ``torch.autograd.Function`` with the same inputs, outputs, saved tensors, allocations (forward: output and
   saved accumulator; backward: d(acc), the zero-filled bias gradient and its cast, dA, dB) and no other work.
@@ -132,6 +135,12 @@ def cases(M, N, K, dtype, device="cpu"):
         y = evt.linear(x, W, gelu, bl, backend="triton")
         torch.autograd.grad(y, (x, W, bl), gy)
 
+    compiled_step = torch.compile(lambda x, W, b: evt.linear(x, W, gelu, b, backend="triton"), backend="aot_eager")
+
+    def linear_fwd_bwd_compiled():
+        y = compiled_step(x, W, bl)
+        torch.autograd.grad(y, (x, W, bl), gy)
+
     class Floor(torch.autograd.Function):
         @staticmethod
         def forward(ctx, A, B, bias):
@@ -156,7 +165,7 @@ def cases(M, N, K, dtype, device="cpu"):
         torch.autograd.grad(y, (x, W, bl), gy)
 
     return {f.__name__: f for f in (torch_matmul_fwd, gemm_identity_fwd, gemm_bias_gelu_fwd, gemm_splitk_colsum_fwd,
-                                    linear_fwd, linear_fwd_bwd, torch_floor_fwd_bwd)}
+                                    linear_fwd, linear_fwd_bwd, linear_fwd_bwd_compiled, torch_floor_fwd_bwd)}
 
 
 def measure(fn, calls: int, warmup: int = 20, rounds: int = 5, sync=None) -> float:

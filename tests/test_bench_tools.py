@@ -763,3 +763,21 @@ def test_skinny_probe_configs_are_valid_hopper_configs():
         torch.bfloat16, policy._FEW_ROWS_16)}
     probed = {(c.BLOCK_M, c.BLOCK_N, c.BLOCK_K, c.num_stages) for c in forced.values()}
     assert offered <= probed
+
+
+def test_host_overhead_runs_its_cases_in_a_process_of_their_own(tmp_path):
+    """benchmarks/host_overhead.py (stubbed launches) measures each case, the compiled step included, and writes
+    them as JSON. A subprocess: its stubs replace generated kernels process-wide."""
+    import json
+    import subprocess
+
+    out = tmp_path / "host.json"
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    run = subprocess.run([sys.executable, "-m", "benchmarks.host_overhead", "--calls", "10", "--shape", "32", "32",
+                          "16", "--only", "gemm_identity_fwd", "linear_fwd_bwd_compiled", "--json", str(out)],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert set(result["us_per_call"]) == {"gemm_identity_fwd", "linear_fwd_bwd_compiled"}
+    assert all(v > 0 for v in result["us_per_call"].values())
+    assert "linear_fwd_bwd_compiled" in run.stdout

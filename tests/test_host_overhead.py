@@ -362,3 +362,31 @@ def test_operator_bodies_reuse_prepared_launches(monkeypatch):
     xt = x.detach().t().contiguous().t().requires_grad_()  # column-major x: another signature
     step(xt)
     assert "run_gemm" in calls and len(ops._op_sites) >= 2
+
+
+def test_operator_bodies_launch_prepared_signatures_outside_the_guards(monkeypatch):
+    """A repeated signature in the operator bodies launches before ``running_op`` and the autocast guard (10-20 us
+    of host time a call): under an enabled autocast its results are the guarded first call's, and neither guard
+    is entered again."""
+    import evtorch.integration.ops as ops
+    from evtorch.integration import op_arguments
+    ops._op_sites.clear()
+    x, W, b = leaf(6, 5), leaf(7, 5), leaf(7)
+    gy = torch.randn(6, 7)
+
+    def step(x):
+        args = op_arguments(x, W.t(), ("linear", F.gelu, True), backend="triton", linear_bias=b)
+        outs = torch.ops.evtorch.gemm(*args)
+        return outs[0], torch.autograd.grad(outs[0], (x, W, b), gy)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        first = step(x)
+        entered = []
+        real = ops._no_autocast
+        monkeypatch.setattr(ops, "_no_autocast", lambda d: entered.append(d) or real(d))
+        again = step(x)
+    assert entered == []
+    for a, b_ in zip((first[0], *first[1]), (again[0], *again[1])):
+        assert a.dtype == b_.dtype
+        torch.testing.assert_close(a, b_, rtol=0, atol=0)
+    assert again[0].dtype == torch.bfloat16  # autocast did apply (op_arguments casts the operands)
+    torch.testing.assert_close(again[0].float(), F.gelu(F.linear(x, W, b)), rtol=2e-2, atol=2e-2)

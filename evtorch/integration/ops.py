@@ -130,28 +130,32 @@ class _nullcontext:
 def _run(A, B, epilogue, e: Entry, out_dtype, kw: dict, config=None):
     """One evtorch GEMM inside an operator. ``epilogue`` is an ``Epilogue`` built by the plan (None: identity);
     on the Triton backend it goes straight to the runtime when the call matches the signature it was traced
-    for (evt.gemm's per-call checks and cache lookups cost more host time than the kernel at small sizes)."""
+    for (evt.gemm's per-call checks and cache lookups cost more host time than the kernel at small sizes).
+
+    A signature that ran before launches through its ``LaunchSite`` outside ``running_op`` and the autocast
+    guard: a launch runs no torch op either could change, and the two context managers cost 10-20 us of host time
+    per call (four calls per forward + backward under torch.compile)."""
+    if e.backend == "triton":
+        ep = epilogue if epilogue is not None else _identity_epilogue(A, B)
+        # the operators' bodies (torch.compile, opcheck) have no EagerCall: a LaunchSite per full signature
+        key = (ep, out_dtype, e.deterministic, e.allow_tf32, config, _signature(A), _signature(B),
+               *[(name, _signature(v) if isinstance(v, Tensor) else type(v)) for name, v in kw.items()])
+        site = _op_sites.get(key)
+        if site is not None:
+            res = site.run(ep, A, B, kw, out_dtype, e.deterministic, e.allow_tf32, config)
+            if res is not None:
+                return res if isinstance(res, tuple) else (res,)
     from ..api import gemm
     with running_op(), _no_autocast(A.device.type):
-        if e.backend == "triton":
-            ep = epilogue if epilogue is not None else _identity_epilogue(A, B)
-            # the operators' bodies (torch.compile, opcheck) have no EagerCall: a LaunchSite per full signature
-            key = (ep, out_dtype, e.deterministic, e.allow_tf32, config, _signature(A), _signature(B),
-                   *[(name, _signature(v) if isinstance(v, Tensor) else type(v)) for name, v in kw.items()])
-            site = _op_sites.get(key)
-            if site is not None:
-                res = site.run(ep, A, B, kw, out_dtype, e.deterministic, e.allow_tf32, config)
-                if res is not None:
-                    return res if isinstance(res, tuple) else (res,)
-            if _matches(ep, A, B, kw):
-                from ..runtime.gemm import LaunchSite, run_gemm
-                res = run_gemm(ep, A, B, kw, out_dtype=out_dtype, deterministic=e.deterministic,
-                               allow_tf32=e.allow_tf32, config=config)
-                if site is None:
-                    if len(_op_sites) >= 256:
-                        _op_sites.clear()
-                    _op_sites[key] = LaunchSite()
-                return res if isinstance(res, tuple) else (res,)
+        if e.backend == "triton" and _matches(ep, A, B, kw):
+            from ..runtime.gemm import LaunchSite, run_gemm
+            res = run_gemm(ep, A, B, kw, out_dtype=out_dtype, deterministic=e.deterministic,
+                           allow_tf32=e.allow_tf32, config=config)
+            if site is None:
+                if len(_op_sites) >= 256:
+                    _op_sites.clear()
+                _op_sites[key] = LaunchSite()
+            return res if isinstance(res, tuple) else (res,)
         res = gemm(A, B, epilogue, out_dtype=out_dtype, backend=e.backend, deterministic=e.deterministic,
                    allow_tf32=e.allow_tf32, config=config, outputs=getattr(epilogue, "keep", None), **kw)
     return res if isinstance(res, tuple) else (res,)
@@ -192,9 +196,11 @@ def _identity_epilogue(A: Tensor, B: Tensor):
     acc_shape = (A.shape[0], A.shape[-2], B.shape[-1]) if A.dim() == 3 else (A.shape[-2], B.shape[-1])
     acc_dtype = torch.float64 if A.dtype == torch.float64 else torch.float32
     key = (acc_shape, acc_dtype)
-    if key not in _identities:
-        _identities[key] = Epilogue(_identity, acc_shape, acc_dtype, [], intermediates="eager")
-    return _identities[key]
+    ep = _identities.get(key)
+    if ep is None:
+        with running_op(), _no_autocast(A.device.type):
+            ep = _identities[key] = Epilogue(_identity, acc_shape, acc_dtype, [], intermediates="eager")
+    return ep
 
 
 def _matches(ep, A: Tensor, B: Tensor, kw: dict) -> bool:
