@@ -351,8 +351,11 @@ def test_operator_bodies_reuse_prepared_launches(monkeypatch):
         real = getattr(rg, name)
         monkeypatch.setattr(rg, name, lambda *a, _real=real, _name=name, **k: calls.append(_name) or
                             _real(*a, **k))
+    built = []
+    real_backward = ops.EagerBackward
+    monkeypatch.setattr(ops, "EagerBackward", lambda *a: built.append(a) or real_backward(*a))
     again = step(x)
-    assert calls == []
+    assert calls == [] and built == []  # the backward operator's EagerBackward is reused too
     for a, b_ in zip((first[0], *first[1]), (again[0], *again[1])):
         torch.testing.assert_close(a, b_)
     ref = F.gelu(F.linear(x, W, b))

@@ -614,10 +614,11 @@ class EagerBackward:
             (results if last else kw).update(zip(outputs, outs))
         return results
 
-    def run(self, A, B, used, saved, grads, scalars, candidate=None, defer_A=False) -> tuple:
+    def run(self, A, B, used, saved, grads, scalars, candidate=None, defer_A=False, cast=True) -> tuple:
         """(dA, dB, input gradients). ``candidate``: (name of a gradient, the ``DeferredGrad`` it is) when that
         gradient is an uncomputed ``X @ Y``: the backward pass runs as that GEMM's epilogue if ``choose`` says
-        so. ``defer_A``: return dA as a ``DeferredGrad`` for the producer of A to fuse."""
+        so. ``defer_A``: return dA as a ``DeferredGrad`` for the producer of A to fuse. ``cast``: input gradients
+        in their inputs' dtypes (else as the backward epilogue makes them, ``grad_dtypes``: the operator's)."""
         e, program = self.entry, self.program
         kw: dict = {}
         used = iter(used)
@@ -685,7 +686,7 @@ class EagerBackward:
             g = results[param]
             if zero_d and len(g.shape):
                 g = g.reshape(())
-            dtensors.append(g if g.dtype == dtype else g.to(dtype))
+            dtensors.append(g if not cast or g.dtype == dtype else g.to(dtype))
         return dA, dB, dtensors
 
     def _dA(self, X: Tensor, Y: Tensor) -> Tensor:
@@ -737,12 +738,6 @@ def col_major(t: Tensor) -> bool:
     return s0 == 1 and s1 != 1
 
 
-def _matmul(X: Tensor, Y: Tensor, e: Entry, col_major: bool) -> Tensor:
-    if col_major:
-        return _matmul(Y.mT, X.mT, e, False).mT
-    return _run(X, Y, None, e, X.dtype, {})[0]
-
-
 def epilogue_only_config(device: torch.device):
     """The tile config of epilogue-only passes when not autotuning: a backward epilogue is long (the forward
     recomputed plus its derivative) and memory-bound, so small tiles (no spills) and many programs; None (the
@@ -784,60 +779,44 @@ def _empty_operands(A: Tensor, sizes: dict, batched: bool, dtype) -> tuple[Tenso
     return za, zb
 
 
+class _OperatorCall:
+    """What ``EagerBackward`` reads of an ``EagerCall``, for the backward operator, which has none: the plan, the
+    sizes and the device (no cross-layer fusion: nothing hands it a gradient unmultiplied)."""
+
+    def __init__(self, e: Entry, sizes: dict, device: torch.device):
+        self.entry, self.plan, self.sizes, self.device = e, e.plan, sizes, device
+        self.scalars = list(zip([param for param, _ in e.plan.scalars], e.scalar_types))
+        self.fusable_outputs: dict = {}
+
+
+_op_backwards: dict = {}
+
+
 def backward_impl(A: Tensor | None, B: Tensor | None, tensors: list[Tensor], saved: list[Tensor],
                   grads: list[Tensor], scalars: list[float], sizes: list[int], plan: str) -> list[Tensor]:
-    key, seeds = plan.split("|")
-    e = entry(key)
-    p = e.plan
-    seeds = tuple(int(s) for s in seeds.split(","))
-    program = p.backward(seeds)
-    ref = next(t for t in (A, B, *tensors, *saved, *grads) if t is not None)
-    device = ref.device
-    sizes = dict(zip("LMN", sizes))
-    kw: dict = {}
-    used = iter(tensors)
-    for k in p.keys:
-        shape = p.key_shape(k, sizes)
-        # inputs the backward does not read were not kept; a NaN stand-in shows any mistake loudly
-        kw[k.param] = next(used) if k.param in p.used_params else \
-            _constant(float("nan") if k.dtype.is_floating_point else 0, k.dtype, device).view([1] * len(shape)) \
-            .expand(shape)
-    kw.update({name: v for (name, _), v in zip(p.scalars, _scalars(e, scalars))})
-    kw.update({f"g{pos}": g for pos, g in zip(seeds, grads)})
-    n_vec = len(p.saved_vectors)
-    kw.update({f"v{i}": v for i, v in enumerate(saved[:n_vec])})
-    if p.mode == "saved":
-        kw["acc_s"] = saved[n_vec]
-    gemm_dtype = e.ab_dtype
-    batched = p.ep.batched
-    if p.mode == "recompute":
-        opA, opB, config = A, B, None
-    else:
-        opA, opB = _empty_operands(ref, sizes, batched, gemm_dtype)
-        config = epilogue_only_config(ref.device)
-    out_dtype = _backward_out_dtype(p, program)
-    results: dict = {}
-    for stage, ep in zip(program.passes, program.epilogues):
-        outs = _run(opA, opB, ep, e, out_dtype, {x: kw[x] for x in stage.params}, config)
-        (results if stage is program.passes[-1] else kw).update(zip(stage.outputs, outs))
-    if program.d_acc_from is not None:
-        results["d_acc"] = kw[program.d_acc_from]
+    """``evtorch::gemm_backward`` (what torch.compile's backward graph calls): the eager path's ``EagerBackward``,
+    one per plan and signature of the arguments (their launch sites assume what the signature fixes), so that a
+    repeated call costs the eager backward's host time, not its checks and its preparation again."""
+    args = [t for t in (A, B, *tensors, *saved, *grads) if t is not None]
+    memo = (plan, tuple(sizes), *[(t.shape, t.stride(), t.dtype, t.device) for t in args])
+    bw = _op_backwards.get(memo)
+    if bw is None:
+        key, seeds = plan.split("|")
+        call = _OperatorCall(entry(key), dict(zip("LMN", sizes)), args[0].device)
+        bw = EagerBackward(call, tuple(int(s) for s in seeds.split(",")))
+        if len(_op_backwards) >= 256:
+            _op_backwards.clear()
+        _op_backwards[memo] = bw
+    dA, dB, dtensors = bw.run(A, B, tensors, saved, grads, scalars, cast=False)
+    e = bw.entry
     out = []
-    if program.d_acc:
-        d_acc = results["d_acc"].to(gemm_dtype)
-        if e.wrt_A:
-            out.append(_matmul(d_acc, B.mT, e, e.a_col))
-        if e.wrt_B:
-            if batched and not e.b_batched:  # B broadcast over the batch: its gradient sums over L
-                L, M, K = A.shape
-                out.append(_matmul(A.reshape(L * M, K).mT, d_acc.reshape(L * M, -1), e, e.b_col))
-            else:
-                out.append(_matmul(A.mT, d_acc, e, e.b_col))
-    for param in program.grads:
-        k = next(k for k in p.keys if k.param == param)
-        g = results[param]
-        out.append(g.reshape(()) if k.binding == () and len(g.shape) else g)
-    return out
+    # a column-major operand's gradient comes back as its row-major transpose (EagerBackward.run)
+    if dA is not None:
+        out.append(dA.mT if e.a_col else dA)
+    if dB is not None:
+        out.append(dB.mT if e.b_col else dB)
+    by_param = {k.param: g for k, g in zip(e.plan.keys, dtensors) if g is not None}
+    return out + [by_param[param] for param in bw.program.grads]
 
 
 def _backward_out_dtype(p: GradPlan, program) -> torch.dtype:
