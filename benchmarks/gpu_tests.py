@@ -136,7 +136,8 @@ def main(argv=None):
     ap.add_argument("--out", required=True, type=Path, help="folder for the shards' logs and summary.json")
     ap.add_argument("--shards", type=int, default=8,
                     help="parallel pytest processes (default 8: a tuner test compiles in up to 8 threads itself)")
-    ap.add_argument("--timeout", type=float, default=540, help="seconds before unfinished shards are stopped")
+    ap.add_argument("--timeout", type=float, default=540,
+                    help="seconds from the start (collection included) before unfinished shards are stopped")
     ap.add_argument("--marker", default="gpu", help="pytest -m expression (default: gpu)")
     ap.add_argument("--balance", type=Path, help="a previous summary.json whose durations balance the shards")
     ap.add_argument("--rootdir", type=Path, default=ROOT,
@@ -157,7 +158,9 @@ def main(argv=None):
     ids = collect(a.paths, a.marker, env, a.rootdir)
     durations = json.loads(a.balance.read_text())["durations"] if a.balance else None
     shards = shard(ids, min(a.shards, max(1, len(ids))), durations)
-    reports, logs, timed_out = run_shards(shards, a.out, a.timeout, env, ["-m", a.marker], a.rootdir)
+    # the limit counts from the start, collection included (a device call's own limit cuts the whole command)
+    left = max(1.0, a.timeout - (time.monotonic() - start))
+    reports, logs, timed_out = run_shards(shards, a.out, left, env, ["-m", a.marker], a.rootdir)
     summary = merge(shards, reports, logs)
     summary.update(seconds=round(time.monotonic() - start, 1), shards=len(shards), timed_out_shards=timed_out,
                    marker=a.marker, paths=a.paths)
