@@ -16,7 +16,8 @@ install packages, so this runner uses pytest alone:
 3. run each shard as its own ``pytest`` process with ``TRITON_INTERPRET=0`` and its share of the CPUs for the
    tuner's compile threads (``EVTORCH_COMPILE_WORKERS``), under a time limit; a small plugin
    (:mod:`benchmarks._test_reports`) appends every test's outcome to a JSON-lines file as it finishes, so a shard
-   killed at its limit still reports what it ran, and the tests it did not reach are listed as not run;
+   killed at its limit (or crashed) still reports what it ran, and the tests it did not reach are listed as not
+   run;
 4. merge: counts, failures with the shard log that holds their traceback, the tests not run, and every test's
    duration (``--balance`` input for the next run) into ``OUT/summary.json``; exit status 0 only when every
    selected test ran and none failed.
@@ -45,8 +46,9 @@ def collect(paths, marker, env, cwd=ROOT):
     for line in out.stdout.splitlines():  # the ids, then a blank line, the count and any warnings summary
         if not line.strip():
             break
-        if "::" in line and not line.startswith(" ") and line not in ids:
+        if "::" in line and not line.startswith(" "):
             ids.append(line.strip())
+    ids = list(dict.fromkeys(ids))
     if out.returncode not in (0, 5) or (out.returncode == 0 and not ids):  # 5: nothing collected
         raise SystemExit(f"gpu_tests: collection failed (pytest exit {out.returncode}):\n{out.stdout[-3000:]}"
                          f"{out.stderr[-3000:]}")
@@ -116,9 +118,10 @@ def run_shards(shards, out, timeout, env, extra, cwd=ROOT):
             p = subprocess.Popen(cmd, cwd=cwd, env={**env, REPORTS_ENV: str(rep)}, stdout=fh,
                                  stderr=subprocess.STDOUT, start_new_session=True) if ids else None
         procs.append((p, rep, log))
-    deadline, timed_out = time.monotonic() + timeout, []
+    deadline, timed_out, codes = time.monotonic() + timeout, [], []
     for k, (p, _, _) in enumerate(procs):
         if p is None:
+            codes.append(0)
             continue
         try:
             p.wait(timeout=max(0.0, deadline - time.monotonic()))
@@ -126,7 +129,8 @@ def run_shards(shards, out, timeout, env, extra, cwd=ROOT):
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
             timed_out.append(k)
-    return [read_reports(rep) for _, rep, _ in procs], [log for _, _, log in procs], timed_out
+        codes.append(p.returncode)
+    return [read_reports(rep) for _, rep, _ in procs], [log for _, _, log in procs], timed_out, codes
 
 
 def main(argv=None):
@@ -160,22 +164,27 @@ def main(argv=None):
     shards = shard(ids, min(a.shards, max(1, len(ids))), durations)
     # the limit counts from the start, collection included (a device call's own limit cuts the whole command)
     left = max(1.0, a.timeout - (time.monotonic() - start))
-    reports, logs, timed_out = run_shards(shards, a.out, left, env, ["-m", a.marker], a.rootdir)
+    reports, logs, timed_out, codes = run_shards(shards, a.out, left, env, ["-m", a.marker], a.rootdir)
     summary = merge(shards, reports, logs)
+    # pytest exits 0 (passed) or 1 (failures); anything else, outside a stop at the limit, is a crashed shard (a
+    # CUDA error that aborts the process, a segfault): its remaining tests are listed as not run
+    crashed = {k: codes[k] for k in range(len(shards)) if codes[k] not in (0, 1) and k not in timed_out}
     summary.update(seconds=round(time.monotonic() - start, 1), shards=len(shards), timed_out_shards=timed_out,
-                   marker=a.marker, paths=a.paths)
+                   crashed_shards={str(k): c for k, c in crashed.items()}, marker=a.marker, paths=a.paths)
     (a.out / "summary.json").write_text(json.dumps(summary, indent=1))
     print(f"gpu_tests: {summary['passed']} passed, {summary['failed']} failed, {summary['skipped']} skipped, "
           f"{len(summary['not_run'])} not run of {summary['selected']} selected, {len(shards)} shards, "
           f"{summary['seconds']} s" + (f"; shards stopped at the {a.timeout:g} s limit: {timed_out}"
                                        if timed_out else ""))
+    for k, code in crashed.items():
+        print(f"  shard {k} exited with code {code} (log: {logs[k]})")
     for f in summary["failures"]:
         print(f"  FAILED {f['test']}  (log: {f['log']})")
     for t in summary["not_run"][:20]:
         print(f"  NOT RUN {t}")
     if len(summary["not_run"]) > 20:
         print(f"  ... and {len(summary['not_run']) - 20} more not run")
-    return 0 if not summary["failures"] and not summary["not_run"] else 1
+    return 0 if not summary["failures"] and not summary["not_run"] and not crashed else 1
 
 
 if __name__ == "__main__":

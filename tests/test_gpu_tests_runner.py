@@ -111,3 +111,19 @@ def test_a_shard_stopped_at_its_limit_reports_what_it_ran(tmp_path, capsys):
     assert s["not_run"] == ["test_suite.py::test_slow", "test_suite.py::test_after_the_slow_one"]
     assert s["passed"] == 5 and s["failed"] == 2
     assert "NOT RUN test_suite.py::test_slow" in capsys.readouterr().out
+
+
+def test_a_crashed_shard_is_named_and_its_remaining_tests_not_run(tmp_path, capsys):
+    """A shard whose process dies (a CUDA error that aborts it, a segfault) is reported with its exit code and
+    log; the tests it ran keep their outcomes and the rest are listed as not run."""
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "test_dies.py").write_text(
+        "import os\nimport pytest\n\npytestmark = pytest.mark.gpu\n\n\ndef test_before():\n    pass\n\n\n"
+        "def test_dies():\n    os._exit(7)\n\n\ndef test_after():\n    pass\n")
+    out = tmp_path / "out"
+    rc = gpu_tests.main(["--out", str(out), "--shards", "1", "--rootdir", str(suite), "--interpret", "."])
+    s = json.loads((out / "summary.json").read_text())
+    assert rc == 1 and s["crashed_shards"] == {"0": 7} and s["timed_out_shards"] == []
+    assert s["passed"] == 1 and s["not_run"] == ["test_dies.py::test_dies", "test_dies.py::test_after"]
+    assert "shard 0 exited with code 7" in capsys.readouterr().out
