@@ -6,8 +6,9 @@
 
 Why: one pytest process spends most of a GPU test's time compiling Triton kernels, so the suite run file by file
 took more than a device call's ten minutes on an H200 (2026-11-28: the ping-pong file alone ran out a 480 s limit
-after 51 of its 83 tests, about 9 s a test); the device machine has 16 cores for more processes. pytest-xdist would do the sharding but is not on the device machine, which cannot
-install packages, so this runner uses pytest alone:
+after 51 of its 83 tests, about 9 s a test); the device machine has 16 cores for more processes. pytest-xdist
+would do the sharding but is not on the device machine, which cannot install packages, so this runner uses pytest
+alone:
 
 1. collect the selected tests' node ids (``pytest --collect-only -q -m gpu``);
 2. split them into contiguous runs of collection order of about equal weight (neighbouring tests compile

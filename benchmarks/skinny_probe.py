@@ -123,6 +123,14 @@ def main(argv=None) -> int:
         torch.manual_seed(0)
         A, B = operands(M, N, K, "cuda", torch.bfloat16)
         cublas = bench(lambda: torch.matmul(A, B))
+        all_cfgs = chosen = configs(M, N, K)
+        if args.configs:
+            wanted = set(args.configs.split(",")) - {"none"}
+            unknown = wanted - set(all_cfgs)
+            if unknown:
+                print(f"{shape}: no config named {sorted(unknown)} at this shape (configs() leaves out splits "
+                      "with fewer than 4 K blocks)", flush=True)
+            chosen = {k: v for k, v in all_cfgs.items() if k in wanted}
         for name in args.workloads.split(","):
             if time.time() - t0 > args.deadline_s:
                 print(f"deadline: {shape} {name} skipped", flush=True)
@@ -131,14 +139,6 @@ def main(argv=None) -> int:
             inputs = mk(M, N, "cuda", torch.bfloat16)
             ref = eager_reference(fn, A.float(), B.float(), **inputs)
             row = {"shape": [M, N, K], "workload": name, "cublas_ms": cublas, "configs": {}}
-            chosen = configs(M, N, K)
-            if args.configs:
-                wanted = set(args.configs.split(",")) - {"none"}
-                unknown = wanted - set(chosen)
-                if unknown:
-                    print(f"{shape}: no config named {sorted(unknown)} at this shape (configs() leaves out splits "
-                          "with fewer than 4 K blocks)", flush=True)
-                chosen = {k: v for k, v in chosen.items() if k in wanted}
             for cname, cfg in chosen.items():
                 call = lambda cfg=cfg: evt.gemm(A, B, fn, config=cfg, **inputs)  # noqa: E731
                 try:
@@ -165,7 +165,6 @@ def main(argv=None) -> int:
                                 "timings_ms": record.get("timings_ms"), "final_ms": record.get("final_ms")}
             if args.profile:
                 ranked = sorted((v["ms"], k) for k, v in row["configs"].items() if "ms" in v)[:args.profile]
-                all_cfgs = configs(M, N, K)
                 row["profile"] = {k: kernel_times(lambda: evt.gemm(A, B, fn, config=all_cfgs[k], **inputs))
                                   for _, k in ranked}
                 row["profile"]["cublas"] = kernel_times(lambda: torch.matmul(A, B))

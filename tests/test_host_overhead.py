@@ -330,21 +330,27 @@ def test_generated_launch_device_guard(monkeypatch):
     assert entered == [3]
 
 
+def _operator_step(x, W, b, gy):
+    """``evt.linear(x, W, gelu, b)`` forward and backward through the operators torch.compile calls (the outputs,
+    then the gradients of x, W and b)."""
+    from evtorch.integration import op_arguments
+    args = op_arguments(x, W.t(), ("linear", F.gelu, True), backend="triton", linear_bias=b)
+    outs = torch.ops.evtorch.gemm(*args)
+    return outs[0], torch.autograd.grad(outs[0], (x, W, b), gy)
+
+
 def test_operator_bodies_reuse_prepared_launches(monkeypatch):
     """torch.ops.evtorch.gemm / gemm_backward (what torch.compile calls) launch through a LaunchSite per full
     signature after the first call: no run_gemm, no config choice; results unchanged; a new stride or shape
     takes the checked path again."""
     import evtorch.integration.ops as ops
-    from evtorch.integration import op_arguments
     from evtorch.runtime import gemm as rg
     ops._op_sites.clear()  # first calls of other tests' signatures went through the operator bodies too
     x, W, b = leaf(6, 5), leaf(7, 5), leaf(7)
     gy = torch.randn(6, 7)
 
     def step(x):
-        args = op_arguments(x, W.t(), ("linear", F.gelu, True), backend="triton", linear_bias=b)
-        outs = torch.ops.evtorch.gemm(*args)
-        return outs[0], torch.autograd.grad(outs[0], (x, W, b), gy)
+        return _operator_step(x, W, b, gy)
     first = step(x)
     calls = []
     for name in ("run_gemm", "_choose_config"):
@@ -372,15 +378,12 @@ def test_operator_bodies_launch_prepared_signatures_outside_the_guards(monkeypat
     of host time a call): under an enabled autocast its results are the guarded first call's, and neither guard
     is entered again."""
     import evtorch.integration.ops as ops
-    from evtorch.integration import op_arguments
     ops._op_sites.clear()
     x, W, b = leaf(6, 5), leaf(7, 5), leaf(7)
     gy = torch.randn(6, 7)
 
     def step(x):
-        args = op_arguments(x, W.t(), ("linear", F.gelu, True), backend="triton", linear_bias=b)
-        outs = torch.ops.evtorch.gemm(*args)
-        return outs[0], torch.autograd.grad(outs[0], (x, W, b), gy)
+        return _operator_step(x, W, b, gy)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         first = step(x)
         entered = []

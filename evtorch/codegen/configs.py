@@ -332,6 +332,10 @@ class GemmConfig:
         """Program count the persistent template strides its tile loop by (constexpr NUM_PROGRAMS)."""
         return max(1, int(num_sms)) * self.programs_per_sm
 
+    def tiles(self, M: int, N: int, L: int = 1) -> int:
+        """Output tiles of an (L x) M x N problem: the programs of a non-persistent launch without split-K."""
+        return cdiv(M, self.BLOCK_M) * cdiv(N, self.BLOCK_N) * max(L, 1)
+
     def persistent_grid(self, num_sms: int, work_items: int) -> int:
         """Launch grid of the persistent template: one program per work item, at most ``persistent_programs``."""
         return max(1, min(self.persistent_programs(num_sms), int(work_items)))
@@ -370,7 +374,7 @@ class GemmConfig:
         configs``): output ``tiles`` (x L), the ``programs`` of the main kernel (persistent templates: at most
         their resident count), K ``blocks`` per program, and for split-K its ``splits``, the ``reduce_tile``, the
         ``reduce_programs`` and their ``reduce_warps``."""
-        tiles = cdiv(M, self.BLOCK_M) * cdiv(N, self.BLOCK_N) * max(L, 1)
+        tiles = self.tiles(M, N, L)
         blocks = cdiv(K, self.BLOCK_K)
         out: dict[str, Any] = {"tiles": tiles, "blocks": blocks}
         if self.template == "splitk":

@@ -33,7 +33,7 @@ def splitk_worthwhile(M: int, N: int, K: int, L: int, info: DeviceInfo) -> bool:
 def choose_split_k(M: int, N: int, K: int, L: int, config: GemmConfig, info: DeviceInfo) -> int:
     """Smallest power of two that brings the program count to about one wave, <= 16, and leaving each
     split at least 4 K-blocks (fewer makes the partial write-back dominate)."""
-    tiles = cdiv(M, config.BLOCK_M) * cdiv(N, config.BLOCK_N) * max(L, 1)
+    tiles = config.tiles(M, N, L)
     split = 1
     while split < 16 and tiles * split < info.num_sms and K // (config.BLOCK_K * split * 2) >= 4:
         split *= 2
@@ -48,7 +48,7 @@ def resident_split_k(M: int, N: int, K: int, L: int, config: GemmConfig, dtype: 
     counts one program per SM, so 80 tiles (128x640) took 2 splits, 160 programs for 264 slots, 1.805 x cuBLAS,
     where 4 ran 1.548 (H200); at 64 tiles both rules give 4 (64x1024x8192: 1.187, against 1.338 on 2 and 1.406
     on 8, H100)."""
-    tiles = cdiv(M, config.BLOCK_M) * cdiv(N, config.BLOCK_N) * max(L, 1)
+    tiles = config.tiles(M, N, L)
     slots = info.num_sms * max(1, resident_programs(config, dtype, info))
     split = 2
     while split < 16 and 4 * tiles * split < 3 * slots and K // (config.BLOCK_K * split * 2) >= 4:
@@ -62,7 +62,7 @@ def wave_split_k(M: int, N: int, K: int, L: int, config: GemmConfig, info: Devic
     save: 1024x1024x65536 on 128x128 tiles ran 1.080 x cuBLAS on 2 splits (128 programs) and 1.180 on 4 (H100).
     Any count, not only powers of two (the partial kernel deals K blocks out in runs of ``cdiv(blocks, SPLIT_K)``):
     36 tiles (768x768) take 3 splits, 108 programs, where 2 left 60 of 132 SMs idle."""
-    tiles = cdiv(M, config.BLOCK_M) * cdiv(N, config.BLOCK_N) * max(L, 1)
+    tiles = config.tiles(M, N, L)
     split = 2
     while split < 16 and tiles * (split + 1) <= info.num_sms and K // (config.BLOCK_K * (split + 1)) >= 4:
         split += 1
@@ -371,8 +371,9 @@ def _few_rows_config(M: int, N: int, K: int, L: int, dtype: torch.dtype, info: D
     for i, cfg in enumerate(space):
         if _fills_gpu(cfg, M, N, L, info):
             # a larger tile that does as much in each SM's busiest turn (wave quantisation) does it faster
-            larger = [c for c in space[:i] if _busiest_turn(c, M, N, L, info) <= _busiest_turn(cfg, M, N, L, info)]
-            return _fit_stages(larger[0] if larger else cfg, dtype, info), True
+            turn = _busiest_turn(cfg, M, N, L, info)
+            larger = next((c for c in space[:i] if _busiest_turn(c, M, N, L, info) <= turn), cfg)
+            return _fit_stages(larger, dtype, info), True
     return _fit_stages(space[-1], dtype, info), False
 
 
@@ -383,7 +384,7 @@ def _busiest_turn(config: GemmConfig, M: int, N: int, L: int, info: DeviceInfo) 
     runs its FLOPs faster (one m64n128 wgmma a K step instead of two m64n64): at 768x768x16384 64x128 on eight
     stages ran 1.371 x cuBLAS against 1.798 for 64x64x128 on six (H200, identity, kernels;
     docs/benchmarks.md "Split-K's threshold")."""
-    tiles = cdiv(M, config.BLOCK_M) * cdiv(N, config.BLOCK_N) * max(L, 1)
+    tiles = config.tiles(M, N, L)
     return cdiv(tiles, info.num_sms * config.programs_per_sm) * config.BLOCK_M * config.BLOCK_N
 
 
@@ -568,7 +569,7 @@ def _deep_in_mma_layout(mma: GemmConfig, deep: GemmConfig, dtype: torch.dtype, i
 
 def _fills(config: GemmConfig, M: int, N: int, L: int, info: DeviceInfo, share: Fraction) -> bool:
     """Whether ``config``'s programs (tiles times splits) occupy ``share`` of the device's program slots."""
-    programs = cdiv(M, config.BLOCK_M) * cdiv(N, config.BLOCK_N) * max(L, 1) * max(config.SPLIT_K, 1)
+    programs = config.tiles(M, N, L) * max(config.SPLIT_K, 1)
     return programs >= share * info.num_sms * config.programs_per_sm
 
 
@@ -623,8 +624,8 @@ def heuristic_config(
       the flatten / warp_specialize variants were within run-to-run noise (~2%) and are left to the tuner;
     - the same operands with 16 or more 128x128 tiles but less than a wave, and K >= ``SPLITK_TMA_K_RATIO``
       (16) max(M, N) (weight gradients: K = tokens): split-K over TMA loads on the large problems' main loops,
-      the splits that fill one wave (``splitk_tma_heuristic``), where each keeps a K of ``SPLITK_TMA_MIN_K``: on an H200 768x768x49152 1.01 x cuBLAS,
-      1024x1024x65536 1.02, 512x512x32768 1.13, 1024x1024x16384 1.04, 768x768x16384 1.04 (kernels; 1.69 for the
+      the splits that fill one wave (``splitk_tma_heuristic``), where each keeps a K of ``SPLITK_TMA_MIN_K``: on
+      an H200 768x768x49152 1.01 x cuBLAS, 1024x1024x65536 1.02, 512x512x32768 1.13, 1024x1024x16384 1.04, 768x768x16384 1.04 (kernels; 1.69 for the
       few-rows tile at 1024x1024x65536 on an H100, 1.80 for it at 768x768x16384 on an H200; docs/benchmarks.md,
       "Split-K over TMA loads", "Split-K's main loop and reduce tile", "Split-K's threshold");
     - the same operands with fewer tiles, but at least 64 rows and columns: persistent_tma on the largest tile

@@ -110,6 +110,11 @@ def _scalars(e: Entry, values) -> list:
     return [t(v) for t, v in zip(e.scalar_types, values)]
 
 
+def _scalar_kinds(e: Entry) -> list:
+    """(parameter, type) of each runtime scalar of ``e``'s plan: how a float from the scalar list is passed."""
+    return list(zip([param for param, _ in e.plan.scalars], e.scalar_types))
+
+
 def _sizes(A: Tensor, B: Tensor) -> dict:
     return {"L": A.shape[0] if A.dim() == 3 else 1, "M": A.shape[-2], "N": B.shape[-1]}
 
@@ -373,7 +378,7 @@ class EagerCall:
         self.backs = [inverse_steps(tuple(inputs[k.name].shape), steps) for k, steps in zip(p.keys, self.inputs)]
         self.params = [k.param for k in p.keys]
         self.scalar_names = [s.name for _, s in p.scalars]
-        self.scalars = list(zip([param for param, _ in p.scalars], e.scalar_types))
+        self.scalars = _scalar_kinds(e)
         self.autograd = p.requires_grad
         self.outputs = [(o.position, output_steps(canonical_shape(o.walked, order, self.sizes), o.dims, order,
                                                   self.sizes, lead)) for o in p.outputs]
@@ -785,7 +790,7 @@ class _OperatorCall:
 
     def __init__(self, e: Entry, sizes: dict, device: torch.device):
         self.entry, self.plan, self.sizes, self.device = e, e.plan, sizes, device
-        self.scalars = list(zip([param for param, _ in e.plan.scalars], e.scalar_types))
+        self.scalars = _scalar_kinds(e)
         self.fusable_outputs: dict = {}
 
 

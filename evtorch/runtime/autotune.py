@@ -453,8 +453,8 @@ def pick_config(
     about, and the re-timing by ``bench`` takes its place.
 
     ``prepare(config)``, when given, is first called for every candidate in a pool of threads
-    (EVTORCH_COMPILE_WORKERS; a run that compiles its kernels); what it raises is ignored here (``bench`` meets the same failure and records
-    it). ``load()``, when given, keeps the GPU busy meanwhile (LOAD_GRAPH_MS), and shortens the warm-up after the
+    (EVTORCH_COMPILE_WORKERS; a run that compiles its kernels); what it raises is ignored here (``bench`` meets
+    the same failure and records it). ``load()``, when given, keeps the GPU busy meanwhile (LOAD_GRAPH_MS), and shortens the warm-up after the
     compiles by as long as it ran (down to WARMUP_MIN_MS). The record keeps how long each phase took
     (``phases_s``: compile, loaded (during the compile), warm_up, first_pass, final (or the re-timings)).
 

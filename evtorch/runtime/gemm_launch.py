@@ -335,7 +335,7 @@ def prepare_launch(
         return out
     if p.L > MAX_GRID_YZ:
         raise ValueError(f"batch size L={p.L} exceeds the grid limit {MAX_GRID_YZ}; fold batches into M")
-    tiles = cdiv(p.M, config.BLOCK_M) * cdiv(p.N, config.BLOCK_N)
+    tiles = config.tiles(p.M, p.N)
     common = dict(
         BLOCK_M=config.BLOCK_M,
         BLOCK_N=config.BLOCK_N,
