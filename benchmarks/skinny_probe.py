@@ -55,7 +55,7 @@ def configs(M: int, N: int, K: int) -> dict:
     # ... and the main loops of the large-problem templates: a deeper ring, the 128x256 tile (names with w/s)
     for bm, bn, bk, warps, stages in ((128, 128, 64, 8, 6), (128, 128, 64, 4, 6), (128, 256, 64, 8, 3),
                                       (128, 256, 64, 8, 4)):
-        for split in (2, 3, 4, 6, 7, 8, 16):
+        for split in (2, 3, 4, 5, 6, 7, 8, 16):
             if K // (bk * split) >= 4:
                 out[f"splitk_tma_{bm}x{bn}x{bk}_w{warps}_s{stages}_sk{split}"] = GemmConfig(
                     "splitk", bm, bn, bk, 8, split, warps, stages, (("TMA_LOADS", True),))

@@ -412,14 +412,17 @@ def test_configs_prints_the_heuristic_and_the_candidates(capsys):
     assert "192 KiB of 227" in lines[2]
     # the rule that picked it, in words
     assert lines[1] == ("heuristic (EVTORCH_AUTOTUNE=0, and the tuner's fallback): 16+ 128x128 tiles below a wave "
-                        "and K >= 16 max(M, N): split-K over TMA loads, 7 splits of 7021 (one wave)")
+                        "and a long K: split-K over TMA loads, 128x256 tiles on 7 splits of 7021; the cost model's "
+                        "266 steps against 530 for the unsplit 64x128")
 
 
 @pytest.mark.parametrize("shape, device, rule", [
     ("8192,8192,4096", "h200", "a wave or more of 128x128 tiles: the persistent TMA kernel"),
     ("128,4096,4096", "h200", "fewer than a wave of 128x128 tiles: the largest TMA tile that fills the SMs"),
     ("64,1024,8192", "h200", "split-K over 16-row tiles, 4 splits"),
-    ("512,512,8192", "h200", "the smallest fills a fifth of the SMs or more: the smallest TMA tile"),
+    ("512,512,4096", "h200", "the smallest fills a fifth of the SMs or more: the smallest TMA tile"),
+    ("768,768,8192", "h200", "split-K over TMA loads, 128x128 tiles on 3 splits of 2730; the cost model's 79 steps "
+                             "against 88 for the unsplit 64x128"),
     ("48,48,64", "h200", "(under 64 rows or columns, or a K too short for the TMA tiles)"),
     ("37,45,29", "h200", "(no TMA template for these operands or this device)"),  # 58-byte rows: not TMA-able
     ("4096,4096,4096", "a100", "(no TMA template for these operands or this device)"),

@@ -78,46 +78,66 @@ def splitk_tma_worthwhile(M: int, N: int, K: int, L: int, dtype: torch.dtype, in
             and K >= 4 * max(M, N) and K >= 2048)
 
 
-#: The heuristic splits K over TMA loads from K >= SPLITK_TMA_K_RATIO max(M, N) (``heuristic_config``). On an H200
-#: (2026-11-28, kernels by graph replay, identity / dgelu_bgrad) the split led the unsplit few-rows tiles at 16:
-#: 1024x1024x16384 1.039 / 1.099 x cuBLAS against 1.089 / 1.146, 768x768x16384 1.043 / 1.131 against 1.371 /
-#: 1.398 (the heuristic's unsplit 64x64 pick there: 1.798 / 1.885), 1024x1024x24576 1.036 / 1.063 against 1.138 /
-#: 1.148. It was 32 while the split ran 128x128 tiles on 4 stages, which trailed the unsplit 64x128 at 16 (1.164
-#: against 1.065). Below 16 it is not measured.
-SPLITK_TMA_K_RATIO = 16
-#: ... and only where each split keeps a K of at least this: every split writes an M x N float32 partial that the
-#: reduce kernel reads back, 8 M N bytes a split against 2 M N K / splits FLOPs, so on a board of ~700 TFLOP/s
-#: and ~4.2 TB/s the partials cost about 670 / (K / splits) of the GEMM's time (16% at 4096, the shortest split
-#: measured to win: 512x512x32768 on 8, 1.126 x cuBLAS, H200). 512x512x8192 would get 8 splits of 1024 (65%).
-SPLITK_TMA_MIN_K = 4096
-#: The 128x256 split tile needs this long a K a split (96 blocks of 64 for 16-bit operands); with less, 128x128
-#: on its own wave split is ahead: at 1024x1024x16384 128x256 on 4 splits (64 blocks) ran 1.079 x
-#: cuBLAS against 1.039 for 128x128 on 2, at 768x768x16384 on 7 (36 blocks) 1.067 against 1.043 on 3; at
-#: 1024x1024x24576 (96 blocks) 1.036 against 1.042, at 768x768x49152 (109) 1.014 against 1.093 (H200).
-SPLITK_WIDE_MIN_K = 6144
+#: The heuristic's cost model for a problem with fewer than a wave of 128x128 tiles and a long K, where it
+#: chooses between the unsplit few-rows tile and split-K over TMA loads (``cost_steps``). A config's cost is the
+#: busiest SM's MMA work in K steps of a 128x128x64 tile, times the cost of a step on that config's tile and
+#: template against the split kernel's 128x128 (``_STEP_COST``), and for a split a fixed cost (the reduce kernel's
+#: launch and the partials' first touch, ``SPLIT_FIXED_STEPS``) and one per MB of float32 partials the splits write
+#: and the reduce reads (``PARTIAL_STEPS_PER_MB``). Fitted, least squares on relative error, to 216 kernel timings
+#: by graph replay on an H200 (2026-11-28, identity; 20 shapes from 512x512x8192 to 1024x1024x65536 with the four
+#: few-rows tiles and the two split tiles on 2-8 splits; benchmarks/results/skinny_h200_20261128_*.json, docs/
+#: benchmarks.md "Split-K's cost model"): 5.8% rms error; the model's pick ran within 1% of the fastest config
+#: measured at 19 of the 20 shapes, 8.6% behind it at 768x768x6144 (the unsplit 64x128 against 3 splits, a near
+#: tie in the model). In microseconds a step of the split's 128x128 tile took 0.307, the split's fixed cost 10.7
+#: against 4.0 for an unsplit kernel, a MB of partials 0.62.
+_STEP_COST = {("splitk", 128, 128): 1.0, ("splitk", 128, 256): 0.96, ("persistent_tma", 128, 128): 1.16,
+              ("persistent_tma", 64, 128): 1.38, ("persistent_tma", 128, 64): 1.54,
+              ("persistent_tma", 64, 64): 2.01}
+SPLIT_FIXED_STEPS = 22.0
+PARTIAL_STEPS_PER_MB = 2.0
 
 
-def splitk_tma_heuristic(M: int, N: int, K: int, L: int, dtype: torch.dtype, info: DeviceInfo) -> GemmConfig:
-    """The heuristic's split-K over TMA loads, on as many splits as fill one wave (``wave_split_k``): the
-    persistent template's 128x256 tile on 4 stages where 16 or more of them cover the output and each split keeps
-    a K of ``SPLITK_WIDE_MIN_K``, else 128x128 on 6 stages. Each split's main loop is a whole GEMM's, so the
-    tile and ring the large problems run at 98% of cuBLAS pay here too: on an H200 (kernels by graph replay,
-    identity) 768x768x49152 ran 1.014 x cuBLAS on 18 128x256 tiles x 7 splits, against 1.183 on 128x128 x 3
-    splits with 4 stages and 1.093 with 6; 1024x1024x65536 1.057 on 32 x 4, against 1.094 on 128x128 x 2;
-    512x512x32768 (8 128x256 tiles) 1.124 on 128x128 x 8 with 6 stages, against 1.286 with 4 and 1.256 on
-    128x256 x 16 (docs/benchmarks.md, "Split-K's main loop and reduce tile"). A split of fewer K blocks makes its
-    prologue and the partials' traffic (each split writes and the reduce reads an M x N float32 tile) weigh more,
-    which the 128x256 tile's twice as many splits double."""
-    def on_wave(bn, stages):
+def cost_steps(config: GemmConfig, M: int, N: int, K: int, L: int, dtype: torch.dtype, info: DeviceInfo) -> float:
+    """The heuristic's cost of ``config`` at this problem, in K steps of the split kernel's 128x128x64 tile on
+    16-bit operands (see ``_STEP_COST``): the busiest SM's turns (``cdiv(programs, slots)``) times a program's
+    tile area and K, over the tile's rate, plus a split's fixed and partials' costs. float32 operands run at half
+    the 16-bit rate (TF32), which leaves the split's fixed cost relatively smaller. Defined for the few-rows
+    tiles and the split-K tiles over TMA loads only (KeyError otherwise): it ranks those, nothing else."""
+    split = max(config.SPLIT_K, 1)
+    programs = config.tiles(M, N, L) * split
+    turns = cdiv(programs, info.num_sms * config.programs_per_sm)
+    steps = turns * config.BLOCK_M * config.BLOCK_N * cdiv(K, split) / (128 * 128 * 64)
+    steps *= _STEP_COST[(config.template, config.BLOCK_M, config.BLOCK_N)] * (2 if DTYPE_BYTES[dtype] == 4 else 1)
+    if split > 1:
+        steps += SPLIT_FIXED_STEPS + PARTIAL_STEPS_PER_MB * split * M * N * max(L, 1) * 4 / 1e6
+    return steps
+
+
+def splitk_tma_heuristic(M: int, N: int, K: int, L: int, dtype: torch.dtype, info: DeviceInfo) -> GemmConfig | None:
+    """The cheapest split-K over TMA loads by ``cost_steps``, or None where no split fits one wave: the split
+    kernel's 128x128 tile on 6 stages or 128x256 on 4 (where N >= 256), each on 2 up to as many splits as fit one
+    wave of the SMs with four K blocks a split. Each split's main loop is a whole GEMM's, so the tile and ring the
+    large problems run at 98% of cuBLAS pay here too. One wave only: a second, mostly idle wave of a split
+    costs more than its shorter splits save (1280x1024x12288: 128x128 on 3 splits, 240 programs, 1.454-1.493 x
+    cuBLAS, against 1.229 for 128x256 on 3, 120 programs; 1024x1024x65536 on 128x128: 1.080 on 2 splits, 1.180
+    on 4, H100). Measured picks (H200, kernels, identity): 768x768x49152 1.014 x cuBLAS on 18 128x256 tiles x 7
+    splits (1.093 on 128x128 x 3), 1024x1024x16384 1.039 on 128x128 x 2 (1.079 on 128x256 x 4), 512x512x16384
+    1.163 on 128x128 x 8 (1.645 unsplit on 64x64), 1280x1024x12288 1.229 on 128x256 x 3 (1.563 unsplit on
+    128x128); docs/benchmarks.md, "Split-K's cost model"."""
+    candidates = []
+    for bn, stages in ((128, 6), (256, 4)):
+        if bn == 256 and N < 256:  # half the tile's columns would be empty
+            continue
         bm_, bn_, bk_, stages_ = _scale_for_dtype(128, bn, 64, stages, dtype)
         base = GemmConfig("splitk", bm_, bn_, bk_, 8, 2, 8, stages_, (("TMA_LOADS", True),))
-        return dataclasses.replace(base, SPLIT_K=wave_split_k(M, N, K, L, base, info))
-
-    wide = N >= 256 and cdiv(M, 128) * cdiv(N, 256) * max(L, 1) >= 16
-    cfg = on_wave(256, 4) if wide else None
-    if cfg is None or K // cfg.SPLIT_K < SPLITK_WIDE_MIN_K:
-        cfg = on_wave(128, 6)
-    return _fit_stages(cfg, dtype, info)
+        tiles = base.tiles(M, N, L)
+        split = 2
+        while split <= 16 and tiles * split <= info.num_sms and K // (bk_ * split) >= 4:
+            candidates.append(_fit_stages(dataclasses.replace(base, SPLIT_K=split), dtype, info))
+            split += 1
+    if not candidates:
+        return None
+    return min(candidates, key=lambda c: cost_steps(c, M, N, K, L, dtype, info))
 
 
 def _splitk_tma_space(M: int, N: int, K: int, L: int, dtype: torch.dtype, info: DeviceInfo) -> list[GemmConfig]:
@@ -622,12 +642,12 @@ def heuristic_config(
       tiles: persistent_tma 128x256x64 (fp32: BK 32), 3 stages, 8 warps, epilogue sub-tiling: 98% of
       torch.matmul (cuBLAS) on an H200 at 4096^3 and 8192x8192x4096 bf16 (690 / 668 TFLOP/s vs 703 / 684);
       the flatten / warp_specialize variants were within run-to-run noise (~2%) and are left to the tuner;
-    - the same operands with 16 or more 128x128 tiles but less than a wave, and K >= ``SPLITK_TMA_K_RATIO``
-      (16) max(M, N) (weight gradients: K = tokens): split-K over TMA loads on the large problems' main loops,
-      the splits that fill one wave (``splitk_tma_heuristic``), where each keeps a K of ``SPLITK_TMA_MIN_K``: on
-      an H200 768x768x49152 1.01 x cuBLAS, 1024x1024x65536 1.02, 512x512x32768 1.13, 1024x1024x16384 1.04, 768x768x16384 1.04 (kernels; 1.69 for the
-      few-rows tile at 1024x1024x65536 on an H100, 1.80 for it at 768x768x16384 on an H200; docs/benchmarks.md,
-      "Split-K over TMA loads", "Split-K's main loop and reduce tile", "Split-K's threshold");
+    - the same operands with 16 or more 128x128 tiles but less than a wave, at least 64 rows and columns and a
+      long K (``splitk_tma_worthwhile``: weight gradients, K = tokens): split-K over TMA loads on the large
+      problems' main loops (``splitk_tma_heuristic``: 128x128 or 128x256 tiles, up to one wave of splits) where
+      the cost model (``cost_steps``) puts it ahead of the unsplit few-rows tile below. On an H200 (kernels, x
+      cuBLAS; docs/benchmarks.md "Split-K's cost model") 768x768x8192 0.98 (1.13 unsplit), 512x512x16384 1.16
+      (1.65), 1280x1024x12288 1.23 (1.56), 768x768x49152 1.01, 1024x1024x16384 1.04;
     - the same operands with fewer tiles, but at least 64 rows and columns: persistent_tma on the largest tile
       that fills the GPU, down to 64x64x128 on six stages (``_few_rows_config``);
     - fewer tiles than that (less than ``SPLIT_BELOW_SHARE`` of the SMs) and a long K: split-K over 16x64x128
@@ -659,13 +679,17 @@ def heuristic_choice(M: int, N: int, K: int, dtype: torch.dtype, device: torch.d
         bm, bn, bk, stages = _scale_for_dtype(128, 256 if N >= 256 else 128, 64, 3, dtype)
         cfg = GemmConfig("persistent_tma", bm, bn, bk, 8, 1, 8, stages, (("EPILOGUE_SUBTILE", True),))
         return _fit_stages(cfg, dtype, info), "a wave or more of 128x128 tiles: the persistent TMA kernel"
-    if splitk_tma_worthwhile(M, N, K, L, dtype, info, tma_ok, allow_tf32) and tiles_128(M, N, L) >= 16 \
-            and K >= SPLITK_TMA_K_RATIO * max(M, N):
-        split = splitk_tma_heuristic(M, N, K, L, dtype, info)
-        if K // split.SPLIT_K >= SPLITK_TMA_MIN_K:
-            return split, (f"16+ 128x128 tiles below a wave and K >= {SPLITK_TMA_K_RATIO} max(M, N): split-K over "
-                           f"TMA loads, {split.SPLIT_K} splits of {K // split.SPLIT_K} (one wave)")
     few_rows = _few_rows_config(M, N, K, L, dtype, info, tma_ok, allow_tf32)
+    if few_rows is not None and tiles_128(M, N, L) >= 16 \
+            and splitk_tma_worthwhile(M, N, K, L, dtype, info, tma_ok, allow_tf32):
+        split = splitk_tma_heuristic(M, N, K, L, dtype, info)
+        if split is not None:
+            split_cost, unsplit_cost = (cost_steps(c, M, N, K, L, dtype, info) for c in (split, few_rows[0]))
+            if split_cost < unsplit_cost:
+                return split, (f"16+ 128x128 tiles below a wave and a long K: split-K over TMA loads, "
+                               f"{split.BLOCK_M}x{split.BLOCK_N} tiles on {split.SPLIT_K} splits of "
+                               f"{K // split.SPLIT_K}; the cost model's {split_cost:.0f} steps against "
+                               f"{unsplit_cost:.0f} for the unsplit {few_rows[0].BLOCK_M}x{few_rows[0].BLOCK_N}")
     if few_rows is not None and few_rows[1]:
         return few_rows[0], "fewer than a wave of 128x128 tiles: the largest TMA tile that fills the SMs"
     few_fill = few_rows is not None and _fills(few_rows[0], M, N, L, info, SPLIT_BELOW_SHARE)
