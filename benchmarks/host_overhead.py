@@ -127,6 +127,16 @@ def cases(M, N, K, dtype, device="cpu"):
     def gemm_splitk_colsum_fwd():
         evt.gemm(A, B, bias_gelu_colsum, bias=b, config=splitk, backend="triton")
 
+    from benchmarks.workloads import bench_workload
+    mixed, make_inputs = bench_workload("mixed_dag")
+    mixed_inputs = make_inputs(M, N, device, dtype)
+
+    def gemm_mixed_dag_fwd():
+        evt.gemm(A, B, mixed, backend="triton", **mixed_inputs)
+
+    def gemm_splitk_mixed_dag_fwd():
+        evt.gemm(A, B, mixed, config=splitk, backend="triton", **mixed_inputs)
+
     def linear_fwd():
         with torch.no_grad():
             evt.linear(x, W, gelu, bl, backend="triton")
@@ -165,7 +175,8 @@ def cases(M, N, K, dtype, device="cpu"):
         torch.autograd.grad(y, (x, W, bl), gy)
 
     return {f.__name__: f for f in (torch_matmul_fwd, gemm_identity_fwd, gemm_bias_gelu_fwd, gemm_splitk_colsum_fwd,
-                                    linear_fwd, linear_fwd_bwd, linear_fwd_bwd_compiled, torch_floor_fwd_bwd)}
+                                    gemm_mixed_dag_fwd, gemm_splitk_mixed_dag_fwd, linear_fwd, linear_fwd_bwd,
+                                    linear_fwd_bwd_compiled, torch_floor_fwd_bwd)}
 
 
 def measure(fn, calls: int, warmup: int = 20, rounds: int = 5, sync=None) -> float:

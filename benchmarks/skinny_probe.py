@@ -37,6 +37,11 @@ def configs(M: int, N: int, K: int) -> dict:
         "tma_64x128x64_w4": GemmConfig("persistent_tma", 64, 128, 64, 8, 1, 4, 4),
         "tma_128x128x64_w4_sub": GemmConfig("persistent_tma", 128, 128, 64, 8, 1, 4, 4, (("EPILOGUE_SUBTILE", True),)),
     }
+    # the few-rows 128x128 on other warp counts and rings (names with w/s: the split kernel's 8 warps on 6 stages
+    # ran a K step in 0.86 of the few-rows tile's time, policy._STEP_COST)
+    for warps, stages in ((8, 3), (8, 4), (8, 5), (4, 5), (4, 6)):
+        out[f"tma_128x128x64_w{warps}_s{stages}_sub"] = GemmConfig("persistent_tma", 128, 128, 64, 8, 1, warps, stages,
+                                                                 (("EPILOGUE_SUBTILE", True),))
     for bm, bn, bk, stages in ((64, 64, 64, 4), (64, 64, 64, 8), (64, 64, 64, 12), (64, 64, 128, 4), (64, 64, 128, 6),
                                (128, 64, 64, 6), (128, 64, 64, 8), (64, 128, 64, 6), (64, 128, 64, 8)):
         out[f"tma_{bm}x{bn}x{bk}_w4_s{stages}"] = GemmConfig("persistent_tma", bm, bn, bk, 8, 1, 4, stages)

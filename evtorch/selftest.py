@@ -83,6 +83,9 @@ def run(sizes=((257, 193, 129, 3), (1024, 768, 512, 2)), dtypes=("float32", "flo
                  GemmConfig("splitk", 128, 128, 64, 8, 3, 8, 6, (("TMA_LOADS", True),)),
                  GemmConfig("splitk", 128, 256, 64, 8, 7, 8, 4, (("TMA_LOADS", True),)),
                  GemmConfig("persistent_tma", 128, 128, 64, 8, 1, 8, 3, (("EPILOGUE_SUBTILE", True),)),
+                 # 128x128 on one warpgroup (policy._PERSISTENT_128) and the few-rows 128x128 (policy._FEW_ROWS_128)
+                 GemmConfig("persistent_tma", 128, 128, 64, 8, 1, 4, 4, (("EPILOGUE_SUBTILE", True),)),
+                 GemmConfig("persistent_tma", 128, 128, 64, 8, 1, 8, 5, (("EPILOGUE_SUBTILE", True),)),
                  # few output tiles (policy._FEW_ROWS_16): small tiles on deep rings, BLOCK_K 128 included
                  GemmConfig("persistent_tma", 64, 64, 128, 8, 1, 4, 6),
                  GemmConfig("persistent_tma", 128, 64, 64, 8, 1, 4, 8),

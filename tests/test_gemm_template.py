@@ -471,14 +471,14 @@ def test_programs_per_sm_pruning():
     ((128, 4096, 4096), (64, 64, 128, 6)),     # 128 tiles of 64x64 fill the GPU; nothing larger does
     ((64, 4096, 4096), (64, 64, 128, 6)),      # none fills: still the TMA kernel (no long K for split-K)
     ((256, 4096, 4096), (64, 128, 64, 8)),     # 128 tiles of 64x128 (ahead of 128x64: one wider wgmma)
-    ((1024, 1024, 8192), (64, 128, 64, 8)),    # K = 8 max(M, N): under the TMA split's threshold
+    ((1024, 1024, 8192), (64, 128, 64, 8)),    # 128 tiles of 64x128 fill the SMs: the cost model keeps it unsplit
     # wave quantisation: 144 tiles of 64x64 fill 132 SMs, but 12 run two, as long as one 64x128 (72 tiles)
     # takes: 1.371 against 1.798 x cuBLAS at 768x768x16384 (H200); 160 of 64x128 against 80 of 128x128
     ((768, 768, 4096), (64, 128, 64, 8)),      # (at K = 8192 the cost model splits it: 0.98 x cuBLAS, H200)
-    ((1280, 1024, 4096), (128, 128, 64, 4)),
+    ((1280, 1024, 4096), (128, 128, 64, 5)),
     ((640, 640, 2048), (64, 64, 128, 6)),      # 100 tiles of 64x64: one turn each
-    ((512, 4096, 4096), (128, 128, 64, 4)),    # 128 tiles of 128x128: most of a wave
-    ((128, 14336, 4096), (128, 128, 64, 4)),
+    ((512, 4096, 4096), (128, 128, 64, 5)),    # 128 tiles of 128x128: most of a wave
+    ((128, 14336, 4096), (128, 128, 64, 5)),
     ((128, 4096, 14336), (64, 64, 128, 6)),    # a long K, but 64x64 tiles fill the GPU: no split-K
     ((64, 14336, 4096), (64, 128, 64, 8)),     # 128x128 would fill it too, with half its rows empty
 ])
@@ -586,22 +586,30 @@ def test_long_k_stays_unsplit_where_the_few_rows_tile_fills_the_sms(shape, tile)
 SPLIT_MODEL_RUNS = ["skinny_h200_20261128_0722_splitk_main_loops.json",
                     "skinny_h200_20261128_0943_splitk_threshold.json",
                     "skinny_h200_20261128_1208_below_threshold.json",
-                    "skinny_h200_20261128_1217_split_model.json"]
+                    "skinny_h200_20261128_1217_split_model.json",
+                    # the few-rows 128x128's rings and warp counts (policy._FEW_ROWS_128), and a check of its pick
+                    "skinny_h200_20261128_1241_few_rows_128.json",
+                    "skinny_h200_20261128_1244_few_rows_128_check.json"]
 
 
-def _behind_the_fastest(runs: list[str], workload: str) -> dict:
-    """Shape -> the heuristic's pick's kernel time over the fastest config's, in ``runs`` (H200, graph replay)."""
+def _behind_the_fastest(runs: list[str], workload: str, shapes_of: str | None = None) -> dict:
+    """Shape -> the heuristic's pick's kernel time over the fastest config's, in ``runs`` (H200, graph replay); with
+    ``shapes_of``, only the shapes that run timed."""
     from benchmarks.skinny_probe import configs
 
     h200 = DeviceInfo("cuda", "NVIDIA H200", (9, 0), 132, 232448)
     results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+
+    def rows(name):
+        return [r for r in json.loads((results / name).read_text())["rows"] if r["workload"] == workload]
     timed: dict = {}
     for name in runs:
-        for row in json.loads((results / name).read_text())["rows"]:
-            if row["workload"] == workload:
-                for cname, v in row["configs"].items():
-                    if "graph_ms" in v:
-                        timed.setdefault(tuple(row["shape"]), {}).setdefault(cname, []).append(v["graph_ms"])
+        for row in rows(name):
+            for cname, v in row["configs"].items():
+                if "graph_ms" in v:
+                    timed.setdefault(tuple(row["shape"]), {}).setdefault(cname, []).append(v["graph_ms"])
+    if shapes_of:
+        timed = {s: t for s, t in timed.items() if s in {tuple(r["shape"]) for r in rows(shapes_of)}}
     behind = {}
     for (M, N, K), times in timed.items():
         pick = heuristic_config(M, N, K, torch.bfloat16, h200, tma_ok=True)
@@ -617,28 +625,33 @@ def _geomean(values) -> float:
 
 
 def test_long_k_heuristic_against_the_h200_measurements():
-    """At every shape of the runs the cost model was fitted to, the heuristic's pick is a config those runs timed
-    and runs within 9% of the fastest they timed there, within 1.5% at all but one (768x768x6144: 8.6%, a near tie
-    in the model), and 0.6% behind the fastest on geometric mean; the rules before the model (K >= 16 max(M, N),
-    4096 a split) were 41% behind at 512x512x16384, 27% at 1280x1024x12288 and 4.9% on geometric mean."""
+    """At every shape of the runs its constants come from (the cost model's fit, the few-rows 128x128's ring), the
+    heuristic's pick is a config those runs timed and runs within 9% of the fastest they timed there: at 768x768x6144
+    8.6% behind (a near tie in the model), at four shapes 2.7-2.8% behind 128x128 on six stages and one warpgroup
+    (the few-rows 128x128 takes five on two, 3-6% ahead of that with an epilogue), within 1.5% at the other 19; 1.0%
+    behind the fastest on geometric mean. The rules before the model (K >= 16 max(M, N), 4096 a split) were 41%
+    behind at 512x512x16384, 27% at 1280x1024x12288 and 4.9% on geometric mean over the model's 20 shapes."""
     behind = _behind_the_fastest(SPLIT_MODEL_RUNS, "identity")
-    assert len(behind) == 20
+    assert len(behind) == 24
     assert max(behind.values()) < 1.09
-    assert sorted(behind.values())[-2] < 1.015
-    assert _geomean(behind.values()) < 1.007, behind
+    assert sorted(behind.values())[-2] < 1.03
+    assert sum(b > 1.015 for b in behind.values()) <= 5
+    assert _geomean(behind.values()) < 1.011, behind
 
 
 @pytest.mark.parametrize("workload", ["identity", "dgelu_bgrad"])
 def test_long_k_heuristic_on_shapes_the_model_never_saw(workload):
     """Eight shapes timed after the fit, with an epilogue too (dgelu_bgrad: the split's epilogue runs in its reduce
-    kernel): the pick is the fastest config timed at six, 3.7-6.8% behind it at 1152x1152x8192 (81 tiles: 3 splits
-    in two waves, which the heuristic does not consider, ran faster) and 5.4-8.5% at 128x2048x8192 (8 splits where
-    5 ran faster); 1.5% behind on geometric mean, where the rules before the model were 10%."""
-    behind = _behind_the_fastest(["skinny_h200_20261128_1223_split_model_heldout.json"], workload)
+    kernel): the pick is the fastest config timed at six, 5.4-8.5% behind it at 128x2048x8192 (8 splits where 5 ran
+    faster) and at 1152x1152x8192 (81 tiles, unsplit) level with dgelu_bgrad's fastest and 2.7% behind the identity's;
+    1.2% / 0.6% behind on geometric mean, where the rules before the model were 10.5% / 9.8%."""
+    behind = _behind_the_fastest(["skinny_h200_20261128_1223_split_model_heldout.json",
+                                  "skinny_h200_20261128_1244_few_rows_128_check.json"], workload,
+                                 shapes_of="skinny_h200_20261128_1223_split_model_heldout.json")
     assert len(behind) == 8
     assert max(behind.values()) < 1.09
     assert sum(b > 1.001 for b in behind.values()) <= 2
-    assert _geomean(behind.values()) < 1.02, behind
+    assert _geomean(behind.values()) < 1.015, behind
 
 
 def test_split_cost_model():

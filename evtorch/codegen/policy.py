@@ -89,8 +89,9 @@ def splitk_tma_worthwhile(M: int, N: int, K: int, L: int, dtype: torch.dtype, in
 #: benchmarks.md "Split-K's cost model"): 5.8% rms error; the model's pick ran within 1% of the fastest config
 #: measured at 19 of the 20 shapes, 8.6% behind it at 768x768x6144 (the unsplit 64x128 against 3 splits, a near
 #: tie in the model). In microseconds a step of the split's 128x128 tile took 0.307, the split's fixed cost 10.7
-#: against 4.0 for an unsplit kernel, a MB of partials 0.62.
-_STEP_COST = {("splitk", 128, 128): 1.0, ("splitk", 128, 256): 0.96, ("persistent_tma", 128, 128): 1.16,
+#: against 4.0 for an unsplit kernel, a MB of partials 0.62. The few-rows 128x128 was fitted at 1.16 on four stages
+#: and one warpgroup; on five stages and two (``_FEW_ROWS_128``) it ran 0.93 of that time (identity), so 1.08.
+_STEP_COST = {("splitk", 128, 128): 1.0, ("splitk", 128, 256): 0.96, ("persistent_tma", 128, 128): 1.08,
               ("persistent_tma", 64, 128): 1.38, ("persistent_tma", 128, 64): 1.54,
               ("persistent_tma", 64, 64): 2.01}
 SPLIT_FIXED_STEPS = 22.0
@@ -211,8 +212,14 @@ _FEW_ROWS_16 = (
     (64, 128, 64, 8, 4, False, False, False),
     (128, 64, 64, 8, 4, False, False, False),
 )
-# 128x128 on four stages, one warpgroup, halves: also the largest tile ``_few_rows_config`` considers
+# 128x128 on four stages, one warpgroup, halves: a tuner candidate for the large problems
 _PERSISTENT_128 = (128, 128, 64, 4, 4, True, False, False)
+# The largest tile ``_few_rows_config`` considers: 128x128 on five stages, two warpgroups, halves. On an H200
+# (2026-11-28, kernels by graph replay, x the fastest of six rings / warp counts at 5 shapes with 64-120 such tiles,
+# K = 2048-12288; docs/benchmarks.md "The few-rows 128x128's ring") 1.025 for the identity and 1.000 for dgelu_bgrad,
+# where the four stages on one warpgroup it had ran 1.106 and 1.123 (1536x1024x12288: 1.329 -> 1.230 x cuBLAS) and
+# three stages on two (the large problems' ring) 1.415 and 1.352; six stages on one warpgroup 1.001 and 1.032.
+_FEW_ROWS_128 = (128, 128, 64, 5, 8, True, False, False)
 _PERSISTENT_16 = (
     (128, 256, 64, 3, 8, True, False, False),
     (128, 256, 64, 3, 8, True, False, True),
@@ -375,15 +382,16 @@ def _few_rows_config(M: int, N: int, K: int, L: int, dtype: torch.dtype, info: D
     rows and columns, and whether its tiles fill three quarters of the SMs: the largest tile not taller or wider
     than the problem (64x14336x4096: 64x128, not 128x128 with half its rows empty) that does, or a larger one
     whose busiest SM does no more work (``_busiest_turn``: 768x768 takes 64x128, not 144 tiles of 64x64), of 128x128
-    on four stages (128x14336x4096: 112 tiles, 1.00 x cuBLAS against 1.09 for 128x64), 128x64 or 64x128 on eight
-    and 64x64x128 on six (``_FEW_ROWS_16``), else 64x64x128 (64x4096x4096: 64 tiles, 1.10-1.13 x cuBLAS against
+    on five stages and two warpgroups (``_FEW_ROWS_128``; on four stages and one it ran 1.00 x cuBLAS at
+    128x14336x4096, 112 tiles, against 1.09 for 128x64, H100), 128x64 or 64x128 on eight and 64x64x128 on six
+    (``_FEW_ROWS_16``), else 64x64x128 (64x4096x4096: 64 tiles, 1.10-1.13 x cuBLAS against
     1.23 for the portable pick). None where the TMA template is not allowed, the problem is narrower than 64, has
     a wave of 128x128 tiles or a K too short for any of these tiles' K steps."""
     if not tma_template_allowed(dtype, info, tma_ok, allow_tf32) or min(M, N) < 64:
         return None
     if tiles_128(M, N, L) >= info.num_sms:
         return None
-    table = (_PERSISTENT_128,) + _FEW_ROWS_16
+    table = (_FEW_ROWS_128,) + _FEW_ROWS_16
     space = sorted(_persistent_space(dtype, table), key=lambda c: -c.BLOCK_M * c.BLOCK_N)  # larger first
     space = [c for c in space if fits_shape(c, M, N, K)]  # no rows, columns or K steps of MMA work wasted
     if not space:  # (K <= 32: the portable heuristic's tile)
