@@ -116,7 +116,11 @@ def gemm(A: torch.Tensor, B: torch.Tensor, epilogue: Callable | Epilogue | None 
             if len(_calls) >= _CALLS_LIMIT:
                 _calls.clear()
             _calls[key] = hit
-    ep, out_dtype, backend = hit
+    ep, out_dtype, backend, site = hit
+    if site is not None:  # a signature that ran before: its prepared launch, without ``launch_key``
+        res = site.run(ep, A, B, inputs, out_dtype, deterministic, allow_tf32, config)
+        if res is not None:
+            return res
     if backend == "reference":
         acc = torch.matmul(A.to(ep.acc_dtype), B.to(ep.acc_dtype))
         return ep.reference(acc, out_dtype=out_dtype, **inputs)
@@ -125,22 +129,29 @@ def gemm(A: torch.Tensor, B: torch.Tensor, epilogue: Callable | Epilogue | None 
 
 
 # Each call signature is checked and its epilogue looked up (signature inspection, tracing on first use) once: a
-# later call with the same epilogue object, options, operand shapes / dtypes / devices and input kinds skips both
-# (strides do not matter here; the runtime keys its launches on them).
+# later call with the same epilogue object, options, operand and input shapes / strides / dtypes / devices and
+# input kinds skips both, and on the Triton backend goes to its launch through a ``LaunchSite``, which the key
+# fixes everything for but the operands' alignment and the knobs: a key of this size instead of the runtime's
+# ``launch_key`` as well. With launches stubbed (``python -m benchmarks.host_overhead``, 2-core CPU machine,
+# 2026-11-28) evt.gemm with mixed_dag's epilogue went from 28.3-28.7 to 24.3-25.2 us a call, the identity from
+# 9.0-9.7 to 8.0-8.2.
 _calls: dict = {}
 _CALLS_LIMIT = 1024
 
 
 def _call_key(A, B, epilogue, out_dtype, backend, deterministic, allow_tf32, outputs, config, inputs) -> tuple:
     key = [epilogue, out_dtype, backend, deterministic, allow_tf32, tuple(outputs) if isinstance(outputs, list)
-           else outputs, config, A.shape, A.dtype, A.device, B.shape, B.dtype, B.device, knobs.trace_knobs_text()]
+           else outputs, config, A.shape, A.stride(), A.dtype, A.device, B.shape, B.stride(), B.dtype, B.device,
+           knobs.trace_knobs_text()]
     for name, v in inputs.items():
-        key.append((name, v.shape, v.dtype, v.device) if isinstance(v, torch.Tensor) else (name, type(v)))
+        key.append((name, v.shape, v.stride(), v.dtype, v.device) if isinstance(v, torch.Tensor)
+                   else (name, type(v)))
     return tuple(key)
 
 
 def _prepare(A, B, epilogue, out_dtype, backend, outputs, inputs) -> tuple:
-    """Every check of a call and its traced epilogue: (epilogue, out_dtype, backend)."""
+    """Every check of a call and its traced epilogue: (epilogue, out_dtype, backend, its ``LaunchSite`` on the
+    Triton backend, else None)."""
     epilogue = _identity if epilogue is None else epilogue
     L, M, N, K, batched = check_operands(A, B)
     if out_dtype is not None and out_dtype not in GEMM_DTYPES:
@@ -161,7 +172,11 @@ def _prepare(A, B, epilogue, out_dtype, backend, outputs, inputs) -> tuple:
             raise EpilogueError(f"backend='triton' on {A.device} tensors needs Triton's CPU interpreter: set "
                                 "TRITON_INTERPRET=1 in the environment before triton is imported, or use "
                                 "backend='reference' (the CPU default)")
-    return ep, out_dtype or A.dtype, backend
+    site = None
+    if backend == "triton":
+        from .runtime.gemm import LaunchSite
+        site = LaunchSite()
+    return ep, out_dtype or A.dtype, backend, site
 
 
 def _run_gemm(*args, **kwargs):

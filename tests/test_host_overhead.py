@@ -287,6 +287,29 @@ def test_repeated_calls_skip_checks_and_lookups(monkeypatch):
     assert calls == []
 
 
+def test_repeated_gemm_calls_skip_the_launch_key(monkeypatch):
+    """From its third call a signature's evt.gemm goes to its launch through the call's ``LaunchSite`` (the call key
+    fixes shapes and strides): no ``launch_key``. An input of the same shape with other strides is another
+    signature, and its results are its own."""
+    from evtorch.runtime import gemm as rg
+    A, B, C = leaf(6, 5, grad=False), leaf(5, 7, grad=False), leaf(6, 7, grad=False)
+
+    def call(c):
+        return evt.gemm(A, B, axpby, C=c, alpha=0.5, beta=2.0, backend="triton")
+
+    call(C), call(C)
+    keys = []
+    real = rg.launch_key
+    monkeypatch.setattr(rg, "launch_key", lambda *a, **k: keys.append(1) or real(*a, **k))
+    torch.testing.assert_close(call(C), 0.5 * (A @ B) + 2.0 * C, **TOL)
+    assert keys == []
+    Ct = leaf(7, 6, grad=False, seed=3).t()  # (6, 7) with strides (1, 6)
+    for _ in range(3):
+        torch.testing.assert_close(call(Ct), 0.5 * (A @ B) + 2.0 * Ct, **TOL)
+    assert keys  # its first calls looked their launch up
+    torch.testing.assert_close(call(C), 0.5 * (A @ B) + 2.0 * C, **TOL)
+
+
 def test_generated_launch_source_is_readable():
     from evtorch.runtime import gemm as rg
     A, B, b = leaf(4, 3, grad=False), leaf(3, 5, grad=False), leaf(5, grad=False)
