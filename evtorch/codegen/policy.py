@@ -86,11 +86,13 @@ def splitk_tma_worthwhile(M: int, N: int, K: int, L: int, dtype: torch.dtype, in
 #: and the reduce reads (``PARTIAL_STEPS_PER_MB``). Fitted, least squares on relative error, to 216 kernel timings
 #: by graph replay on an H200 (2026-11-28, identity; 20 shapes from 512x512x8192 to 1024x1024x65536 with the four
 #: few-rows tiles and the two split tiles on 2-8 splits; benchmarks/results/skinny_h200_20261128_*.json, docs/
-#: benchmarks.md "Split-K's cost model"): 5.8% rms error; the model's pick ran within 1% of the fastest config
-#: measured at 19 of the 20 shapes, 8.6% behind it at 768x768x6144 (the unsplit 64x128 against 3 splits, a near
-#: tie in the model). In microseconds a step of the split's 128x128 tile took 0.307, the split's fixed cost 10.7
-#: against 4.0 for an unsplit kernel, a MB of partials 0.62. The few-rows 128x128 was fitted at 1.16 on four stages
-#: and one warpgroup; on five stages and two (``_FEW_ROWS_128``) it ran 0.93 of that time (identity), so 1.08.
+#: benchmarks.md "Split-K's cost model"): 5.8% rms error; the heuristic's pick then ran within 1.5% of the fastest
+#: config measured at 19 of the 20 shapes, 8.6% behind it at 768x768x6144 (the unsplit 64x128 against 3 splits, a
+#: near tie in the model); with the few-rows 128x128's new ring, 2.7-2.8% behind 6 stages on one warpgroup at the
+#: four shapes that pick it for the identity (``tests/test_gemm_template.py`` holds the heuristic to these runs).
+#: In microseconds a step of the split's 128x128 tile took 0.307, the split's fixed cost 10.7 against 4.0 for an
+#: unsplit kernel, a MB of partials 0.62. The few-rows 128x128 was fitted at 1.16 on four stages and one
+#: warpgroup; on five stages and two (``_FEW_ROWS_128``) it ran 0.93 of that time (identity), so 1.08.
 _STEP_COST = {("splitk", 128, 128): 1.0, ("splitk", 128, 256): 0.96, ("persistent_tma", 128, 128): 1.08,
               ("persistent_tma", 64, 128): 1.38, ("persistent_tma", 128, 64): 1.54,
               ("persistent_tma", 64, 64): 2.01}
