@@ -110,14 +110,16 @@ def gemm(A: torch.Tensor, B: torch.Tensor, epilogue: Callable | Epilogue | None 
         hit = _calls.get(key)
     except (AttributeError, TypeError):  # not tensors, unhashable arguments: the checks below say what is wrong
         key = hit = None
-    if hit is None:
+    fresh = hit is None
+    if fresh:
         hit = _prepare(A, B, epilogue, out_dtype, backend, outputs, inputs)
         if key is not None:
             if len(_calls) >= _CALLS_LIMIT:
                 _calls.clear()
             _calls[key] = hit
     ep, out_dtype, backend, site = hit
-    if site is not None:  # a signature that ran before: its prepared launch, without ``launch_key``
+    # a signature seen before: its prepared launch, without ``launch_key`` (a fresh one has no launch to find yet)
+    if site is not None and not fresh:
         res = site.run(ep, A, B, inputs, out_dtype, deterministic, allow_tf32, config)
         if res is not None:
             return res

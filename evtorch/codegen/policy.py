@@ -133,11 +133,10 @@ def splitk_tma_heuristic(M: int, N: int, K: int, L: int, dtype: torch.dtype, inf
             continue
         bm_, bn_, bk_, stages_ = _scale_for_dtype(128, bn, 64, stages, dtype)
         base = GemmConfig("splitk", bm_, bn_, bk_, 8, 2, 8, stages_, (("TMA_LOADS", True),))
-        tiles = base.tiles(M, N, L)
-        split = 2
-        while split <= 16 and tiles * split <= info.num_sms and K // (bk_ * split) >= 4:
-            candidates.append(_fit_stages(dataclasses.replace(base, SPLIT_K=split), dtype, info))
-            split += 1
+        if base.tiles(M, N, L) * 2 > info.num_sms or K // (bk_ * 2) < 4:  # not even two splits fit one wave
+            continue
+        candidates += [_fit_stages(dataclasses.replace(base, SPLIT_K=split), dtype, info)
+                       for split in range(2, wave_split_k(M, N, K, L, base, info) + 1)]
     if not candidates:
         return None
     return min(candidates, key=lambda c: cost_steps(c, M, N, K, L, dtype, info))
