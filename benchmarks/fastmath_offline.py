@@ -197,7 +197,7 @@ def compile_workload(name: str, mode: str, config: str, out_dtype=torch.bfloat16
         from evtorch.codegen.configs import PINGPONG_KERNEL_DEFAULTS
         from evtorch.codegen.gluon_template import launch_maxnreg
 
-        kern = getattr(prog.module, kernel_symbol("gemm", "pingpong"))
+        kern = getattr(prog.module, kernel_symbol(prog.kernel_base, "pingpong"))
         consts = dict(base, B_COL_MAJOR=False, **{**PINGPONG_KERNEL_DEFAULTS, **PINGPONG_CONFIGS[config]})
         if consts["TMA_STORE"] is True:
             consts["TMA_STORE"] = len(prog.epilogue.tma_outputs)
@@ -206,7 +206,7 @@ def compile_workload(name: str, mode: str, config: str, out_dtype=torch.bfloat16
         source = GluonASTSource
     else:
         cfg = CONFIGS[config]
-        kern = getattr(prog.module, kernel_symbol("gemm", "persistent_tma"))
+        kern = getattr(prog.module, kernel_symbol(prog.kernel_base, "persistent_tma"))
         consts = dict(base, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
                       A_COL_MAJOR=False, B_COL_MAJOR=False, A_BATCHED=False, B_BATCHED=False,
                       EPILOGUE_SUBTILE=cfg["EPILOGUE_SUBTILE"], WARP_SPECIALIZE=False, FLATTEN=cfg["FLATTEN"],

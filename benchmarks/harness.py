@@ -90,3 +90,22 @@ class Harness:
         overhead); None where capture fails or without CUDA."""
         replay = self.capture(fn)
         return None if replay is None else self.timer(replay)
+
+
+def kernel_times(fn, calls: int = 20) -> dict:
+    """CUDA kernel name -> microseconds per call of ``fn`` (torch.profiler over ``calls`` calls after a warm-up)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    out: dict = {}
+    for ev in prof.key_averages():
+        if ev.device_time_total > 0:
+            out[ev.key[:80]] = round(ev.device_time_total / calls, 2)
+    return out

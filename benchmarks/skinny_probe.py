@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.harness import kernel_times  # noqa: E402
 
 SHAPES = "16x4096x4096,128x4096x4096,256x4096x4096,128x14336x4096,128x4096x14336"
 
@@ -64,25 +65,6 @@ def configs(M: int, N: int, K: int) -> dict:
             if K // (bk * split) >= 4:
                 out[f"splitk_tma_{bm}x{bn}x{bk}_w{warps}_s{stages}_sk{split}"] = GemmConfig(
                     "splitk", bm, bn, bk, 8, split, warps, stages, (("TMA_LOADS", True),))
-    return out
-
-
-def kernel_times(fn, calls: int = 20) -> dict:
-    """CUDA kernel name -> microseconds per call of ``fn`` (torch.profiler over ``calls`` calls after a warm-up)."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    out: dict = {}
-    for ev in prof.key_averages():
-        if ev.device_time_total > 0:
-            out[ev.key[:80]] = round(ev.device_time_total / calls, 2)
     return out
 
 

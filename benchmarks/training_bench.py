@@ -35,7 +35,7 @@ import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable as a script or as benchmarks.<name>
-from benchmarks.harness import Harness  # noqa: E402
+from benchmarks.harness import Harness, kernel_times  # noqa: E402
 
 T0 = time.time()
 SHAPES = [(8192, 4096, 1024), (8192, 8192, 4096)]       # (M, N, K), the speed issue's shapes
@@ -313,9 +313,13 @@ def timing(r: Run, shapes):
                     row["ms"][label] = r.timer(step)
                     row["fwd_ms"][label] = r.timer(fwd) if not compiled else None
                     row["graph_ms"][label] = r.graph_timer(step) if label in ("eager", "evt", *FUSION) else None
+                    if r.args.profile and r.cuda:
+                        row.setdefault("kernels_us", {})[label] = kernel_times(step, calls=5)
                     r.log(f"  {name:<10} {M}x{N}x{K} {label:<14} fwd {fmt(row['fwd_ms'][label])} ms  fwd+bwd "
                           f"{row['ms'][label]:.3f} ms  (CUDA graph {fmt(row['graph_ms'][label])} ms)  peak "
                           f"{fmt(row['peak_mb'][label], '{:.0f}')} MiB  (first call {row['first_call_s'][label]} s)")
+                    for kname, us in sorted(row.get("kernels_us", {}).get(label, {}).items(), key=lambda kv: -kv[1]):
+                        r.log(f"      {us:9.1f} us  {kname}")
                 except Exception as exc:  # noqa: BLE001
                     record_error(r, f"timing {name} {M}x{N}x{K} {label}", exc)
                 finally:
@@ -376,6 +380,9 @@ def main(argv=None) -> int:
     ap.add_argument("--deadline-s", type=float, default=540.0)
     ap.add_argument("--warmup-ms", type=float, default=None)
     ap.add_argument("--rep-ms", type=float, default=None)
+    ap.add_argument("--profile", action="store_true",
+                    help="also record each contender's CUDA kernels per step (torch.profiler, us) in the JSON: "
+                         "which kernel a slow step spends its time in")
     args = ap.parse_args(argv)
     if args.dry_run and os.environ.get("TRITON_INTERPRET") != "1":
         os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported (nothing imported it yet)

@@ -27,7 +27,7 @@ import evtorch as evt
 import evtorch.runtime.gemm as rg
 from evtorch.api import get_epilogue
 from evtorch.codegen.configs import GemmConfig
-from evtorch.codegen.program import KERNEL_BASE, build_program
+from evtorch.codegen.program import build_program
 from evtorch.runtime.gemm_launch import prepare_launch, resolve_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,7 +65,7 @@ def test_launcher_sets_even_flags_from_shape_and_tile(template, M, N, k):
     prog = build_program(ep, out_dtype=torch.float32)
     config = CONFIGS[template]
     assert resolve_config(A, B, config).template == template
-    launch = prepare_launch(prog.module, KERNEL_BASE, A, B, config, allow_tf32=False)
+    launch = prepare_launch(prog.module, prog.kernel_base, A, B, config, allow_tf32=False)
     assert launch.common["EVEN_M"] is (M % 16 == 0) and launch.common["EVEN_N"] is (N % 32 == 0)
     assert launch.common["INDEX_DTYPE"] == tl.int64  # until a caller that knows the epilogue's tensors narrows it
     # the pointer templates' own K loop (persistent_tma's TMA loads need no mask)

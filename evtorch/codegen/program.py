@@ -29,6 +29,14 @@ TEMPLATES = ("portable", "splitk", "persistent_tma") + (("pingpong",) if gluon_t
 KERNEL_BASE = "gemm"
 
 
+def kernel_base(program_key: tuple) -> str:
+    """The prefix of a program's GEMM kernel names: ``gemm_<IR hash, 8 digits>`` then ``_<template>``
+    (``gemm_3fa9c2d1_persistent_tma``). Why the hash: a profiler or Nsight trace then tells one epilogue's kernels
+    from another's (with one name for all, a slow backward GEMM hid among the forward ones), and the same digits
+    start the generated module's file name (``evt_<hash>.py`` under ``EVTORCH_CACHE_DIR/kernels``)."""
+    return f"{KERNEL_BASE}_{program_key[0][:8]}"
+
+
 @dataclass
 class Program:
     key: tuple
@@ -36,6 +44,11 @@ class Program:
     epilogue: EpilogueCode
     vector: VectorCode | None
     _module: ModuleType | None = None
+
+    @property
+    def kernel_base(self) -> str:
+        """The prefix of this program's GEMM kernel names (``kernel_base``)."""
+        return kernel_base(self.key)
 
     @functools.cached_property
     def tune_hash(self) -> str:
@@ -84,7 +97,7 @@ def build_program(ep, dtype=None, *, deterministic: bool = False, templates=TEMP
         + "\n".join(f"    {line}" for line in str(graph).splitlines() + [""]
                      + fastmath.describe(graph, fast, reassociated=graph is not ep.graph)) + '\n"""\n',
         epi.source,
-        render_gemm_kernels(KERNEL_BASE, epi.fn_name, epi.params.names(),
+        render_gemm_kernels(kernel_base(key), epi.fn_name, epi.params.names(),
                             tuple(t for t in templates if t != "pingpong"), epi.prefetch, scalars),
         f"EPILOGUE_PREFETCH = {epi.prefetch}  # M x N input tiles the epilogue can take prefetched\n",
     ]
@@ -93,7 +106,7 @@ def build_program(ep, dtype=None, *, deterministic: bool = False, templates=TEMP
         tma_input = (entry[0], entry[1]["M"]) if entry else None
         # its M x N outputs may be stored by TMA from the consumers' shared buffers (TMA_STORE)
         tma_outputs = tuple((ptr, strides["M"]) for ptr, strides, _ in epi.tma_outputs)
-        parts.append(gluon_template.render_pingpong(kernel_symbol(KERNEL_BASE, "pingpong"), epi.fn_name,
+        parts.append(gluon_template.render_pingpong(kernel_symbol(kernel_base(key), "pingpong"), epi.fn_name,
                                                     epi.params.names(), epi.prefetch, tma_input, scalars,
                                                     tma_outputs))
     if vec is not None:

@@ -18,7 +18,7 @@ import torch
 
 from ..codegen.configs import GemmConfig, device_info
 from ..codegen.policy import candidate_configs, for_epilogue, heuristic_config
-from ..codegen.program import KERNEL_BASE, build_program
+from ..codegen.program import build_program
 from ..codegen.reductions import buffer_shape
 from ..codegen.vector_stage import VBLOCK
 from ..ir.layouts import input_axis_strides, make_output
@@ -262,7 +262,7 @@ class _Launch:
         self.ep = ep
         self.config = config
         self.device = call.device
-        self.gemm = prepare_launch(prog.module, KERNEL_BASE, A, B, config, allow_tf32)
+        self.gemm = prepare_launch(prog.module, prog.kernel_base, A, B, config, allow_tf32)
         # tensors allocated per call: outputs' bases, then reduction buffers; (shape, dtype, fill)
         self.news = []
         index = {}
