@@ -37,6 +37,8 @@ def configs(M: int, N: int, K: int) -> dict:
         "tma_128x64x64_w4": GemmConfig("persistent_tma", 128, 64, 64, 8, 1, 4, 4),
         "tma_64x128x64_w4": GemmConfig("persistent_tma", 64, 128, 64, 8, 1, 4, 4),
         "tma_128x128x64_w4_sub": GemmConfig("persistent_tma", 128, 128, 64, 8, 1, 4, 4, (("EPILOGUE_SUBTILE", True),)),
+        # the large problems' heuristic before the ping-pong kernel took its place (2026-11-28)
+        "tma_128x256x64_w8_s3_sub": GemmConfig("persistent_tma", 128, 256, 64, 8, 1, 8, 3, (("EPILOGUE_SUBTILE", True),)),
     }
     # the few-rows 128x128 on other warp counts and rings (names with w/s: the split kernel's 8 warps on 6 stages
     # ran a K step in 0.86 of the few-rows tile's time, policy._STEP_COST)

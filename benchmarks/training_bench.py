@@ -40,6 +40,7 @@ from benchmarks.harness import Harness, kernel_times  # noqa: E402
 T0 = time.time()
 SHAPES = [(8192, 4096, 1024), (8192, 8192, 4096)]       # (M, N, K), the speed issue's shapes
 QUICK_SHAPES = [(8192, 4096, 1024)]
+WORKLOADS = ("bias_gelu", "bce_loss", "mlp", "mlp_relu")
 DRY_SHAPES = [(48, 40, 32)]
 
 
@@ -199,7 +200,7 @@ def correctness(r: Run):
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     shapes = [(256, 192, 128), (300, 200, 136)] if r.cuda else [(20, 24, 16)]
-    for name in ("bias_gelu", "bce_loss", "mlp", "mlp_relu"):
+    for name in r.args.workloads.split(","):
         for (M, N, K) in shapes:
             for dtype, tol in ((torch.float32, 2e-4), (torch.bfloat16, 3e-2)):
                 for policy in ("save", "recompute"):
@@ -267,7 +268,7 @@ def timing(r: Run, shapes):
     torch = r.torch
     r.log("== timing: forward and forward+backward (ms) ==")
     dtype = torch.bfloat16 if r.cuda else torch.float32
-    for name in ("bias_gelu", "bce_loss", "mlp", "mlp_relu"):
+    for name in r.args.workloads.split(","):
         for (M, N, K) in shapes:
             if r.time_left() < 30:
                 r.log(f"  deadline: skipping {name} {M}x{N}x{K}")
@@ -375,6 +376,7 @@ def main(argv=None) -> int:
     ap.add_argument("--compile-mode", default=None, help="torch.compile mode of the eager baseline "
                     "(default: max-autotune-no-cudagraphs, or the default mode with --quick)")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile baseline")
+    ap.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated, of {', '.join(WORKLOADS)}")
     ap.add_argument("--skip-checks", action="store_true")
     ap.add_argument("--autotune", action="store_true", help="autotune evtorch GEMMs (default off with --quick)")
     ap.add_argument("--deadline-s", type=float, default=540.0)
@@ -384,6 +386,9 @@ def main(argv=None) -> int:
                     help="also record each contender's CUDA kernels per step (torch.profiler, us) in the JSON: "
                          "which kernel a slow step spends its time in")
     args = ap.parse_args(argv)
+    unknown = sorted(set(args.workloads.split(",")) - set(WORKLOADS))
+    if unknown:
+        ap.error(f"--workloads: unknown {', '.join(unknown)}; expected some of {', '.join(WORKLOADS)}")
     if args.dry_run and os.environ.get("TRITON_INTERPRET") != "1":
         os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported (nothing imported it yet)
     args.warmup_ms = args.warmup_ms or (10.0 if args.quick else 25.0)

@@ -366,17 +366,22 @@ def cmd_configs(args) -> int:
     elif args.input:
         raise UsageError("--input describes the inputs of --epilogue, which is not given")
     heuristic, why = heuristic_choice(M, N, K, args.dtype, info, **kw)
-    print(f"heuristic (EVTORCH_AUTOTUNE=0, and the tuner's fallback): {why}")
-    print("  " + format_config_line(heuristic, M, N, K, L, args.dtype, info))
     listed = candidate_configs(M, N, K, args.dtype, info, **kw)  # the tuner's list, as runtime.gemm builds it
     if ep is not None:
         from .codegen.program import build_program
-        from .runtime.gemm import candidates_for_program
+        from .runtime.gemm import candidates_for_program, heuristic_for_program
 
-        listed = candidates_for_program(build_program(ep, args.dtype), listed, args.dtype, info)
+        prog = build_program(ep, args.dtype)
+        adapted = heuristic_for_program(prog, heuristic, N, K, args.dtype, info)
+        if adapted != heuristic:
+            why += f"; as {ep.name} runs it: policy.epilogue_heuristic"
+        heuristic = adapted
+        listed = candidates_for_program(prog, listed, args.dtype, info)
         what = f"as {ep.name} can use them: policy.for_epilogue"
     else:
         what = "the heuristic first; an epilogue then adjusts them: policy.for_epilogue, --epilogue"
+    print(f"heuristic (EVTORCH_AUTOTUNE=0, and the tuner's fallback): {why}")
+    print("  " + format_config_line(heuristic, M, N, K, L, args.dtype, info))
     print(f"tuner's candidates ({min(len(listed), args.max)} of {len(listed)}; {what}):")
     for i, config in enumerate(listed[:args.max], 1):
         print(f"  {i:2d}. " + format_config_line(config, M, N, K, L, args.dtype, info))

@@ -417,7 +417,7 @@ def test_configs_prints_the_heuristic_and_the_candidates(capsys):
 
 
 @pytest.mark.parametrize("shape, device, rule", [
-    ("8192,8192,4096", "h200", "a wave or more of 128x128 tiles: the persistent TMA kernel"),
+    ("8192,8192,4096", "h200", "a wave or more of 128x128 tiles: the ping-pong kernel on halves"),
     ("128,4096,4096", "h200", "fewer than a wave of 128x128 tiles: the largest TMA tile that fills the SMs"),
     ("64,1024,8192", "h200", "split-K over 16-row tiles, 4 splits"),
     ("512,512,4096", "h200", "the smallest fills a fifth of the SMs or more: the smallest TMA tile"),

@@ -92,6 +92,10 @@ class EpilogueCode:
     # ``<fn>_st`` / ``<fn>_pf_st`` return them: (pointer param, {axis: stride param}, output position); those two
     # functions exist only when this is not empty
     tma_outputs: list = field(default_factory=list)
+    # elementwise operations on M x N tiles other than casts (0: the identity, a plain store of the accumulator,
+    # perhaps with broadcast inputs added in other epilogues' counts): the config heuristic keeps the persistent
+    # 128x256 kernel for such epilogues where a tile's main loop is long (``policy.epilogue_heuristic``)
+    tile_ops: int = 0
 
     def tma_input(self):
         """The prefetched tile a template may copy by TMA itself (the ping-pong loader, EPI_TMA): the epilogue's
@@ -159,9 +163,10 @@ class EpilogueEmitter:
         tile_stores = any(n.op == "output" and n.stage == Stage.TILE
                           and {"M", "N"} <= set(output_base_axes(n.attrs["dims"])) for n in self.graph.nodes)
         stored = [(*self._output_params(n, ("M", "N")), n.target) for n in self.tma_outputs]
+        tile_ops = sum(n.op == "compute" and n.stage == Stage.TILE and n.target != "cast" for n in self.graph.nodes)
         return EpilogueCode(source, self.fn_name, self.params, self.reductions, self.user_ops,
                             prefetch=len(self.prefetched), prefetch_inputs=inputs, tile_stores=tile_stores,
-                            tma_outputs=stored)
+                            tma_outputs=stored, tile_ops=tile_ops)
 
     def _prologue(self) -> None:
         w = self.lines.append

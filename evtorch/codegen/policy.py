@@ -313,6 +313,23 @@ _PINGPONG_GLUON_16 = ((128, 128, 64, 5, 2, None, False, 0, 4), (128, 128, 64, 5,
                       (128, 128, 64, 4, 2, None, True, 0, 4), (128, 128, 64, 4, 2, None, False, 1, 4),
                       (128, 128, 64, 5, 4, 0, False, 0, 4), (128, 128, 64, 4, 4, None, True, 0, 8))
 
+# The heuristic's configs for a wave or more of 128x128 tiles where ping-pong is allowed: ping-pong halves from
+# registers (the first entry above), and for an epilogue with an M x N input the loader can bring, halves with that
+# input through the loader (the EPI_TMA entry); ``epilogue_heuristic`` picks between them and adapts the pick as
+# ``for_epilogue`` does the tuner's list. Of the candidates the tuner timed in the H200 bench of 2026-11-28 09:20
+# (docs/benchmarks.md, "The heuristic without tuning"), these ran within 0-3.3% of the fastest at both issue shapes
+# for all eight workloads, the identity included (1.004 / 1.001), where the 128x256 persistent halves kernel the
+# heuristic had ran 1.006-1.054 at 8192x8192x4096 and 1.061-1.247 at 8192x4096x1024.
+_PINGPONG_HEURISTIC, _PINGPONG_HEURISTIC_TMA = _PINGPONG_GLUON_16[0], _PINGPONG_GLUON_16[2]
+
+# Epilogue-only passes (K = 0: a backward's epilogue over a saved accumulator, ``integration.ops``): no K loop, so
+# memory-bound tiles that hold the epilogue's temporaries without spilling, and many programs. (BM, BN, warps),
+# BLOCK_K 16, one stage; the first is the heuristic's. A 128x256 tile on 8 warps (what the sized-to-the-problem rule
+# gave K = 0, and the tuner's only candidate) ran GELU's backward pass at 8192x4096 in 3.15 ms, 64x64 in 80-83 us
+# (H200, 2026-11-28, benchmarks/training_bench.py --profile).
+_EPILOGUE_ONLY_16 = ((64, 64, 4), (64, 128, 4), (128, 64, 4), (32, 128, 4), (128, 32, 4), (128, 128, 8),
+                     (32, 64, 2))
+
 # fp32 without TF32 has no tensor-core path: tl.dot becomes FMA loops whose register use grows with the
 # tile. On the H200 run, 128x256 / 128x128 persistent fp32-IEEE kernels spilled 24 to 3052 registers
 # (col-major operands worst), so IEEE fp32 keeps tiles at <= 128x64 and never uses persistent_tma.
@@ -347,6 +364,32 @@ def _persistent_space(dtype: torch.dtype, table=_PERSISTENT_16) -> list[GemmConf
         bm, bn, bk, stages = _scale_for_dtype(bm, bn, bk, stages, dtype)
         extra = (("EPILOGUE_SUBTILE", subtile), ("FLATTEN", flat), ("WARP_SPECIALIZE", ws))
         out.append(GemmConfig("persistent_tma", bm, bn, bk, 8, 1, warps, stages, extra))
+    return out
+
+
+def _persistent_heuristic(N: int, dtype: torch.dtype, info: DeviceInfo) -> GemmConfig:
+    """persistent_tma on 128x256 tiles (128x128 where N < 256), 3 stages, 8 warps, halves (fp32: BLOCK_K 32)."""
+    bm, bn, bk, stages = _scale_for_dtype(128, 256 if N >= 256 else 128, 64, 3, dtype)
+    cfg = GemmConfig("persistent_tma", bm, bn, bk, 8, 1, 8, stages, (("EPILOGUE_SUBTILE", True),))
+    return _fit_stages(cfg, dtype, info)
+
+
+def _gluon_config(entry: tuple) -> GemmConfig:
+    """A ping-pong config of ``_PINGPONG_GLUON_16``'s form (BM, BN, BK, stages, subtile, PREFETCH or None, EPI_TMA,
+    EPI_SMEM, warps)."""
+    bm, bn, bk, stages, sub, pf, tma, smem, warps = entry
+    return GemmConfig("pingpong", bm, bn, bk, 8, 1, warps, stages,
+                      (("EPILOGUE_SUBTILE", sub), ("EPI_TMA", tma), ("EPI_SMEM", smem))
+                      + ((("PREFETCH", pf),) if pf is not None else ()))
+
+
+def _epilogue_only_space(dtype: torch.dtype) -> list[GemmConfig]:
+    """The tiles of epilogue-only passes (K = 0, ``_EPILOGUE_ONLY_16``), heuristic first; fp64 capped at 64x64."""
+    out = []
+    for bm, bn, warps in _EPILOGUE_ONLY_16:
+        if dtype == torch.float64 and bm * bn > 64 * 64:
+            continue
+        out.append(GemmConfig("portable", bm, bn, 16, 8, 1, warps, 1))
     return out
 
 
@@ -459,6 +502,8 @@ def candidate_configs(
     info = device_info(device)
     if info.kind != "cuda":
         return [interpreter_config(M, N, K)]
+    if K == 0:
+        return _epilogue_only_space(dtype)[:max_candidates]
     heuristic = heuristic_config(M, N, K, dtype, device, L=L, tma_ok=tma_ok, allow_tf32=allow_tf32)
     space: list[GemmConfig] = []
     if tma_template_allowed(dtype, info, tma_ok, allow_tf32):
@@ -466,10 +511,7 @@ def candidate_configs(
         pingpong = [GemmConfig("portable", bm, bn, bk, 8, 1, warps, stages)
                     for bm, bn, bk, stages, warps in _PINGPONG_16] if DTYPE_BYTES[dtype] == 2 else []
         if pingpong_allowed(dtype, info, tma_ok):
-            gluon = [GemmConfig("pingpong", bm, bn, bk, 8, 1, warps, stages,
-                                (("EPILOGUE_SUBTILE", sub), ("EPI_TMA", tma), ("EPI_SMEM", smem))
-                                + ((("PREFETCH", pf),) if pf is not None else ()))
-                     for bm, bn, bk, stages, sub, pf, tma, smem, warps in _PINGPONG_GLUON_16 + (_PINGPONG_DEEP,)]
+            gluon = [_gluon_config(e) for e in _PINGPONG_GLUON_16 + (_PINGPONG_DEEP,)]
             # five candidates (the bench's default): halves, ping-pong halves with / without prefetch (short K:
             # two-warpgroup consumers instead), quarters + flatten, ping-pong halves with the input through the
             # loader (the EPI_TMA configs are dropped by ``for_epilogue`` where the epilogue has no such input);
@@ -581,6 +623,31 @@ def for_epilogue(candidates: list[GemmConfig], *, tma_input: bool, tile_stores: 
     return _dedupe([c for c in out if c is not None])
 
 
+def epilogue_heuristic(heuristic: GemmConfig, N: int, K: int, *, dtype: torch.dtype, info: DeviceInfo | None = None,
+                       tile_ops: int = 1, **traits) -> GemmConfig:
+    """``heuristic`` (``heuristic_config``'s for a problem with ``N`` columns and a K of ``K``) as an epilogue with
+    ``traits`` (``for_epilogue``'s keywords) runs it: the config an untuned call
+    launches, adapted as the tuner's list is. The ping-pong halves heuristic (``heuristic_choice``) takes the
+    epilogue's M x N input through the loader where it has one the loader can bring (``tma_input``: lincomb_relu,
+    rowreduce_tanh, bce_loss, dgelu_bgrad), and runs in the wgmma layout with TMA-stored outputs where it has no
+    input (the identity, bias_gelu_aux); with inputs the loader cannot bring (mixed_dag's two) it stays as it is.
+    An epilogue that only stores the accumulator (no M x N operation but casts, ``tile_ops`` 0, no inputs, no
+    reductions) runs the persistent 128x256 kernel instead where K >= _SHORT_K: with nothing to overlap but the
+    store, the larger tile's main loop wins (H200, 2026-11-28, kernels x cuBLAS, ping-pong / 128x256: 4096^3
+    1.164 / 1.099, 2048^3 1.096 / 1.050, 8192x8192x4096 1.038 / 1.043; at 8192x4096x1024 1.038 / 1.133)."""
+    info = HOPPER if info is None or info.kind != "cuda" else info
+    pingpong = _fit_stages(_gluon_config(_PINGPONG_HEURISTIC), dtype, info)
+    if heuristic == pingpong:
+        store_only = (tile_ops == 0 and not traits.get("tma_input") and not traits.get("tile_inputs")
+                      and not traits.get("reductions"))
+        if store_only and K >= _SHORT_K:
+            heuristic = _persistent_heuristic(N, dtype, info)
+        elif traits.get("tma_input"):
+            heuristic = _gluon_config(_PINGPONG_HEURISTIC_TMA)
+    adapted = for_epilogue([heuristic], dtype=dtype, info=info, **traits)
+    return adapted[0] if adapted else heuristic
+
+
 def _deep_in_mma_layout(mma: GemmConfig, deep: GemmConfig, dtype: torch.dtype, info: DeviceInfo) -> GemmConfig:
     """The deep ring (``deep``: DEEP_RING_STAGES, from registers) as ``mma`` runs it, in the wgmma layout with its
     tile outputs stored by TMA, on the fewest slices (at most quarters) whose output buffers fit beside all of its
@@ -684,10 +751,14 @@ def heuristic_choice(M: int, N: int, K: int, dtype: torch.dtype, device: torch.d
     if info.kind != "cuda":
         return interpreter_config(M, N, K), "the interpreter: small portable tiles"
     L = max(L, 1)
+    if K == 0:
+        return _epilogue_only_space(dtype)[0], "an epilogue-only pass (K = 0): small memory-bound tiles"
+    if pingpong_allowed(dtype, info, tma_ok) and tiles_128(M, N, L) >= info.num_sms:
+        return (_fit_stages(_gluon_config(_PINGPONG_HEURISTIC), dtype, info),
+                "a wave or more of 128x128 tiles: the ping-pong kernel on halves (an epilogue's M x N input through "
+                "the loader)")
     if tma_template_allowed(dtype, info, tma_ok, allow_tf32) and tiles_128(M, N, L) >= info.num_sms:
-        bm, bn, bk, stages = _scale_for_dtype(128, 256 if N >= 256 else 128, 64, 3, dtype)
-        cfg = GemmConfig("persistent_tma", bm, bn, bk, 8, 1, 8, stages, (("EPILOGUE_SUBTILE", True),))
-        return _fit_stages(cfg, dtype, info), "a wave or more of 128x128 tiles: the persistent TMA kernel"
+        return _persistent_heuristic(N, dtype, info), "a wave or more of 128x128 tiles: the persistent TMA kernel"
     few_rows = _few_rows_config(M, N, K, L, dtype, info, tma_ok, allow_tf32)
     if few_rows is not None and tiles_128(M, N, L) >= 16 \
             and splitk_tma_worthwhile(M, N, K, L, dtype, info, tma_ok, allow_tf32):

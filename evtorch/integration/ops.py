@@ -525,7 +525,6 @@ class EagerBackward:
         self.device = call.device
         self.sizes = sizes
         self.batched = p.ep.batched
-        self.config = None if self.recompute else epilogue_only_config(call.device)
         self.out_dtype = _backward_out_dtype(p, program)
         last = program.passes[-1] if program.passes else None
         self.stages = [(ep, stage.params, stage.outputs, stage is last)
@@ -615,7 +614,7 @@ class EagerBackward:
         results (earlier passes' results go into ``kw``)."""
         e, results = self.entry, {}
         for site, (ep, params, outputs, last) in zip(self.sites, self.stages):
-            outs = _launch(site, opA, opB, ep, e, self.out_dtype, {x: kw[x] for x in params}, self.config)
+            outs = _launch(site, opA, opB, ep, e, self.out_dtype, {x: kw[x] for x in params})
             (results if last else kw).update(zip(outputs, outs))
         return results
 
@@ -741,23 +740,6 @@ def col_major(t: Tensor) -> bool:
         return False
     s0, s1 = operator.index(t.stride(0)), operator.index(t.stride(1))  # static under torch.compile
     return s0 == 1 and s1 != 1
-
-
-def epilogue_only_config(device: torch.device):
-    """The tile config of epilogue-only passes when not autotuning: a backward epilogue is long (the forward
-    recomputed plus its derivative) and memory-bound, so small tiles (no spills) and many programs; None (the
-    usual choice) on CPU and when autotuning, which then times the candidates."""
-    from ..runtime import knobs
-    if device.type != "cuda" or knobs.autotune_enabled():
-        return None
-    global _EPILOGUE_ONLY
-    if _EPILOGUE_ONLY is None:
-        from ..codegen.configs import GemmConfig
-        _EPILOGUE_ONLY = GemmConfig("portable", 64, 64, 16, GROUP_M=8, num_warps=4, num_stages=1)
-    return _EPILOGUE_ONLY
-
-
-_EPILOGUE_ONLY = None
 
 
 _constants: dict = {}

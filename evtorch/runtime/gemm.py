@@ -17,7 +17,7 @@ import math
 import torch
 
 from ..codegen.configs import GemmConfig, device_info
-from ..codegen.policy import candidate_configs, for_epilogue, heuristic_config
+from ..codegen.policy import candidate_configs, epilogue_heuristic, for_epilogue, heuristic_config
 from ..codegen.program import build_program
 from ..codegen.reductions import buffer_shape
 from ..codegen.vector_stage import VBLOCK
@@ -475,14 +475,26 @@ class _Result:
         return self.value
 
 
-def candidates_for_program(prog, candidates: list[GemmConfig], dtype: torch.dtype, info) -> list[GemmConfig]:
-    """``candidates`` as the epilogue of generated program ``prog`` can use them: ``policy.for_epilogue`` with what
-    its code says (an M x N input the loader can bring, tile stores, TMA-stored outputs, prefetched inputs,
-    reductions). The tuner's list, and ``evtorch configs --epilogue``'s."""
+def _epilogue_traits(prog) -> dict:
+    """What the config policy needs to know of generated program ``prog``'s epilogue (``policy.for_epilogue``'s
+    keywords): an M x N input the loader can bring, tile stores, TMA-stored outputs, prefetched inputs,
+    reductions."""
     code = prog.epilogue
-    return for_epilogue(candidates, tma_input=code.tma_input() is not None, tile_stores=code.tile_stores,
-                        tma_outputs=len(code.tma_outputs), tile_inputs=code.prefetch,
-                        reductions=bool(code.reductions), dtype=dtype, info=info)
+    return dict(tma_input=code.tma_input() is not None, tile_stores=code.tile_stores,
+                tma_outputs=len(code.tma_outputs), tile_inputs=code.prefetch, reductions=bool(code.reductions))
+
+
+def candidates_for_program(prog, candidates: list[GemmConfig], dtype: torch.dtype, info) -> list[GemmConfig]:
+    """``candidates`` as the epilogue of generated program ``prog`` can use them (``policy.for_epilogue``). The
+    tuner's list, and ``evtorch configs --epilogue``'s."""
+    return for_epilogue(candidates, dtype=dtype, info=info, **_epilogue_traits(prog))
+
+
+def heuristic_for_program(prog, heuristic: GemmConfig, N: int, K: int, dtype: torch.dtype, info) -> GemmConfig:
+    """The heuristic config as the epilogue of ``prog`` runs it at this N and K (``policy.epilogue_heuristic``):
+    what a call launches without tuning, and the tuner's fallback."""
+    return epilogue_heuristic(heuristic, N, K, dtype=dtype, info=info, tile_ops=prog.epilogue.tile_ops,
+                              **_epilogue_traits(prog))
 
 
 def _choose_config(ep, prog, A, B, inputs, out_dtype, deterministic, allow_tf32) -> GemmConfig:
@@ -498,10 +510,13 @@ def _choose_config(ep, prog, A, B, inputs, out_dtype, deterministic, allow_tf32)
     if hit is not None:
         return hit
     tma_ok = tma_eligible(A, B)
-    heuristic = heuristic_config(M, N, K, A.dtype, A.device, L=L, tma_ok=tma_ok, allow_tf32=allow_tf32)
+    info = device_info(A.device)
+    heuristic = heuristic_for_program(
+        prog, heuristic_config(M, N, K, A.dtype, A.device, L=L, tma_ok=tma_ok, allow_tf32=allow_tf32), N, K,
+        A.dtype, info)
     key = make_tune_key(A, B, prog.tune_hash + ("det" if deterministic else ""), prog.key[4], (out_dtype,))
     candidates = candidate_configs(M, N, K, A.dtype, A.device, L=L, tma_ok=tma_ok, allow_tf32=allow_tf32)
-    candidates = candidates_for_program(prog, candidates, A.dtype, device_info(A.device))
+    candidates = candidates_for_program(prog, candidates, A.dtype, info)
 
     def bench(cfg: GemmConfig) -> float:
         return time_ms(lambda: _execute(ep, prog, A, B, inputs, out_dtype, allow_tf32, cfg), graph="auto")
