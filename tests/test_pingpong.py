@@ -323,7 +323,9 @@ def test_candidates_offer_pingpong_only_where_it_runs():
         # (K = 4096): no deep ring, and the two-warpgroup consumers come last of the ping-pong configs
         wide = GemmConfig("pingpong", 128, 128, 64, 8, 1, 8, 4, (("EPILOGUE_SUBTILE", 4), ("EPI_TMA", True)))
         deep = dataclasses.replace(pp(2), num_stages=DEEP_RING_STAGES)
-        assert cands[1] == pp(2) and cands[2] == deep and cands[4] == wide and pp(2, PREFETCH=0) not in cands[:5]
+        # the heuristic (ping-pong halves, policy.heuristic_choice) first, the 128x256 persistent kernel second
+        assert cands[0] == pp(2) and cands[1].template == "persistent_tma" and cands[1].BLOCK_N == 256
+        assert cands[2] == deep and cands[4] == wide and pp(2, PREFETCH=0) not in cands[:5]
         assert pp(4, PREFETCH=0) in without[:6] and pp(2, PREFETCH=0) in without[6:]
         long_k = candidate_configs(8192, 4096, 4096, torch.bfloat16, H200, tma_ok=True)
         assert long_k[2] == pp(2, PREFETCH=0) and wide in long_k[5:] and deep not in long_k
