@@ -714,8 +714,12 @@ def heuristic_config(
     """A good single config without tuning.
 
     - interpreter / CPU: small portable tiles (``interpreter_config``);
-    - Hopper, TMA-able fp16/bf16 (or fp32 with ``allow_tf32``) operands and at least one wave of 128x128
-      tiles: persistent_tma 128x256x64 (fp32: BK 32), 3 stages, 8 warps, epilogue sub-tiling: 98% of
+    - an epilogue-only pass (K = 0): small one-stage portable tiles (``_EPILOGUE_ONLY_16``);
+    - Hopper, TMA-able fp16/bf16 operands, Gluon's Hopper API and at least one wave of 128x128 tiles: ping-pong
+      halves on five stages, which the runtime adapts to the epilogue (``epilogue_heuristic``: the loader's input,
+      TMA-stored outputs; the persistent kernel below for a store-only epilogue at K >= 2048);
+    - the same without Gluon, or fp32 with ``allow_tf32``: persistent_tma 128x256x64 (fp32: BK 32), 3 stages, 8
+      warps, epilogue sub-tiling: 98% of
       torch.matmul (cuBLAS) on an H200 at 4096^3 and 8192x8192x4096 bf16 (690 / 668 TFLOP/s vs 703 / 684);
       the flatten / warp_specialize variants were within run-to-run noise (~2%) and are left to the tuner;
     - the same operands with 16 or more 128x128 tiles but less than a wave, at least 64 rows and columns and a
