@@ -781,3 +781,23 @@ def test_host_overhead_runs_its_cases_in_a_process_of_their_own(tmp_path):
     assert set(result["us_per_call"]) == {"gemm_identity_fwd", "linear_fwd_bwd_compiled"}
     assert all(v > 0 for v in result["us_per_call"].values())
     assert "linear_fwd_bwd_compiled" in run.stdout
+
+
+def test_cost_model_fit_reads_the_runs_and_scores_the_policys_picks():
+    """benchmarks.cost_model_fit: the timings of every config the heuristic ranks, a least-squares fit with a finite
+    error, and the policy's own picks scored as the heuristic's tests score them (within 9% of the fastest at every
+    shape, about 1% on geometric mean)."""
+    from benchmarks import cost_model_fit as cmf
+
+    records = cmf.load(cmf.DEFAULT_RUNS)
+    assert len(records) > 300 and {r["run"] for r in records} == set(cmf.DEFAULT_RUNS)
+    model = cmf.fit(records, per_split=True)
+    assert 0 < model["rms"] < 0.2 and model["step_cost"][("splitk", 128, 128)] == pytest.approx(1.0)
+    behind = cmf.behind(records, cmf.current())
+    timed = [v for v in behind.values() if v is not None]
+    assert len(timed) == len(behind) and max(timed) < 1.09 and cmf.geomean(timed) < 1.011
+    # the policy's constants are restored after scoring with others
+    from evtorch.codegen import policy
+    before = cmf.current()
+    cmf.behind(records, dict(model, per_split=5.0))
+    assert cmf.current() == before and policy.REDUCE_STEPS_PER_SPLIT == 0.0

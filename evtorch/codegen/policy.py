@@ -98,6 +98,12 @@ _STEP_COST = {("splitk", 128, 128): 1.0, ("splitk", 128, 256): 0.96, ("persisten
               ("persistent_tma", 64, 64): 2.01}
 SPLIT_FIXED_STEPS = 22.0
 PARTIAL_STEPS_PER_MB = 2.0
+# A cost per split (the reduce kernel's programs read the partials one split after another), which the MB term prices
+# as bandwidth only: 0. At 128 and 256 rows the model over-splits (the run of 2026-11-28 15:00: 2.8-7.2% behind the
+# fastest at five of seven shapes); a per-split cost of 3-4 steps takes that run from 3.2% to 2.1-2.3% behind on
+# geometric mean but the 38 shapes of all runs since 07:22 from 0.94% to 1.5-2.3%, so it stays 0
+# (``python -m benchmarks.cost_model_fit --per-split --cv`` refits every constant and scores the picks).
+REDUCE_STEPS_PER_SPLIT = 0.0
 
 
 def cost_steps(config: GemmConfig, M: int, N: int, K: int, L: int, dtype: torch.dtype, info: DeviceInfo) -> float:
@@ -112,7 +118,8 @@ def cost_steps(config: GemmConfig, M: int, N: int, K: int, L: int, dtype: torch.
     steps = turns * config.BLOCK_M * config.BLOCK_N * cdiv(K, split) / (128 * 128 * 64)
     steps *= _STEP_COST[(config.template, config.BLOCK_M, config.BLOCK_N)] * (2 if DTYPE_BYTES[dtype] == 4 else 1)
     if split > 1:
-        steps += SPLIT_FIXED_STEPS + PARTIAL_STEPS_PER_MB * split * M * N * max(L, 1) * 4 / 1e6
+        steps += (SPLIT_FIXED_STEPS + PARTIAL_STEPS_PER_MB * split * M * N * max(L, 1) * 4 / 1e6
+                  + REDUCE_STEPS_PER_SPLIT * split)
     return steps
 
 
