@@ -1490,8 +1490,9 @@ H200 = DeviceInfo("cuda", "NVIDIA H200", (9, 0), 132, 232448)
 
 def test_full_wave_heuristic_against_the_h200_measurements():
     """At every row timed, the adapted heuristic is one of the two configs timed there; against the 128x256 persistent
-    kernel it replaces it takes 0.915 of the time on geometric mean (0.76-0.92 at 8192x4096x1024), slower at two rows (lincomb_relu
-    4% and dgelu_bgrad 1% at 8192x8192x4096), and the identity keeps the persistent kernel where K >= 2048."""
+    kernel it replaces it takes 0.915 of the time on geometric mean (0.76-0.92 at 8192x4096x1024), slower at two rows
+    (lincomb_relu 4% and dgelu_bgrad 1% at 8192x8192x4096), and the identity keeps the persistent kernel where
+    K >= 2048."""
     from evtorch.runtime.gemm import heuristic_for_program
 
     results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
