@@ -1536,6 +1536,15 @@ def test_full_wave_heuristic_is_among_the_tuners_candidates(name):
                             allow_tf32=True).template == "persistent_tma"
 
 
+def test_layouts_ping_pong_does_not_take_keep_the_persistent_heuristic():
+    """Batched operands and a column-major A (``pingpong_eligible`` False): the launcher would run ping-pong as the
+    persistent kernel on its 128x128 tile, so the heuristic is the 128x256 persistent kernel there."""
+    old = policy._persistent_heuristic(8192, torch.bfloat16, H200)
+    assert heuristic_config(8192, 8192, 4096, torch.bfloat16, H200, tma_ok=True, L=2) == old
+    assert heuristic_config(8192, 8192, 4096, torch.bfloat16, H200, tma_ok=True, pingpong_ok=False) == old
+    assert heuristic_config(8192, 8192, 4096, torch.bfloat16, H200, tma_ok=True).template == "pingpong"
+
+
 def test_no_gluon_keeps_the_persistent_heuristic(monkeypatch):
     from evtorch.codegen import gluon_template
 

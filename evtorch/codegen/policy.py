@@ -717,8 +717,11 @@ def heuristic_config(
     L: int = 1,
     tma_ok: bool = False,
     allow_tf32: bool = False,
+    pingpong_ok: bool = True,
 ) -> GemmConfig:
-    """A good single config without tuning.
+    """A good single config without tuning. ``pingpong_ok``: the operands' layout is one the ping-pong kernel takes
+    (``gemm_launch.pingpong_eligible``: not a column-major A; batched operands never are), which the runtime knows
+    and the shape does not.
 
     - interpreter / CPU: small portable tiles (``interpreter_config``);
     - an epilogue-only pass (K = 0): small one-stage portable tiles (``_EPILOGUE_ONLY_16``);
@@ -750,11 +753,13 @@ def heuristic_config(
       8192x8192x4096 bf16 vs 459 for 128x128x32), elsewhere up to 128x128x32 with 4 stages; fp32 without
       TF32 (FMA path) at most 64x64; fp64 at most 64x64.
     """
-    return heuristic_choice(M, N, K, dtype, device, L=L, tma_ok=tma_ok, allow_tf32=allow_tf32)[0]
+    return heuristic_choice(M, N, K, dtype, device, L=L, tma_ok=tma_ok, allow_tf32=allow_tf32,
+                            pingpong_ok=pingpong_ok)[0]
 
 
 def heuristic_choice(M: int, N: int, K: int, dtype: torch.dtype, device: torch.device | str | int | None = None,
-                     *, L: int = 1, tma_ok: bool = False, allow_tf32: bool = False) -> tuple[GemmConfig, str]:
+                     *, L: int = 1, tma_ok: bool = False, allow_tf32: bool = False,
+                     pingpong_ok: bool = True) -> tuple[GemmConfig, str]:
     """``heuristic_config``'s pick and the rule that made it, in words (``evtorch configs`` prints it)."""
     check_sizes(M, N, K, L)
     elem_bytes(dtype)
@@ -764,7 +769,9 @@ def heuristic_choice(M: int, N: int, K: int, dtype: torch.dtype, device: torch.d
     L = max(L, 1)
     if K == 0:
         return _epilogue_only_space(dtype)[0], "an epilogue-only pass (K = 0): small memory-bound tiles"
-    if pingpong_allowed(dtype, info, tma_ok) and tiles_128(M, N, L) >= info.num_sms:
+    # where the launcher would run ping-pong as the persistent kernel on its 128x128 tile (batched operands, a
+    # column-major A: ``gemm_launch.resolve_config``), the 128x256 persistent kernel below instead
+    if pingpong_ok and L == 1 and pingpong_allowed(dtype, info, tma_ok) and tiles_128(M, N, L) >= info.num_sms:
         return (_fit_stages(_gluon_config(_PINGPONG_HEURISTIC), dtype, info),
                 "a wave or more of 128x128 tiles: the ping-pong kernel on halves (an epilogue's M x N input through "
                 "the loader)")

@@ -24,8 +24,8 @@ from ..codegen.vector_stage import VBLOCK
 from ..ir.layouts import input_axis_strides, make_output
 from . import autotune, knobs
 from .autotune import interleaved_ms, make_tune_key, pick_config, time_ms
-from .gemm_launch import (gemm_problem, install_tma_allocator, narrow_index, prepare_launch, resolve_config,
-                          tma_eligible)
+from .gemm_launch import (gemm_problem, install_tma_allocator, narrow_index, pingpong_eligible, prepare_launch,
+                          resolve_config, tma_eligible)
 from .launcher import arg_key, make_launch
 
 
@@ -512,8 +512,8 @@ def _choose_config(ep, prog, A, B, inputs, out_dtype, deterministic, allow_tf32)
     tma_ok = tma_eligible(A, B)
     info = device_info(A.device)
     heuristic = heuristic_for_program(
-        prog, heuristic_config(M, N, K, A.dtype, A.device, L=L, tma_ok=tma_ok, allow_tf32=allow_tf32), N, K,
-        A.dtype, info)
+        prog, heuristic_config(M, N, K, A.dtype, A.device, L=L, tma_ok=tma_ok, allow_tf32=allow_tf32,
+                               pingpong_ok=pingpong_eligible(A, B)), N, K, A.dtype, info)
     key = make_tune_key(A, B, prog.tune_hash + ("det" if deterministic else ""), prog.key[4], (out_dtype,))
     candidates = candidate_configs(M, N, K, A.dtype, A.device, L=L, tma_ok=tma_ok, allow_tf32=allow_tf32)
     candidates = candidates_for_program(prog, candidates, A.dtype, info)
