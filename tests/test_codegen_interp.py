@@ -286,3 +286,35 @@ def test_prefetch_source_and_rule():
     assert fixed.prefetch_slices(3, 2) == 0
     with pytest.raises(ValueError, match="PREFETCH=4 exceeds"):
         GemmConfig("persistent_tma", 128, 256, 64, 8, 1, 8, 3, (("EPILOGUE_SUBTILE", 2), ("PREFETCH", 4)))
+
+
+@settings(max_examples=60, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(case=dag_cases(dtypes=(torch.float16, torch.bfloat16), batched=False, input_dtypes=(torch.float16, torch.bfloat16)),
+       shape=st.sampled_from([(8192, 8192, 4096), (8192, 4096, 1024), (4096, 4096, 2048)]))
+def test_random_dags_untuned_config_is_a_tuner_candidate(case, shape):
+    """For any epilogue (random DAGs) on a Hopper GPU with a wave of 128x128 tiles, the untuned config
+    (``runtime.gemm.heuristic_for_program``) is one the tuner would time for that epilogue, fits shared memory, takes
+    the loader's M x N input exactly where the epilogue has one the loader can bring, and is the 128x256 persistent
+    kernel only for a store-only epilogue at K >= 2048. The epilogue is traced at a small size: the program does not
+    depend on sizes. (Random DAGs seldom keep exactly one 16-bit M x N input: the loader's case is the bench
+    workloads', ``test_gemm_template.test_full_wave_heuristic_is_among_the_tuners_candidates``.)"""
+    from evtorch.codegen import policy
+    from evtorch.codegen.configs import DeviceInfo, fits_smem
+    from evtorch.codegen.program import build_program
+    from evtorch.runtime.gemm import candidates_for_program, heuristic_for_program
+
+    note(repr(case))
+    h200 = DeviceInfo("cuda", "NVIDIA H200", (9, 0), 132, 232448)
+    dtype = case.A.dtype
+    ep = evt.api.get_epilogue(case.fn, (case.A.shape[-2], case.B.shape[-1]), torch.float32, case.inputs)
+    prog = build_program(ep, out_dtype=dtype, fast_math="auto")
+    M, N, K = shape
+    heur = policy.heuristic_config(M, N, K, dtype, h200, tma_ok=True)
+    pick = heuristic_for_program(prog, heur, N, K, dtype, h200)
+    listed = candidates_for_program(prog, policy.candidate_configs(M, N, K, dtype, h200, tma_ok=True), dtype, h200)
+    assert pick in listed and fits_smem(pick, dtype, h200)
+    code = prog.epilogue
+    assert pick.flag("EPI_TMA") == (code.tma_input() is not None)
+    store_only = code.tile_ops == 0 and code.prefetch == 0 and not code.reductions
+    assert (pick.template == "persistent_tma") == (store_only and K >= policy._SHORT_K)
