@@ -290,7 +290,8 @@ def test_prefetch_source_and_rule():
 
 @settings(max_examples=60, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-@given(case=dag_cases(dtypes=(torch.float16, torch.bfloat16), batched=False, input_dtypes=(torch.float16, torch.bfloat16)),
+@given(case=dag_cases(dtypes=(torch.float16, torch.bfloat16), batched=False,
+                      input_dtypes=(torch.float16, torch.bfloat16)),
        shape=st.sampled_from([(8192, 8192, 4096), (8192, 4096, 1024), (4096, 4096, 2048)]))
 def test_random_dags_untuned_config_is_a_tuner_candidate(case, shape):
     """For any epilogue (random DAGs) on a Hopper GPU with a wave of 128x128 tiles, the untuned config
