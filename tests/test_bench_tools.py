@@ -801,3 +801,22 @@ def test_cost_model_fit_reads_the_runs_and_scores_the_policys_picks():
     before = cmf.current()
     cmf.behind(records, dict(model, per_split=5.0))
     assert cmf.current() == before and policy.REDUCE_STEPS_PER_SPLIT == 0.0
+
+
+def test_training_bench_dry_run_times_the_chosen_workloads(tmp_path):
+    """benchmarks/training_bench.py through the interpreter: ``--workloads`` picks the rows (the MLP block with the
+    fused and unfused hand-off as contenders), ``--profile`` is accepted (kernel lists need CUDA), an unknown
+    workload is refused by name."""
+    import json
+    import subprocess
+
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "training_bench.py"), "--dry-run", "--skip-checks", "--no-compile",
+           "--profile", "--workloads", "mlp", "--warmup-ms", "1", "--rep-ms", "1", "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(next(tmp_path.glob("*.json")).read_text())
+    assert [row["workload"] for row in result["rows"]] == ["mlp"]
+    assert {"eager", "evt", "evt_fuse", "evt_nofuse"} <= set(result["rows"][0]["ms"]) and not result["errors"]
+    bad = subprocess.run(cmd[:-2] + ["--workloads", "mlp,conv"], env=env, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--workloads: unknown conv" in bad.stderr
