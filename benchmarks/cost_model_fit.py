@@ -24,6 +24,8 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+import torch
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -46,7 +48,7 @@ def load(runs: list[str]) -> list[dict]:
     from evtorch.codegen import policy
     from evtorch.codegen.configs import GemmConfig
 
-    torch, info = _torch(), _h200()
+    info = _h200()
     # the configs the heuristic ranks: the few-rows tiles and the split tiles over TMA loads (any split count)
     ranked = set(policy._persistent_space(torch.bfloat16, (policy._FEW_ROWS_128,) + policy._FEW_ROWS_16))
     for bn, stages in ((128, 6), (256, 4)):
@@ -66,16 +68,11 @@ def load(runs: list[str]) -> list[dict]:
                     continue
                 if cfg.template == "splitk" and not cfg.flag("TMA_LOADS"):
                     continue
-                cfg = policy._fit_stages(cfg, _torch().bfloat16, _h200())
+                cfg = policy._fit_stages(cfg, torch.bfloat16, _h200())
                 if cfg not in ranked:  # other rings or warp counts of the same tiles are not what the model prices
                     continue
                 out.append(dict(run=run, shape=(M, N, K), name=name, config=cfg, ms=v["graph_ms"]))
     return out
-
-
-def _torch():
-    import torch
-    return torch
 
 
 def _classes() -> list[tuple]:
@@ -107,7 +104,7 @@ def features(rec: dict, per_split: bool) -> list[float]:
     info = _h200()
     unit = {k: 1.0 for k in policy._STEP_COST}
     with constants(unit, 0.0, 0.0, 0.0):
-        steps = policy.cost_steps(cfg, M, N, K, 1, _torch().bfloat16, info)
+        steps = policy.cost_steps(cfg, M, N, K, 1, torch.bfloat16, info)
     row = [steps if (cfg.template, cfg.BLOCK_M, cfg.BLOCK_N) == c else 0.0 for c in _classes()]
     split = max(cfg.SPLIT_K, 1)
     mb = split * M * N * 4 / 1e6 if split > 1 else 0.0
@@ -150,7 +147,7 @@ def behind(records: list[dict], model: dict) -> dict:
     out = {}
     with constants(model["step_cost"], model["fixed"], model["per_mb"], model["per_split"]):
         for (M, N, K), recs in by_shape.items():
-            pick = heuristic_config(M, N, K, _torch().bfloat16, _h200(), tma_ok=True)
+            pick = heuristic_config(M, N, K, torch.bfloat16, _h200(), tma_ok=True)
             times = [r["ms"] for r in recs if r["config"] == pick]
             out[(M, N, K)] = min(times) / min(r["ms"] for r in recs) if times else None
     return out

@@ -42,6 +42,7 @@ from evtorch.runtime.gemm_launch import (
 pytestmark = pytest.mark.interpreter
 
 H100 = DeviceInfo("cuda", "NVIDIA H100 80GB HBM3", (9, 0), 132, 232448)
+H200 = DeviceInfo("cuda", "NVIDIA H200", (9, 0), 132, 232448)
 A100 = DeviceInfo("cuda", "NVIDIA A100-SXM4-80GB", (8, 0), 108, 166912)
 
 # Writes the tile coordinates the epilogue was given, to check the per-tile workspace contract.
@@ -597,7 +598,6 @@ def _behind_the_fastest(runs: list[str], workload: str, shapes_of: str | None = 
     ``shapes_of``, only the shapes that run timed."""
     from benchmarks.skinny_probe import configs
 
-    h200 = DeviceInfo("cuda", "NVIDIA H200", (9, 0), 132, 232448)
     results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 
     def rows(name):
@@ -612,7 +612,7 @@ def _behind_the_fastest(runs: list[str], workload: str, shapes_of: str | None = 
         timed = {s: t for s, t in timed.items() if s in {tuple(r["shape"]) for r in rows(shapes_of)}}
     behind = {}
     for (M, N, K), times in timed.items():
-        pick = heuristic_config(M, N, K, torch.bfloat16, h200, tma_ok=True)
+        pick = heuristic_config(M, N, K, torch.bfloat16, H200, tma_ok=True)
         names = [n for n, c in configs(M, N, K).items() if c == pick and n in times]
         assert names, f"{M}x{N}x{K}: the heuristic's {pick.short()} was not timed there"
         behind[(M, N, K)] = min(times[names[0]]) / min(min(v) for v in times.values())
@@ -1484,8 +1484,6 @@ def _program(name: str):
     return build_program(get_epilogue(fn, (256, 256), torch.float32, inputs), out_dtype=torch.bfloat16,
                          fast_math="auto")
 
-
-H200 = DeviceInfo("cuda", "NVIDIA H200", (9, 0), 132, 232448)
 
 
 def test_full_wave_heuristic_against_the_h200_measurements():

@@ -381,6 +381,11 @@ def _persistent_heuristic(N: int, dtype: torch.dtype, info: DeviceInfo) -> GemmC
     return _fit_stages(cfg, dtype, info)
 
 
+def _pingpong_heuristic(dtype: torch.dtype, info: DeviceInfo) -> GemmConfig:
+    """The heuristic's ping-pong halves (``_PINGPONG_HEURISTIC``) as they fit ``info``'s shared memory."""
+    return _fit_stages(_gluon_config(_PINGPONG_HEURISTIC), dtype, info)
+
+
 def _gluon_config(entry: tuple) -> GemmConfig:
     """A ping-pong config of ``_PINGPONG_GLUON_16``'s form (BM, BN, BK, stages, subtile, PREFETCH or None, EPI_TMA,
     EPI_SMEM, warps)."""
@@ -643,8 +648,7 @@ def epilogue_heuristic(heuristic: GemmConfig, N: int, K: int, *, dtype: torch.dt
     store, the larger tile's main loop wins (H200, 2026-11-28, kernels x cuBLAS, ping-pong / 128x256: 4096^3
     1.164 / 1.099, 2048^3 1.096 / 1.050, 8192x8192x4096 1.038 / 1.043; at 8192x4096x1024 1.038 / 1.133)."""
     info = HOPPER if info is None or info.kind != "cuda" else info
-    pingpong = _fit_stages(_gluon_config(_PINGPONG_HEURISTIC), dtype, info)
-    if heuristic == pingpong:
+    if heuristic == _pingpong_heuristic(dtype, info):
         store_only = (tile_ops == 0 and not traits.get("tma_input") and not traits.get("tile_inputs")
                       and not traits.get("reductions"))
         if store_only and K >= _SHORT_K:
@@ -772,7 +776,7 @@ def heuristic_choice(M: int, N: int, K: int, dtype: torch.dtype, device: torch.d
     # where the launcher would run ping-pong as the persistent kernel on its 128x128 tile (batched operands, a
     # column-major A: ``gemm_launch.resolve_config``), the 128x256 persistent kernel below instead
     if pingpong_ok and L == 1 and pingpong_allowed(dtype, info, tma_ok) and tiles_128(M, N, L) >= info.num_sms:
-        return (_fit_stages(_gluon_config(_PINGPONG_HEURISTIC), dtype, info),
+        return (_pingpong_heuristic(dtype, info),
                 "a wave or more of 128x128 tiles: the ping-pong kernel on halves (an epilogue's M x N input through "
                 "the loader)")
     if tma_template_allowed(dtype, info, tma_ok, allow_tf32) and tiles_128(M, N, L) >= info.num_sms:
