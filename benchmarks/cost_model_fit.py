@@ -5,7 +5,9 @@
 The model of a config at a problem: the busiest SM's K steps of a 128x128x64 tile (``policy.cost_steps`` with a step
 cost of 1) times the step cost of the config's tile and template, plus, for a split, a fixed cost, a cost per MB of
 float32 partials, and (``--per-split``) a cost per split: the reduce kernel's programs read the splits' partials one
-after another, which the MB term prices as bandwidth only. Every term is linear in the unknowns (microseconds a step
+after another, which the MB term prices as bandwidth only. Under the main loop's steps lies the memory floor (the
+operands' bytes at the copy bandwidth, ``policy.memory_floor_steps``), which the fit leaves out (it is not linear in
+the unknowns) and the picks are scored with (``--copy-gbps``; 0 scores them without it). Every term is linear in the unknowns (microseconds a step
 of each tile class, the fixed cost, a MB, a split), so the fit is a weighted linear least squares on relative error
 (weights 1 / measured time), over every identity timing by graph replay (``graph_ms``) in ``--runs`` of configs the
 model ranks (the few-rows tiles, the TMA split tiles). It prints the constants in the policy's units (steps of the
@@ -36,9 +38,11 @@ DEFAULT_RUNS = ["skinny_h200_20261128_0722_splitk_main_loops.json", "skinny_h200
                 "skinny_h200_20261128_1244_few_rows_128_check.json", "skinny_h200_20261128_1500_128_rows.json"]
 
 
-def _h200():
-    from evtorch.codegen.configs import DeviceInfo
-    return DeviceInfo("cuda", "NVIDIA H200", (9, 0), 132, 232448)
+def _h200(copy_gbps: float | None = None):
+    """The H200 the runs were timed on; ``copy_gbps`` (GB/s) replaces its copy bandwidth (0: no memory floor)."""
+    from evtorch.codegen.configs import NAMED_DEVICES
+    info = NAMED_DEVICES["h200"]
+    return info if copy_gbps is None else dataclasses.replace(info, copy_gbps=copy_gbps)
 
 
 def load(runs: list[str]) -> list[dict]:
@@ -98,10 +102,11 @@ def constants(step_cost: dict, fixed: float, per_mb: float, per_split: float):
 
 def features(rec: dict, per_split: bool) -> list[float]:
     """The record's design row: busiest-SM steps under each tile class, then the split's indicator, its MB of
-    partials and (``per_split``) its split count."""
+    partials and (``per_split``) its split count. Without the memory floor, which is not linear in the unknowns:
+    the fit prices the MMA work, and ``behind`` scores the picks with the floor."""
     from evtorch.codegen import policy
     cfg, (M, N, K) = rec["config"], rec["shape"]
-    info = _h200()
+    info = _h200(copy_gbps=0.0)
     unit = {k: 1.0 for k in policy._STEP_COST}
     with constants(unit, 0.0, 0.0, 0.0):
         steps = policy.cost_steps(cfg, M, N, K, 1, torch.bfloat16, info)
@@ -137,9 +142,9 @@ def fit(records: list[dict], per_split: bool) -> dict:
                 rms=rms, n=len(records))
 
 
-def behind(records: list[dict], model: dict) -> dict:
-    """Shape -> the heuristic's pick (with ``model``'s constants) over the fastest config timed, for shapes whose
-    pick was timed (None where it was not)."""
+def behind(records: list[dict], model: dict, copy_gbps: float | None = None) -> dict:
+    """Shape -> the heuristic's pick (with ``model``'s constants, on an H200 with ``copy_gbps`` if given) over the
+    fastest config timed, for shapes whose pick was timed (None where it was not)."""
     from evtorch.codegen.policy import heuristic_config
     by_shape: dict = {}
     for r in records:
@@ -147,7 +152,7 @@ def behind(records: list[dict], model: dict) -> dict:
     out = {}
     with constants(model["step_cost"], model["fixed"], model["per_mb"], model["per_split"]):
         for (M, N, K), recs in by_shape.items():
-            pick = heuristic_config(M, N, K, torch.bfloat16, _h200(), tma_ok=True)
+            pick = heuristic_config(M, N, K, torch.bfloat16, _h200(copy_gbps), tma_ok=True)
             times = [r["ms"] for r in recs if r["config"] == pick]
             out[(M, N, K)] = min(times) / min(r["ms"] for r in recs) if times else None
     return out
@@ -176,18 +181,22 @@ def main(argv=None) -> int:
     ap.add_argument("--per-split", action="store_true", help="fit a cost per split too")
     ap.add_argument("--cv", action="store_true", help="leave-one-run-out: refit without each run, score it")
     ap.add_argument("--shapes", action="store_true", help="print each shape's pick quality")
+    ap.add_argument("--copy-gbps", type=float, default=None,
+                    help="score the picks with this copy bandwidth (GB/s) under the memory floor; 0: no floor "
+                         "(default: the H200's measured one)")
     args = ap.parse_args(argv)
+    bw = args.copy_gbps
     records = load(args.runs)
     model = fit(records, args.per_split)
     print(f"{model['n']} timings from {len(args.runs)} runs; rms relative error {model['rms']:.3f}; a step "
           f"{model['step_us']:.3f} us")
     print("  step cost: " + ", ".join(f"{t}/{m}x{n} {v:.2f}" for (t, m, n), v in model["step_cost"].items()))
     print(f"  split fixed {model['fixed']:.1f} steps, {model['per_mb']:.2f} a MB, {model['per_split']:.2f} a split")
-    report("the policy's constants", behind(records, current()))
-    b = behind(records, model)
+    report("the policy's constants", behind(records, current(), bw))
+    b = behind(records, model, bw)
     report("the fitted constants  ", b)
     if args.shapes:
-        cur = behind(records, current())
+        cur = behind(records, current(), bw)
         for s in sorted(b):
             nan = float("nan")
             print(f"  {'x'.join(map(str, s)):18s} policy {cur[s] or nan:.3f}  fitted {b[s] or nan:.3f}")
@@ -199,7 +208,7 @@ def main(argv=None) -> int:
             if not test:
                 continue
             m = fit(train, args.per_split)
-            for s, v in behind(test, m).items():
+            for s, v in behind(test, m, bw).items():
                 left_out.setdefault(s, []).append(v)
         worst = {s: max((x for x in v if x is not None), default=None) for s, v in left_out.items()}
         report("left-one-run-out       ", worst)

@@ -29,7 +29,13 @@ Cases (microseconds per call: the lowest of 5 medians of ``--calls / 5`` calls, 
   ``evtorch::gemm_backward`` behind AOTAutograd's runtime and the custom operators' autograd wrappers;
 - ``torch_floor_fwd_bwd``: what ``linear_fwd_bwd`` cannot go below in eager PyTorch: a bare
   ``torch.autograd.Function`` with the same inputs, outputs, saved tensors, allocations (forward: output and
-  saved accumulator; backward: d(acc), the zero-filled bias gradient and its cast, dA, dB) and no other work.
+  saved accumulator; backward: d(acc), the zero-filled bias gradient and its cast, dA, dB) and no other work;
+- ``torch_linear_fwd_bwd``: what a user has without evtorch, eager PyTorch's ``gelu(linear(x, W, b))`` forward
+  and backward with its own kernels (with ``--real``: the competitor's host time).
+
+``--autograd-one-thread`` runs backward passes on the calling thread: on CUDA the autograd engine hands them to a
+thread of its own per device, which cProfile (``--profile``) does not see and whose hand-off is part of every
+backward's time.
 """
 from __future__ import annotations
 
@@ -174,9 +180,13 @@ def cases(M, N, K, dtype, device="cpu"):
         y, _ = Floor.apply(x, W, bl)
         torch.autograd.grad(y, (x, W, bl), gy)
 
+    def torch_linear_fwd_bwd():  # what a user has without evtorch: eager PyTorch's linear + GELU, its own kernels
+        y = torch.nn.functional.gelu(torch.nn.functional.linear(x, W, bl), approximate="tanh")
+        torch.autograd.grad(y, (x, W, bl), gy)
+
     return {f.__name__: f for f in (torch_matmul_fwd, gemm_identity_fwd, gemm_bias_gelu_fwd, gemm_splitk_colsum_fwd,
                                     gemm_mixed_dag_fwd, gemm_splitk_mixed_dag_fwd, linear_fwd, linear_fwd_bwd,
-                                    linear_fwd_bwd_compiled, torch_floor_fwd_bwd)}
+                                    linear_fwd_bwd_compiled, torch_floor_fwd_bwd, torch_linear_fwd_bwd)}
 
 
 def measure(fn, calls: int, warmup: int = 20, rounds: int = 5, sync=None) -> float:
@@ -219,6 +229,10 @@ def main(argv=None) -> int:
     parser.add_argument("--real", action="store_true",
                         help="launch the kernels (GPU only): host time including Triton's launcher")
     parser.add_argument("--profile", metavar="CASE", help="cProfile one case and print the top functions")
+    parser.add_argument("--autograd-one-thread", action="store_true",
+                        help="run backward passes on the calling thread (torch.autograd.set_multithreading_enabled"
+                             "(False)): on CUDA the engine otherwise hands them to a device thread, which cProfile "
+                             "does not see, and the hand-off's cost is part of every backward")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     args = parser.parse_args(argv)
     if args.device == "cpu":
@@ -235,6 +249,8 @@ def main(argv=None) -> int:
     import torch
     if not args.real:
         stub_launches()
+    if args.autograd_one_thread:
+        torch.autograd.set_multithreading_enabled(False)
     dtype = getattr(torch, args.dtype)
     all_cases = cases(*args.shape, dtype, args.device)
     sync = torch.cuda.synchronize if args.device == "cuda" else None
@@ -252,7 +268,8 @@ def main(argv=None) -> int:
         return 0
     M, N, K = args.shape
     where = f"CPU {cpu_model()}" + (f", {torch.cuda.get_device_name()}" if args.device == "cuda" else "")
-    launches = "real launches" if args.real else "launches stubbed"
+    launches = ("real launches" if args.real else "launches stubbed") + (
+        ", backward on the calling thread" if args.autograd_one_thread else "")
     print(f"host time per call, {launches}: {M}x{N}x{K} {args.dtype} on {args.device}, {where}, "
           f"torch {torch.__version__}, lowest of 5 medians of {args.calls // 5} calls")
     results = {}
@@ -264,7 +281,8 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": args.device, "cpu": cpu_model(), "shape": [M, N, K], "dtype": args.dtype,
-                       "torch": torch.__version__, "us_per_call": results}, f, indent=1)
+                       "torch": torch.__version__, "real": args.real, "autograd_one_thread": args.autograd_one_thread,
+                       "us_per_call": results}, f, indent=1)
     return 0
 
 

@@ -349,7 +349,8 @@ def cmd_configs(args) -> int:
     A = torch.empty(((L,) if args.batch else ()) + (M, K), dtype=args.dtype, device="meta")
     tma_ok = not args.no_tma and tma_layout(A, torch.empty(K, N, dtype=args.dtype, device="meta"))[0]
     kw = dict(L=L, tma_ok=tma_ok, allow_tf32=args.tf32)
-    where = (f"{info.name} ({info.num_sms} SMs, {info.smem_bytes / 1024:.0f} KiB shared memory a block)"
+    copy = f", copies at {info.copy_gbps:.0f} GB/s" if info.copy_gbps else ""
+    where = (f"{info.name} ({info.num_sms} SMs, {info.smem_bytes / 1024:.0f} KiB shared memory a block{copy})"
              if info.kind == "cuda" else f"{info.name} (no GPU: the interpreter's small tiles)")
     print(f"evtorch configs: {M}x{N}x{K}" + (f" L={L}" if L > 1 else "") + f" {str(args.dtype).split('.')[-1]} "
           f"on {where}; operands {'TMA-able' if tma_ok else 'not TMA-able'}"

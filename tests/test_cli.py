@@ -396,17 +396,19 @@ def test_tuning_lists_clears_and_filters_the_stored_records(capsys, tmp_path, mo
 def test_configs_prints_the_heuristic_and_the_candidates(capsys):
     """``evtorch configs`` prints what the policy picks, with each config's layout on the named device: here
     split-K over TMA loads on 128x256 tiles for a weight gradient, its reduce kernel on 32x64 tiles."""
-    from evtorch.codegen.configs import HOPPER
+    from evtorch.codegen.configs import NAMED_DEVICES
     from evtorch.codegen.policy import candidate_configs, heuristic_config
 
+    H200 = NAMED_DEVICES["h200"]
     rc, out, _ = run(capsys, "configs", "--shape", "768,768,49152", "--device", "h200", "--max", "4")
     assert rc == 0
     lines = out.splitlines()
-    assert lines[0].startswith("evtorch configs: 768x768x49152 bfloat16 on Hopper (132 SMs") and "TMA-able" in lines[0]
-    h = heuristic_config(768, 768, 49152, torch.bfloat16, HOPPER, tma_ok=True)
+    assert lines[0].startswith("evtorch configs: 768x768x49152 bfloat16 on NVIDIA H200 (132 SMs, 227 KiB shared "
+                               "memory a block, copies at 4226 GB/s)") and "TMA-able" in lines[0]
+    h = heuristic_config(768, 768, 49152, torch.bfloat16, H200, tma_ok=True)
     assert lines[2].strip().startswith(f"{h.short()}: 18 tiles x 7 splits = 126 programs of 110 K blocks; "
                                        "reduce on 32x64: 288 programs, 4 warps")
-    listed = candidate_configs(768, 768, 49152, torch.bfloat16, HOPPER, tma_ok=True, max_candidates=4)
+    listed = candidate_configs(768, 768, 49152, torch.bfloat16, H200, tma_ok=True, max_candidates=4)
     numbered = [line.strip() for line in lines if line.strip()[:3] in ("1. ", "2. ", "3. ", "4. ")]
     assert [line.split(":")[0][3:] for line in numbered] == [c.short() for c in listed]
     assert "192 KiB of 227" in lines[2]

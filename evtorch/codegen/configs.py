@@ -12,7 +12,7 @@ revised with every measurement while the record stays put: it lives in ``policy`
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -460,6 +460,9 @@ class DeviceInfo:
     capability: tuple[int, int] = (0, 0)
     num_sms: int = 1
     smem_bytes: int = 0  # opt-in max dynamic shared memory per block
+    #: Device-to-device copy bandwidth in GB/s, the rate at which a kernel can stream its operands in at best:
+    #: the floor under ``policy.cost_steps`` for memory-bound GEMMs (128 rows, a long K). 0: unknown, no floor.
+    copy_gbps: float = 0.0
 
     @property
     def is_hopper(self) -> bool:
@@ -468,16 +471,30 @@ class DeviceInfo:
 
 # Max opt-in shared memory per block by compute capability, used only if the runtime cannot tell us.
 _SMEM_BY_CAPABILITY = {(9, 0): 232448, (8, 0): 166912, (8, 7): 166912, (8, 6): 101376, (8, 9): 101376}
-# The device a Hopper-only choice is sized for where none is given (``policy.for_epilogue``).
-HOPPER = DeviceInfo("cuda", "Hopper", (9, 0), 132, _SMEM_BY_CAPABILITY[(9, 0)])
-#: Devices to plan configs for off the GPU (``evtorch configs --device NAME``): the SXM boards' SM counts and
-#: shared memory (H100 and H200 are both ``hopper``: 132 SMs, 227 KiB a block).
+#: Device-to-device copy bandwidth (GB/s) measured by ``evtorch bench``'s ceilings on the boards it ran on (H200
+#: 4226-4228, 2026-11-28; H100 SXM 3002, 2026-11-27): 0.88-0.90 of the HBM's peak. Other boards take
+#: ``COPY_OF_PEAK`` of the peak the runtime reports, where it reports one.
+_COPY_GBPS = {"NVIDIA H200": 4226.0, "NVIDIA H100 80GB HBM3": 3002.0}
+COPY_OF_PEAK = 0.88
+# The device a Hopper-only choice is sized for where none is given (``policy.for_epilogue``): an H100 SXM.
+HOPPER = DeviceInfo("cuda", "Hopper", (9, 0), 132, _SMEM_BY_CAPABILITY[(9, 0)], _COPY_GBPS["NVIDIA H100 80GB HBM3"])
+#: Devices to plan configs for off the GPU (``evtorch configs --device NAME``): the SXM boards' SM counts, shared
+#: memory and copy bandwidth (H100 and H200: 132 SMs, 227 KiB a block; 3.0 and 4.2 TB/s).
 NAMED_DEVICES: dict[str, DeviceInfo] = {
     "hopper": HOPPER,
-    "h100": HOPPER,
-    "h200": HOPPER,
+    "h100": replace(HOPPER, name="NVIDIA H100 80GB HBM3"),
+    "h200": replace(HOPPER, name="NVIDIA H200", copy_gbps=_COPY_GBPS["NVIDIA H200"]),
     "a100": DeviceInfo("cuda", "A100", (8, 0), 108, _SMEM_BY_CAPABILITY[(8, 0)]),
 }
+
+
+def _copy_gbps(props: Any) -> float:
+    """The board's measured copy bandwidth, else ``COPY_OF_PEAK`` of its HBM peak (double data rate over the bus)
+    where torch reports the memory clock (kHz) and bus width (bits), else 0 (unknown)."""
+    if props.name in _COPY_GBPS:
+        return _COPY_GBPS[props.name]
+    clock_khz, bus_bits = getattr(props, "memory_clock_rate", 0) or 0, getattr(props, "memory_bus_width", 0) or 0
+    return COPY_OF_PEAK * 2 * clock_khz * 1e3 * bus_bits / 8 / 1e9 if clock_khz and bus_bits else 0.0
 
 
 @functools.lru_cache(maxsize=None)
@@ -492,7 +509,7 @@ def _cuda_info(index: int) -> DeviceInfo:
             smem = int(triton.runtime.driver.active.utils.get_device_properties(index)["max_shared_mem"])
         except Exception:  # noqa: BLE001 - fall back to the table below
             smem = _SMEM_BY_CAPABILITY.get(cap, 49152)
-    return DeviceInfo("cuda", props.name, cap, int(props.multi_processor_count), smem)
+    return DeviceInfo("cuda", props.name, cap, int(props.multi_processor_count), smem, _copy_gbps(props))
 
 
 def device_info(device: "torch.device | str | int | DeviceInfo | None" = None) -> DeviceInfo:

@@ -98,25 +98,44 @@ _STEP_COST = {("splitk", 128, 128): 1.0, ("splitk", 128, 256): 0.96, ("persisten
               ("persistent_tma", 64, 64): 2.01}
 SPLIT_FIXED_STEPS = 22.0
 PARTIAL_STEPS_PER_MB = 2.0
+#: A step of the split's 128x128 tile in microseconds (the fit's), which puts the memory floor in steps.
+STEP_US = 0.307
 # A cost per split (the reduce kernel's programs read the partials one split after another), which the MB term prices
-# as bandwidth only: 0. At 128 and 256 rows the model over-splits (the run of 2026-11-28 15:00: 2.8-7.2% behind the
-# fastest at five of seven shapes); a per-split cost of 3-4 steps takes that run from 3.2% to 2.1-2.3% behind on
+# as bandwidth only: 0. At 128 and 256 rows the model over-split (the run of 2026-11-28 15:00: 2.8-7.2% behind the
+# fastest at five of seven shapes); a per-split cost of 3-4 steps took that run from 3.2% to 2.1-2.3% behind on
 # geometric mean but the 38 shapes of all runs since 07:22 from 0.94% to 1.5-2.3%, so it stays 0
-# (``python -m benchmarks.cost_model_fit --per-split --cv`` refits every constant and scores the picks).
+# (``python -m benchmarks.cost_model_fit --per-split --cv`` refits every constant and scores the picks). What those
+# shapes lacked was the memory floor (``memory_floor_steps``): a 128-row GEMM streams its B in once however many
+# splits share it (128x2048x8192: 36 MB of operands, 28 steps at the H200's 4.2 TB/s, against 16 steps of MMA work
+# a program on 8 splits), so more splits only add partials. With the floor the picks of that run are the fastest
+# timed at six of its eight shapes (1.8% and 2.7% behind at the others; 0.6% on geometric mean, 3.2% without), and
+# the 38 shapes 0.37% behind the fastest (``cost_model_fit``). On the H100 (3.0 TB/s) the floor binds sooner:
+# 512x512x16384 and x32768 take 7 splits instead of 8, 128x2048x8192 the unsplit 64x64 (not timed on an H100).
 REDUCE_STEPS_PER_SPLIT = 0.0
+
+
+def memory_floor_steps(M: int, N: int, K: int, L: int, dtype: torch.dtype, info: DeviceInfo) -> float:
+    """The steps (of ``STEP_US``) it takes to stream both operands in once at the device's copy bandwidth: no main
+    loop finishes sooner, however its K is split. 0 where the bandwidth is unknown."""
+    if not info.copy_gbps:
+        return 0.0
+    operand_bytes = (M + N) * K * max(L, 1) * DTYPE_BYTES[dtype]
+    return operand_bytes / (info.copy_gbps * 1e3 * STEP_US)
 
 
 def cost_steps(config: GemmConfig, M: int, N: int, K: int, L: int, dtype: torch.dtype, info: DeviceInfo) -> float:
     """The heuristic's cost of ``config`` at this problem, in K steps of the split kernel's 128x128x64 tile on
     16-bit operands (see ``_STEP_COST``): the busiest SM's turns (``cdiv(programs, slots)``) times a program's
-    tile area and K, over the tile's rate, plus a split's fixed and partials' costs. float32 operands run at half
-    the 16-bit rate (TF32), which leaves the split's fixed cost relatively smaller. Defined for the few-rows
-    tiles and the split-K tiles over TMA loads only (KeyError otherwise): it ranks those, nothing else."""
+    tile area and K, over the tile's rate, but no less than the operands' bytes at the copy bandwidth
+    (``memory_floor_steps``), plus a split's fixed and partials' costs. float32 operands run at half the 16-bit
+    rate (TF32), which leaves the split's fixed cost relatively smaller. Defined for the few-rows tiles and the
+    split-K tiles over TMA loads only (KeyError otherwise): it ranks those, nothing else."""
     split = max(config.SPLIT_K, 1)
     programs = config.tiles(M, N, L) * split
     turns = cdiv(programs, info.num_sms * config.programs_per_sm)
     steps = turns * config.BLOCK_M * config.BLOCK_N * cdiv(K, split) / (128 * 128 * 64)
     steps *= _STEP_COST[(config.template, config.BLOCK_M, config.BLOCK_N)] * (2 if DTYPE_BYTES[dtype] == 4 else 1)
+    steps = max(steps, memory_floor_steps(M, N, K, L, dtype, info))
     if split > 1:
         steps += (SPLIT_FIXED_STEPS + PARTIAL_STEPS_PER_MB * split * M * N * max(L, 1) * 4 / 1e6
                   + REDUCE_STEPS_PER_SPLIT * split)
