@@ -109,7 +109,9 @@ STEP_US = 0.307
 # splits share it (128x2048x8192: 36 MB of operands, 28 steps at the H200's 4.2 TB/s, against 16 steps of MMA work
 # a program on 8 splits), so more splits only add partials. With the floor the picks of that run are the fastest
 # timed at six of its eight shapes (1.8% and 2.7% behind at the others; 0.6% on geometric mean, 3.2% without), and
-# the 38 shapes 0.37% behind the fastest (``cost_model_fit``). On the H100 (3.0 TB/s) the floor binds sooner:
+# the 38 shapes 0.37% behind the fastest (``cost_model_fit``). A refit of every constant without the 46 timings the
+# floor sets fits better (7.4-7.6% rms error against 9.4-9.6%) but ranks worse (0.64-0.74% behind), so the
+# constants stay as fitted at 12:00. On the H100 (3.0 TB/s) the floor binds sooner:
 # 512x512x16384 and x32768 take 7 splits instead of 8, 128x2048x8192 the unsplit 64x64 (not timed on an H100).
 REDUCE_STEPS_PER_SPLIT = 0.0
 
@@ -123,19 +125,25 @@ def memory_floor_steps(M: int, N: int, K: int, L: int, dtype: torch.dtype, info:
     return operand_bytes / (info.copy_gbps * 1e3 * STEP_US)
 
 
+def main_loop_steps(config: GemmConfig, M: int, N: int, K: int, L: int, dtype: torch.dtype,
+                    info: DeviceInfo) -> float:
+    """The busiest SM's MMA work under ``config``: its turns (``cdiv(programs, slots)``) times a program's tile
+    area and K, in steps of the split kernel's 128x128x64 tile, at the config's tile's rate (``_STEP_COST``);
+    float32 operands at half the 16-bit rate (TF32)."""
+    split = max(config.SPLIT_K, 1)
+    turns = cdiv(config.tiles(M, N, L) * split, info.num_sms * config.programs_per_sm)
+    steps = turns * config.BLOCK_M * config.BLOCK_N * cdiv(K, split) / (128 * 128 * 64)
+    return steps * _STEP_COST[(config.template, config.BLOCK_M, config.BLOCK_N)] * (2 if DTYPE_BYTES[dtype] == 4 else 1)
+
+
 def cost_steps(config: GemmConfig, M: int, N: int, K: int, L: int, dtype: torch.dtype, info: DeviceInfo) -> float:
     """The heuristic's cost of ``config`` at this problem, in K steps of the split kernel's 128x128x64 tile on
-    16-bit operands (see ``_STEP_COST``): the busiest SM's turns (``cdiv(programs, slots)``) times a program's
-    tile area and K, over the tile's rate, but no less than the operands' bytes at the copy bandwidth
-    (``memory_floor_steps``), plus a split's fixed and partials' costs. float32 operands run at half the 16-bit
-    rate (TF32), which leaves the split's fixed cost relatively smaller. Defined for the few-rows tiles and the
-    split-K tiles over TMA loads only (KeyError otherwise): it ranks those, nothing else."""
+    16-bit operands: the busiest SM's MMA work (``main_loop_steps``), but no less than the operands' bytes at the
+    copy bandwidth (``memory_floor_steps``), plus a split's fixed and partials' costs. float32 operands run at
+    half the 16-bit rate (TF32), which leaves the split's fixed cost relatively smaller. Defined for the few-rows
+    tiles and the split-K tiles over TMA loads only (KeyError otherwise): it ranks those, nothing else."""
     split = max(config.SPLIT_K, 1)
-    programs = config.tiles(M, N, L) * split
-    turns = cdiv(programs, info.num_sms * config.programs_per_sm)
-    steps = turns * config.BLOCK_M * config.BLOCK_N * cdiv(K, split) / (128 * 128 * 64)
-    steps *= _STEP_COST[(config.template, config.BLOCK_M, config.BLOCK_N)] * (2 if DTYPE_BYTES[dtype] == 4 else 1)
-    steps = max(steps, memory_floor_steps(M, N, K, L, dtype, info))
+    steps = max(main_loop_steps(config, M, N, K, L, dtype, info), memory_floor_steps(M, N, K, L, dtype, info))
     if split > 1:
         steps += (SPLIT_FIXED_STEPS + PARTIAL_STEPS_PER_MB * split * M * N * max(L, 1) * 4 / 1e6
                   + REDUCE_STEPS_PER_SPLIT * split)
