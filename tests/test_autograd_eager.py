@@ -142,3 +142,99 @@ def test_gpu_gradients(name, dtype):
         if r is not None:
             err = ((g.float() - r.float()).abs().max() / r.float().abs().max().clamp_min(1e-30)).item()
             assert err <= tol, f"relative error {err}"
+
+
+def _plain_gemms_of(out) -> tuple:
+    """(dA's, dB's) identity epilogues of the backward that made ``out``'s gradients: None where the GEMM ran as
+    ``torch.matmul`` (never prepared as an evtorch GEMM)."""
+    node = out.grad_fn
+    while not hasattr(node, "call"):  # evt.linear's (..., N) output is a view of the GEMM's (M, N)
+        node = node.next_functions[0][0]
+    (backward,) = node.call.backwards.values()
+    return backward.ep_dA, backward.ep_dB
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("mode", ["torch", "evtorch", "auto"])
+@pytest.mark.parametrize("case", ["gemm_batched", "linear"])
+def test_backward_plain_gemms_on_torch_or_evtorch(mode, case, monkeypatch):
+    """EVTORCH_BACKWARD_GEMM: a backward's plain GEMMs (dA, dB) run as ``torch.matmul`` ("torch") or as evtorch's
+    identity-epilogue kernel ("evtorch"; "auto" too on a CPU: the default takes cuBLAS only on a GPU); either way
+    the gradients are torch autograd's (float16 through the interpreter), for batched operands and for
+    evt.linear's transposed weight (its dB is made as its transpose)."""
+    from evtorch.integration.function import _calls
+    monkeypatch.setenv("EVTORCH_BACKWARD_GEMM", mode)
+    _calls.clear()
+    torch.manual_seed(5)
+    dtype = torch.float16
+    if case == "linear":
+        x = (torch.randn(2, 9, 12) * 0.5).to(dtype).requires_grad_()
+        W = (torch.randn(10, 12) * 0.5).to(dtype).requires_grad_()
+        b = torch.randn(10).to(dtype).requires_grad_()
+        out = evt.linear(x, W, lambda y: F.gelu(y, approximate="tanh"), b, backend="triton")
+        leaves = (x, W, b)
+        ref = F.gelu(F.linear(x.float(), W.float(), b.float()), approximate="tanh")
+    else:
+        x = (torch.randn(3, 7, 9) * 0.5).to(dtype).requires_grad_()
+        W = (torch.randn(3, 9, 10) * 0.5).to(dtype).requires_grad_()
+        b = torch.randn(10).to(dtype).requires_grad_()
+        out = evt.gemm(x, W, bias_gelu, backend="triton", bias=b)
+        leaves = (x, W, b)
+        ref = bias_gelu(x.float() @ W.float(), b.float())
+    w = torch.randn(ref.shape)
+    got = torch.autograd.grad((out.float() * w).sum(), leaves)
+    want = torch.autograd.grad((ref * w).sum(), leaves)
+    for g, r, leaf in zip(got, want, leaves):
+        assert g.dtype == leaf.dtype and g.shape == leaf.shape
+        torch.testing.assert_close(g.float(), r.float(), rtol=3e-2, atol=3e-2 * max(1.0, r.abs().max().item()))
+    ep_dA, ep_dB = _plain_gemms_of(out)
+    assert (ep_dA is None and ep_dB is None) == (mode == "torch")
+
+
+def test_backward_plain_gemm_rule(monkeypatch):
+    """``_on_torch``: by default cuBLAS for 16-bit operands on a GPU unless deterministic; never for float32 or
+    float64 (torch.matmul follows torch's global TF32 flag, not evtorch's allow_tf32); a bad value is refused
+    with the variable's name."""
+    from evtorch.integration.ops import _on_torch
+    half, single = torch.empty(2, 2, dtype=torch.bfloat16), torch.empty(2, 2)
+    monkeypatch.delenv("EVTORCH_BACKWARD_GEMM", raising=False)
+    assert not _on_torch(half, False) and not _on_torch(single, False)  # a CPU tensor: evtorch's kernels
+    half_cuda = torch.empty(2, 2, dtype=torch.float16, device="meta")
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda t: t.device.type == "meta"))
+    assert _on_torch(half_cuda, False) and not _on_torch(half_cuda, True)
+    assert not _on_torch(torch.empty(2, 2, device="meta"), False)
+    monkeypatch.setenv("EVTORCH_BACKWARD_GEMM", "torch")
+    assert _on_torch(half, False) and _on_torch(half, True) and not _on_torch(single, False)
+    monkeypatch.setenv("EVTORCH_BACKWARD_GEMM", "evtorch")
+    assert not _on_torch(half_cuda, False)
+    monkeypatch.setenv("EVTORCH_BACKWARD_GEMM", "cublas")
+    with pytest.raises(ValueError, match="EVTORCH_BACKWARD_GEMM"):
+        _on_torch(half, False)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_gpu_backward_plain_gemms_on_cublas(deterministic, monkeypatch):
+    """On a GPU, by default, a bf16 layer's dA and dB run on cuBLAS (torch.matmul), evtorch's kernels under
+    deterministic=True; the gradients against fp32 torch autograd of the same bf16 values either way, outputs
+    poisoned so an unwritten element fails."""
+    from evtorch.integration.function import _calls
+    monkeypatch.delenv("EVTORCH_BACKWARD_GEMM", raising=False)
+    monkeypatch.setenv("EVTORCH_AUTOTUNE", "0")
+    monkeypatch.setenv("EVTORCH_POISON", "1")
+    _calls.clear()
+    torch.manual_seed(7)
+    x = (torch.randn(4, 130, 264, device="cuda") * 0.3).bfloat16().requires_grad_()
+    W = (torch.randn(392, 264, device="cuda") * 0.3).bfloat16().requires_grad_()
+    b = torch.randn(392, device="cuda").bfloat16().requires_grad_()
+    out = evt.linear(x, W, lambda y: F.gelu(y, approximate="tanh"), b, deterministic=deterministic)
+    ref = F.gelu(F.linear(x.float(), W.float(), b.float()), approximate="tanh")
+    w = torch.randn(ref.shape, device="cuda")
+    got = torch.autograd.grad((out.float() * w).sum(), (x, W, b))
+    want = torch.autograd.grad((ref * w).sum(), (x, W, b))
+    for g, r in zip(got, want):
+        r = r.float()
+        torch.testing.assert_close(g.float(), r, rtol=2e-2, atol=2e-2 * max(1.0, r.abs().max().item()))
+    ep_dA, ep_dB = _plain_gemms_of(out)
+    assert (ep_dA is None and ep_dB is None) == (not deterministic)

@@ -155,6 +155,25 @@ FUSE_BACKWARD: Knob[str] = Knob(
 ALL_KNOBS = ALL_KNOBS + (FUSE_BACKWARD,)
 
 
+def _parse_backward_gemm(name: str, text: str) -> str:
+    value = text.strip().lower()
+    if value in ("auto", "torch", "evtorch"):
+        return value
+    raise ValueError(f"environment variable {name}={text!r} is not one of auto, torch, evtorch")
+
+
+BACKWARD_GEMM: Knob[str] = Knob(
+    "EVTORCH_BACKWARD_GEMM",
+    lambda: "auto",
+    _parse_backward_gemm,
+    "who runs a backward's plain GEMMs (dA = d(acc) @ B^T, dB = A^T @ d(acc), no epilogue; integration/ops.py "
+    "EagerBackward): auto (the default) torch.matmul (cuBLAS) for float16 / bfloat16 operands on a GPU unless "
+    "deterministic=True, evtorch's kernels otherwise; torch (torch.matmul for 16-bit operands on any device); "
+    "evtorch (always evtorch's kernels)",
+)
+ALL_KNOBS = ALL_KNOBS + (BACKWARD_GEMM,)
+
+
 def poison_enabled() -> bool:
     """Whether outputs are poisoned before launch (EVTORCH_POISON; tests and the selftest turn it on)."""
     return POISON.get()
