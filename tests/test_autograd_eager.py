@@ -191,6 +191,29 @@ def test_backward_plain_gemms_on_torch_or_evtorch(mode, case, monkeypatch):
     assert (ep_dA is None and ep_dB is None) == (mode == "torch")
 
 
+@pytest.mark.interpreter
+def test_backward_plain_gemms_on_torch_inside_autocast(monkeypatch):
+    """A backward run inside the caller's autocast region (here bfloat16 on the CPU, over float16 operands): the
+    plain GEMMs on torch.matmul are not recast by it, the gradients keep their leaves' dtype and values."""
+    from evtorch.integration import ops
+    monkeypatch.setenv("EVTORCH_BACKWARD_GEMM", "torch")
+    made = []  # the products' dtypes (autograd would cast a bfloat16 gradient back to float16 silently)
+    real = ops.EagerBackward._matmul
+    monkeypatch.setattr(ops.EagerBackward, "_matmul", lambda *a: made.append(real(*a).dtype) or real(*a))
+    torch.manual_seed(6)
+    x = (torch.randn(9, 12) * 0.5).half().requires_grad_()
+    W = (torch.randn(10, 12) * 0.5).half().requires_grad_()
+    out = evt.linear(x, W, torch.tanh)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        dx, dW = torch.autograd.grad(out.float().sum(), (x, W))
+    assert made == [torch.float16, torch.float16] and dx.dtype == dW.dtype == torch.float16
+    ref = torch.tanh(F.linear(x.float(), W.float()))
+    rx, rW = torch.autograd.grad(ref.sum(), (x, W))
+    torch.testing.assert_close(dx.float(), rx.float(), rtol=3e-2, atol=3e-2)
+    torch.testing.assert_close(dW.float(), rW.float(), rtol=3e-2, atol=3e-2)
+    assert _plain_gemms_of(out) == (None, None)
+
+
 def test_backward_plain_gemm_rule(monkeypatch):
     """``_on_torch``: by default cuBLAS for 16-bit operands on a GPU unless deterministic; never for float32 or
     float64 (torch.matmul follows torch's global TF32 flag, not evtorch's allow_tf32); a bad value is refused

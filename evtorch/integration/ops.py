@@ -721,6 +721,9 @@ class EagerBackward:
         """``X @ Y``, a plain GEMM of the backward (dA or dB): through ``torch.matmul`` where ``_on_torch`` says so,
         else evtorch's kernel with the identity epilogue of its (fixed) shapes remembered."""
         if _on_torch(X, self.entry.deterministic):
+            if torch.is_autocast_enabled(X.device.type):  # a backward run inside the caller's autocast region
+                with _no_autocast(X.device.type):
+                    return torch.matmul(X, Y)
             return torch.matmul(X, Y)
         ep = getattr(self, which)
         if ep is None:
