@@ -155,17 +155,20 @@ FUSE_BACKWARD: Knob[str] = Knob(
 ALL_KNOBS = ALL_KNOBS + (FUSE_BACKWARD,)
 
 
-def _parse_backward_gemm(name: str, text: str) -> str:
-    value = text.strip().lower()
-    if value in ("auto", "torch", "evtorch"):
-        return value
-    raise ValueError(f"environment variable {name}={text!r} is not one of auto, torch, evtorch")
+def _parse_choice(*values: str) -> Callable[[str, str], str]:
+    """A parser of one of ``values`` (case and surrounding spaces ignored); a ValueError naming them otherwise."""
+    def parse(name: str, text: str) -> str:
+        value = text.strip().lower()
+        if value in values:
+            return value
+        raise ValueError(f"environment variable {name}={text!r} is not one of {', '.join(values)}")
+    return parse
 
 
 BACKWARD_GEMM: Knob[str] = Knob(
     "EVTORCH_BACKWARD_GEMM",
     lambda: "auto",
-    _parse_backward_gemm,
+    _parse_choice("auto", "torch", "evtorch"),
     "who runs a backward's plain GEMMs (dA = d(acc) @ B^T, dB = A^T @ d(acc), no epilogue; integration/ops.py "
     "EagerBackward): auto (the default) torch.matmul (cuBLAS) for float16 / bfloat16 operands on a GPU unless "
     "deterministic=True, evtorch's kernels otherwise; torch (torch.matmul for 16-bit operands on any device); "
@@ -235,17 +238,10 @@ def disabled_passes() -> frozenset:
 INTERMEDIATE_MODES = ("eager", "float32")
 
 
-def _parse_intermediates(name: str, text: str) -> str:
-    value = text.strip().lower()
-    if value in INTERMEDIATE_MODES:
-        return value
-    raise ValueError(f"environment variable {name}={text!r} is not one of {', '.join(INTERMEDIATE_MODES)}")
-
-
 INTERMEDIATES: Knob[str] = Knob(
     "EVTORCH_INTERMEDIATES",
     lambda: "eager",
-    _parse_intermediates,
+    _parse_choice(*INTERMEDIATE_MODES),
     "eager (default): a 16-bit intermediate (beta * C with a bf16 C) is rounded to 16 bits where eager PyTorch "
     "rounds it; float32: kept in float32, as torch.compile does, except explicit casts and values that reach a "
     "comparison or a min/max (passes/intermediates.py). Read when an epilogue is traced",
