@@ -214,6 +214,29 @@ def test_backward_plain_gemms_on_torch_inside_autocast(monkeypatch):
     assert _plain_gemms_of(out) == (None, None)
 
 
+@pytest.mark.interpreter
+def test_backward_plain_gemms_on_torch_under_torch_compile(monkeypatch):
+    """Under torch.compile (fullgraph, aot_eager) the backward operator's body runs the same plan: its plain GEMMs
+    on torch.matmul, the gradients torch autograd's."""
+    from evtorch.integration import ops
+    monkeypatch.setenv("EVTORCH_BACKWARD_GEMM", "torch")
+    asked = []
+    real = ops._on_torch
+    monkeypatch.setattr(ops, "_on_torch", lambda *a: asked.append(real(*a)) or asked[-1])
+    torch.manual_seed(8)
+    x = (torch.randn(9, 12) * 0.5).half().requires_grad_()
+    W = (torch.randn(10, 12) * 0.5).half().requires_grad_()
+    b = torch.randn(10).half().requires_grad_()
+    step = torch.compile(lambda x, W, b: evt.linear(x, W, torch.tanh, b), backend="aot_eager", fullgraph=True)
+    got = torch.autograd.grad(step(x, W, b).float().sum(), (x, W, b))
+    ref = torch.tanh(F.linear(x.float(), W.float(), b.float()))
+    want = torch.autograd.grad(ref.sum(), (x, W, b))
+    for g, r in zip(got, want):
+        assert g.dtype == torch.float16
+        torch.testing.assert_close(g.float(), r.float(), rtol=3e-2, atol=3e-2)
+    assert asked == [True, True]  # dA and dB, each on torch.matmul
+
+
 def test_backward_plain_gemm_rule(monkeypatch):
     """``_on_torch``: by default cuBLAS for 16-bit operands on a GPU unless deterministic; never for float32 or
     float64 (torch.matmul follows torch's global TF32 flag, not evtorch's allow_tf32); a bad value is refused
