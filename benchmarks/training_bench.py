@@ -264,6 +264,19 @@ def record_error(r: Run, label, exc):
 
 
 # ------------------------------------------------------------------------------------------------ timing
+def tuning_records() -> dict:
+    """Path -> record of every tuning result the autotuner has stored (``autotune.stored_records``)."""
+    from evtorch.runtime.autotune import stored_records
+    return {str(rec["path"]): rec for rec in stored_records()}
+
+
+def tuned_since(before: dict) -> list[dict]:
+    """What a first call tuned: per GEMM signature whose record is new since ``before`` (``tuning_records``), its
+    label, candidate count and the tuning's phases in seconds (compile, first pass, final, ...)."""
+    return [{"label": rec["label"], "candidates": len(rec["timings_ms"]), "phases_s": rec["phases_s"]}
+            for path, rec in tuning_records().items() if path not in before]
+
+
 def timing(r: Run, shapes):
     torch = r.torch
     r.log("== timing: forward and forward+backward (ms) ==")
@@ -274,7 +287,7 @@ def timing(r: Run, shapes):
                 r.log(f"  deadline: skipping {name} {M}x{N}x{K}")
                 continue
             row = {"workload": name, "M": M, "N": N, "K": K, "dtype": str(dtype), "ms": {}, "fwd_ms": {},
-                   "graph_ms": {}, "peak_mb": {}, "first_call_s": {}}
+                   "graph_ms": {}, "peak_mb": {}, "first_call_s": {}, "first_call_tuning": {}}
             contenders = [("eager", "save", None), ("evt", "save", None), ("evt_recompute", "recompute", None),
                           ("evt_compiled", "save", "evt")]
             if name.startswith("mlp"):
@@ -305,11 +318,13 @@ def timing(r: Run, shapes):
                             with fusion(how):
                                 out = fn(*leaves)
                                 torch.autograd.grad(out, leaves, gy)
+                    before = tuning_records()
                     t = time.time()
                     step()
                     if r.cuda:
                         torch.cuda.synchronize()
                     row["first_call_s"][label] = round(time.time() - t, 2)
+                    row["first_call_tuning"][label] = tuned = tuned_since(before)
                     row["peak_mb"][label] = r.peak_mb(step)
                     row["ms"][label] = r.timer(step)
                     row["fwd_ms"][label] = r.timer(fwd) if not compiled else None
@@ -321,6 +336,9 @@ def timing(r: Run, shapes):
                           f"{fmt(row['peak_mb'][label], '{:.0f}')} MiB  (first call {row['first_call_s'][label]} s)")
                     for kname, us in sorted(row.get("kernels_us", {}).get(label, {}).items(), key=lambda kv: -kv[1]):
                         r.log(f"      {us:9.1f} us  {kname}")
+                    for rec in tuned:  # where the first call's time went: one line per GEMM signature it tuned
+                        phases = ", ".join(f"{k} {v:.1f}" for k, v in rec["phases_s"].items())
+                        r.log(f"      tuned {rec['label']}: {rec['candidates']} candidates; {phases} s")
                 except Exception as exc:  # noqa: BLE001
                     record_error(r, f"timing {name} {M}x{N}x{K} {label}", exc)
                 finally:

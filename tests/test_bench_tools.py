@@ -812,6 +812,22 @@ def test_cost_model_fit_reads_the_runs_and_scores_the_policys_picks():
     assert cmf.current() == before and policy.REDUCE_STEPS_PER_SPLIT == 0.0
 
 
+def test_training_bench_says_what_a_first_call_tuned(tmp_path, monkeypatch):
+    """``tuned_since``: the tuning records a first call wrote (label, candidates, phases), not those before it."""
+    from benchmarks import training_bench as tb
+    from evtorch.codegen.configs import GemmConfig
+    from evtorch.runtime import autotune
+
+    monkeypatch.setenv("EVTORCH_CACHE_DIR", str(tmp_path))
+    cfg = GemmConfig("portable", 64, 64, 32)
+    autotune.store("gpu=x|mnk=1", cfg, {cfg.short(): 0.5}, [cfg], label="old", phases={"compile": 1.0})
+    before = tb.tuning_records()
+    autotune.store("gpu=x|mnk=2", cfg, {cfg.short(): 0.4, "other": 0.6}, [cfg], label="fwd at 8x8x8",
+                   phases={"compile": 2.0, "first_pass": 3.0})
+    assert tb.tuned_since(before) == [{"label": "fwd at 8x8x8", "candidates": 2,
+                                       "phases_s": {"compile": 2.0, "first_pass": 3.0}}]
+
+
 def test_training_bench_dry_run_times_the_chosen_workloads(tmp_path):
     """benchmarks/training_bench.py through the interpreter: ``--workloads`` picks the rows (the MLP block with the
     fused and unfused hand-off as contenders), ``--profile`` is accepted (kernel lists need CUDA), an unknown
@@ -827,5 +843,7 @@ def test_training_bench_dry_run_times_the_chosen_workloads(tmp_path):
     result = json.loads(next(tmp_path.glob("*.json")).read_text())
     assert [row["workload"] for row in result["rows"]] == ["mlp"]
     assert {"eager", "evt", "evt_fuse", "evt_nofuse"} <= set(result["rows"][0]["ms"]) and not result["errors"]
+    # what each first call tuned (nothing on the interpreter, where the tuner never runs)
+    assert result["rows"][0]["first_call_tuning"]["evt"] == []
     bad = subprocess.run(cmd[:-2] + ["--workloads", "mlp,conv"], env=env, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--workloads: unknown conv" in bad.stderr
