@@ -103,14 +103,12 @@ def constants(step_cost: dict, fixed: float, per_mb: float, per_split: float):
 
 def features(rec: dict, per_split: bool) -> list[float]:
     """The record's design row: busiest-SM steps under each tile class, then the split's indicator, its MB of
-    partials and (``per_split``) its split count. Without the memory floor, which is not linear in the unknowns:
-    the fit prices the MMA work, and ``behind`` scores the picks with the floor."""
+    partials and (``per_split``) its split count. The main loop's MMA work only (``policy.main_loop_steps``): the
+    memory floor is not linear in the unknowns, and ``behind`` scores the picks with it."""
     from evtorch.codegen import policy
     cfg, (M, N, K) = rec["config"], rec["shape"]
-    info = _h200(copy_gbps=0.0)
-    unit = {k: 1.0 for k in policy._STEP_COST}
-    with constants(unit, 0.0, 0.0, 0.0):
-        steps = policy.cost_steps(cfg, M, N, K, 1, torch.bfloat16, info)
+    with constants({k: 1.0 for k in policy._STEP_COST}, 0.0, 0.0, 0.0):
+        steps = policy.main_loop_steps(cfg, M, N, K, 1, torch.bfloat16, _h200())
     row = [steps if (cfg.template, cfg.BLOCK_M, cfg.BLOCK_N) == c else 0.0 for c in _classes()]
     split = max(cfg.SPLIT_K, 1)
     mb = split * M * N * 4 / 1e6 if split > 1 else 0.0
@@ -124,9 +122,9 @@ def memory_bound(rec: dict) -> bool:
     """Whether the H200's memory floor is over the record's main-loop steps with the policy's constants: its time
     says how fast its operands stream in, not what its tile's steps cost, so the fit leaves it out."""
     from evtorch.codegen import policy
-    cfg, (M, N, K) = rec["config"], rec["shape"]
-    return (policy.memory_floor_steps(M, N, K, 1, torch.bfloat16, _h200())
-            > policy.main_loop_steps(cfg, M, N, K, 1, torch.bfloat16, _h200()))
+    cfg, (M, N, K), info = rec["config"], rec["shape"], _h200()
+    return (policy.memory_floor_steps(M, N, K, 1, torch.bfloat16, info)
+            > policy.main_loop_steps(cfg, M, N, K, 1, torch.bfloat16, info))
 
 
 def fit(records: list[dict], per_split: bool) -> dict:

@@ -41,8 +41,7 @@ from evtorch.runtime.gemm_launch import (
 
 pytestmark = pytest.mark.interpreter
 
-H100 = DeviceInfo("cuda", "NVIDIA H100 80GB HBM3", (9, 0), 132, 232448, 3002.0)
-H200 = DeviceInfo("cuda", "NVIDIA H200", (9, 0), 132, 232448, 4226.0)
+H100, H200 = cfgmod.NAMED_DEVICES["h100"], cfgmod.NAMED_DEVICES["h200"]
 A100 = DeviceInfo("cuda", "NVIDIA A100-SXM4-80GB", (8, 0), 108, 166912)
 
 # Writes the tile coordinates the epilogue was given, to check the per-tile workspace contract.
