@@ -82,6 +82,26 @@ def test_eager_and_operator_paths_agree():
         torch.testing.assert_close(a, b)
 
 
+def test_operator_autograd_kernel():
+    """The operators' own autograd kernel: a node only where an input requires grad (torch.compile's trace), a
+    plain call otherwise (the compiled step's runtime); its gradients match eager's, and refuse a second order."""
+    import evtorch.integration.ops as ops
+    torch.manual_seed(3)
+    A, B = torch.randn(5, 4, requires_grad=True), torch.randn(4, 6, requires_grad=True)
+    bias = torch.randn(6, requires_grad=True)
+    args = op_arguments(A, B, bias_gelu, bias=bias)
+    with torch.no_grad():
+        assert all(o.grad_fn is None and not o.requires_grad for o in ops.gemm_op(*args))
+    out = ops.gemm_op(*args)[0]
+    assert type(out.grad_fn).__name__ == "_GemmOpBackward"
+    got = torch.autograd.grad(out.square().sum(), (A, B, bias), create_graph=True)
+    want = torch.autograd.grad(bias_gelu(A @ B, bias).square().sum(), (A, B, bias))
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+    with pytest.raises(evt.EpilogueError, match="double backward"):
+        got[0].sum().backward()
+
+
 # ---------------------------------------------------------------------------------------------- compile
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 def test_compile_fullgraph_gemm(backend):
