@@ -285,3 +285,96 @@ def test_first_call_launches_the_kernel_later_calls_launch(offset, expected):
     launch.epi_tma = None
     launch.run(torch.zeros(1), torch.zeros(1), {"C": C}, call)
     assert seen[-1] is None
+
+
+def test_tma_scratch_pool_keeps_one_buffer_per_device_and_stream():
+    """Triton asks for TMA-descriptor scratch on every launch: one buffer per (device, stream), grown when a
+    launch needs more; a fresh one for every launch captured into a CUDA graph."""
+    from evtorch.runtime.gemm_launch import ScratchPool
+
+    made, state = [], {"capturing": False, "device": 0}
+
+    def allocate(n):
+        made.append(n)
+        return torch.empty(n, dtype=torch.int8)
+    pool = ScratchPool(allocate, capturing=lambda: state["capturing"], device=lambda: state["device"])
+    a = pool(4096, 128, 11)
+    assert pool(4096, 128, 11) is a and pool(100, 128, 11) is a and made == [ScratchPool.MIN_BYTES]
+    b = pool(4096, 128, 12)  # another stream
+    assert b is not a
+    state["device"] = 1
+    c = pool(4096, 128, 11)  # the same stream handle on another device
+    assert c is not a and c is not b
+    state["device"] = 0
+    big = pool(3 * ScratchPool.MIN_BYTES, 128, 11)  # grown: at least twice the old size
+    assert big is not a and big.numel() >= 3 * ScratchPool.MIN_BYTES and pool(4096, 128, 11) is big
+    state["capturing"] = True
+    g1, g2 = pool(4096, 128, 11), pool(4096, 128, 11)
+    assert g1 is not big and g2 is not g1 and g1.numel() == 4096
+    state["capturing"] = False
+    assert pool(4096, 128, 11) is big
+    pool.clear()
+    assert pool(4096, 128, 11) is not big
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_tma_scratch_shared_by_launches_and_fresh_in_graphs(monkeypatch):
+    """Persistent and ping-pong launches on one stream share the descriptor scratch, back to back with different
+    operands, and a launch captured in a CUDA graph gets its own: every result matches eager (outputs poisoned),
+    replays included, also with eager launches between the replays and on a second stream."""
+    from evtorch.codegen.configs import GemmConfig
+    from evtorch.runtime import gemm_launch
+
+    monkeypatch.setenv("EVTORCH_POISON", "1")
+    monkeypatch.setenv("EVTORCH_AUTOTUNE", "0")
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("TMA templates need sm_90")
+    torch.manual_seed(0)
+
+    def fn(acc, bias):
+        return torch.relu(acc + bias)
+    from evtorch.runtime.gemm_launch import resolve_config
+
+    cfgs = [GemmConfig("persistent_tma", 128, 128, 64, 8, 1, 8, 3),
+            GemmConfig("pingpong", 128, 128, 64, 8, 1, 4, 5, (("EPILOGUE_SUBTILE", 2),))]
+    shapes = [(512, 384, 256), (1024, 768, 512)]
+    cases = []
+    for M, N, K in shapes:
+        A = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+        B = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
+        bias = torch.randn(N, device="cuda", dtype=torch.bfloat16)
+        cases.append((A, B, bias, torch.relu(A.float() @ B.float() + bias.float())))
+    for cfg in cfgs:  # (ping-pong needs Gluon's Hopper API; without it the pool still serves the persistent one)
+        if resolve_config(cases[0][0], cases[0][1], cfg).template != cfg.template:
+            pytest.skip(f"{cfg.template} does not run here")
+
+    def check(out, want, what):
+        torch.testing.assert_close(out.float(), want, atol=0.1, rtol=2e-2, msg=lambda m: f"{what}: {m}")
+    gemm_launch._tma_allocator.clear()
+    for rep in range(2):
+        for cfg in cfgs:
+            for i, (A, B, bias, want) in enumerate(cases):
+                check(evt.gemm(A, B, fn, bias=bias, config=cfg), want, f"{cfg.short()} shape {i} call {rep}")
+    assert len(gemm_launch._tma_allocator._buffers) == 1  # one device, one stream
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        A, B, bias, want = cases[1]
+        out = evt.gemm(A, B, fn, bias=bias, config=cfgs[1])
+    side.synchronize()
+    check(out, want, "side stream")
+    assert len(gemm_launch._tma_allocator._buffers) == 2
+    A, B, bias, want = cases[0]
+    static = evt.gemm(A, B, fn, bias=bias, config=cfgs[0])  # warm
+    kept = dict(gemm_launch._tma_allocator._buffers)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static = evt.gemm(A, B, fn, bias=bias, config=cfgs[0])
+    assert gemm_launch._tma_allocator._buffers == kept  # the capture took its scratch from the graph's pool
+    for rep in range(3):
+        static.fill_(float("nan"))
+        graph.replay()
+        A2, B2, bias2, want2 = cases[1]
+        check(evt.gemm(A2, B2, fn, bias=bias2, config=cfgs[1]), want2, f"eager between replays {rep}")
+        torch.cuda.synchronize()
+        check(static, want, f"graph replay {rep}")
