@@ -26,7 +26,7 @@ Cases (microseconds per call: the lowest of 5 medians of ``--calls / 5`` calls, 
   ``torch.autograd.grad(y, (x, W, b), gy)``: the forward kernel, the epilogue-only backward kernel, dA, dB;
 - ``linear_fwd_bwd_compiled``: the same step compiled (``torch.compile(backend="aot_eager")``, the first call
   compiles during the warm-up): the forward and backward run as the operators ``evtorch::gemm`` and
-  ``evtorch::gemm_backward`` behind AOTAutograd's runtime and the custom operators' autograd wrappers;
+  ``evtorch::gemm_backward`` behind AOTAutograd's runtime and the operators' dispatch;
 - ``torch_floor_fwd_bwd``: what ``linear_fwd_bwd`` cannot go below in eager PyTorch: a bare
   ``torch.autograd.Function`` with the same inputs, outputs, saved tensors, allocations (forward: output and
   saved accumulator; backward: d(acc), the zero-filled bias gradient and its cast, dA, dB) and no other work;
