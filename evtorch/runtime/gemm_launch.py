@@ -199,45 +199,9 @@ def narrow_index(launch: "PreparedLaunch") -> None:
             kw["INDEX_DTYPE"] = _index_dtype(32)
 
 
-class ScratchPool:
-    """Global scratch for device-side TMA descriptors (128 bytes per descriptor per program), which Triton asks
-    for on every launch of a kernel that makes them (``triton.set_allocator``): one buffer per (device, stream),
-    grown when a launch needs more, instead of a ``torch.empty`` per launch (host time on every persistent,
-    ping-pong and TMA split-K launch).
-
-    Why sharing is safe: each program writes its descriptors at its start and reads them only while it runs, and
-    the launches of one stream run one after another (evtorch launches nothing with programmatic dependent launch,
-    which would let them overlap), so one stream's launches never use the buffer at the same time; launches on
-    different streams get different buffers. While a CUDA graph is being captured the pool hands out a fresh
-    tensor (from the graph's private memory pool, as before): a kept buffer baked into a graph would be shared
-    with whatever runs on that stream when the graph is replayed elsewhere.
-
-    ``allocate(size)`` and ``capturing()`` are torch's on a GPU; a test passes its own."""
-
-    MIN_BYTES = 1 << 16
-
-    def __init__(self, allocate: Callable[[int], Any] | None = None, capturing: Callable[[], bool] | None = None,
-                 device: Callable[[], int] | None = None):
-        self._allocate = allocate or (lambda n: torch.empty(n, device="cuda", dtype=torch.int8))
-        self._capturing = capturing or torch.cuda.is_current_stream_capturing
-        self._device = device or (getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device)
-        self._buffers: dict = {}
-
-    def __call__(self, size: int, alignment: int, stream: Any) -> Any:
-        if self._capturing():
-            return self._allocate(size)
-        key = (self._device(), stream)
-        buf = self._buffers.get(key)
-        if buf is None or buf.numel() < size:  # (the caching allocator's blocks are 512-byte aligned)
-            buf = self._allocate(max(size, self.MIN_BYTES, 2 * buf.numel() if buf is not None else 0))
-            self._buffers[key] = buf
-        return buf
-
-    def clear(self) -> None:
-        self._buffers.clear()
-
-
-_tma_allocator = ScratchPool()
+def _tma_allocator(size: int, alignment: int, stream: Any) -> torch.Tensor:
+    """Global scratch for device-side TMA descriptors (128 bytes per descriptor per program)."""
+    return torch.empty(size, device="cuda", dtype=torch.int8)
 
 
 def install_tma_allocator() -> None:
