@@ -17,7 +17,9 @@ Workloads (bf16 inputs, fp32 accumulation; leaves: x/A, weight/B and every float
 Contenders per (workload, shape): ``eager`` (the function on ``A @ B``), ``compile`` (torch.compile of it,
 ``--compile-mode``), ``evt`` (policy "save": the forward keeps the accumulator when the backward needs it),
 ``evt_recompute`` (policy "recompute": the backward recomputes A @ B), ``evt_compiled`` (torch.compile(fullgraph=True)
-of the evtorch call: the custom op must not break the graph). Reported: forward ms, forward+backward ms
+of the evtorch call: the operator must not break the graph) and, on a GPU, ``compile_cg`` / ``evt_compiled_cg``
+(with ``--cuda-graphs``: the same two compiled with ``mode="reduce-overhead"``, CUDA graphs, so a step costs its
+device time and not the host time around it, which evtorch's public step spends more of than eager's). Reported: forward ms, forward+backward ms
 (``triton.testing.do_bench`` medians, L2 flushed), peak extra memory of one step, and ratios to eager/compile.
 
 Before timing, a correctness section (GPU): gradients of every leaf against torch autograd of the eager function
@@ -294,6 +296,9 @@ def timing(r: Run, shapes):
                 contenders[2:2] = [("evt_fuse", "save", None), ("evt_nofuse", "save", None)]
             if not r.args.no_compile:
                 contenders.insert(1, ("compile", "save", "eager"))
+            if r.cuda and r.args.cuda_graphs:  # CUDA graphs through torch.compile: the steps without host time
+                contenders += ([] if r.args.no_compile else [("compile_cg", "save", "eager_cg")]) + \
+                    [("evt_compiled_cg", "save", "evt_cg")]
             for label, policy, compiled in contenders:
                 if compiled and r.time_left() < 60:
                     r.log(f"  deadline: skipping {label}")
@@ -303,7 +308,9 @@ def timing(r: Run, shapes):
                     fn = eager_fn if label in ("eager", "compile") else evt_fn
                     if compiled:
                         torch._dynamo.reset()
-                        kw = {"fullgraph": True} if compiled == "evt" else {"mode": r.args.compile_mode}
+                        kw = {"evt": {"fullgraph": True}, "eager": {"mode": r.args.compile_mode},
+                              "evt_cg": {"fullgraph": True, "mode": "reduce-overhead"},
+                              "eager_cg": {"mode": "reduce-overhead"}}[compiled]
                         fn = torch.compile(fn, **kw)
 
                     def fwd():
@@ -361,7 +368,8 @@ def table(r: Run):
     checks = r.results["checks"]
     bad = [c["check"] for c in checks if not c.get("ok")]
     lines.append(f"correctness: {len(checks) - len(bad)}/{len(checks)} ok" + (f"; FAILED: {bad}" if bad else ""))
-    cols = ["eager", "compile", "evt", "evt_fuse", "evt_nofuse", "evt_recompute", "evt_compiled"]
+    cols = ["eager", "compile", "evt", "evt_fuse", "evt_nofuse", "evt_recompute", "evt_compiled", "compile_cg",
+            "evt_compiled_cg"]
     lines.append(f"{'workload':<10} {'M x N x K':<16} " + " ".join(f"{c:>13}" for c in cols) +
                  f" {'evt/eager':>9} {'evt/comp':>8}   fwd+bwd ms (peak MiB)")
     for row in r.results["rows"]:
@@ -396,6 +404,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile baseline")
     ap.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated, of {', '.join(WORKLOADS)}")
     ap.add_argument("--skip-checks", action="store_true")
+    ap.add_argument("--cuda-graphs", action="store_true",
+                    help="also time compile_cg / evt_compiled_cg: the eager and evtorch steps under "
+                    "torch.compile(mode='reduce-overhead'), CUDA graphs, so without host time")
     ap.add_argument("--autotune", action="store_true", help="autotune evtorch GEMMs (default off with --quick)")
     ap.add_argument("--deadline-s", type=float, default=540.0)
     ap.add_argument("--warmup-ms", type=float, default=None)

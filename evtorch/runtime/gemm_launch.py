@@ -200,7 +200,13 @@ def narrow_index(launch: "PreparedLaunch") -> None:
 
 
 def _tma_allocator(size: int, alignment: int, stream: Any) -> torch.Tensor:
-    """Global scratch for device-side TMA descriptors (128 bytes per descriptor per program)."""
+    """Global scratch for device-side TMA descriptors (128 bytes per descriptor per program), a fresh allocation
+    per launch. Not a buffer kept per stream, although that would save the ``torch.empty``: tried on 2026-11-28,
+    a kept buffer first allocated while torch.compile's CUDA-graph trees warm a graph up (``mode="reduce-overhead"``:
+    allocations then come from the graph's private pool, with no capture under way to detect) stays alive in that
+    pool, and the trees refuse it ("Detected 1 tensor(s) in the cudagraph pool not tracked as outputs"; an H200,
+    torch 2.11: an ``evt.linear`` step compiled that way failed with the kept buffer and ran with this function).
+    ``tests/test_integration.py::test_gpu_reduce_overhead_step`` holds that case."""
     return torch.empty(size, device="cuda", dtype=torch.int8)
 
 
