@@ -37,6 +37,7 @@ from ..autodiff import GradPlan
 from ..autodiff.canonical import canonical_shape
 from ..errors import EpilogueError
 from ..runtime import knobs
+from ..runtime.pools import keepable
 from .deferred import DeferredGrad, producer
 from .deferred import enabled as deferred_enabled
 from .deferred import mode as deferred_mode
@@ -779,7 +780,7 @@ class EagerBackward:
         if self.empty is not None:
             return self.empty
         ops = _empty_operands(ref, self.sizes, self.batched, dtype)
-        if not (ref.is_cuda and torch.cuda.is_current_stream_capturing()):
+        if keepable(ops[0]):
             self.empty = ops
         return ops
 
@@ -817,12 +818,13 @@ _constants: dict = {}
 
 
 def _constant(value, dtype, device) -> Tensor:
-    """A cached one-element tensor (no fill kernel per call); not cached while a CUDA graph is captured."""
+    """A cached one-element tensor (no fill kernel per call); not cached where it cannot be kept (a CUDA graph's
+    capture or its warm-up under torch.compile's CUDA-graph trees: ``runtime.pools.keepable``)."""
     key = (value if value == value else "nan", dtype, str(device))
     t = _constants.get(key)
     if t is None:
         t = torch.full((1,), value, dtype=dtype, device=device)
-        if not (t.is_cuda and torch.cuda.is_current_stream_capturing()):
+        if keepable(t):
             _constants[key] = t
     return t
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from ..runtime import knobs
+from ..runtime.pools import keepable
 from ..runtime.source_cache import load_module
 from . import kernels as K
 from .assoc import packed_ok
@@ -92,14 +93,18 @@ def sync_args(device, size: int, tickets: int):
     ``done()`` took no tickets (Triton raises before queuing). While a CUDA graph is captured, a fresh
     zeroed buffer per call with TBASE 0 and EPOCH 1: the captured memset resets it at every replay (the host
     cannot count replays), and no cached buffer's address is baked into a graph, where freeing it on a later
-    replacement would leave the graph writing to freed memory."""
+    replacement would leave the graph writing to freed memory. Likewise, uncached, a buffer that came from a
+    CUDA graph's pool (torch.compile's CUDA-graph trees warming a graph up: ``runtime.pools``)."""
     cuda = device.type == "cuda"
     if cuda and torch.cuda.is_current_stream_capturing():
         return torch.zeros(size, dtype=torch.int32, device=device), 0, 1, lambda: None
     key = (device, torch.cuda.current_stream(device).stream_id if cuda else None)
     hit = _SYNC.get(key)
     if hit is None or hit[0].numel() < size or hit[1] + tickets > INT32_MAX or (hit[2] + 1) * 4 + 2 > INT32_MAX:
-        hit = _SYNC[key] = [torch.zeros(_np2(size), dtype=torch.int32, device=device), 0, 0]
+        fresh = torch.zeros(_np2(size), dtype=torch.int32, device=device)
+        if not keepable(fresh):  # a CUDA-graph trees warm-up (runtime.pools): used once, like a capture's
+            return fresh, 0, 1, lambda: None
+        hit = _SYNC[key] = [fresh, 0, 0]
     base, epoch = hit[1], hit[2] + 1
 
     def done():
