@@ -21,7 +21,7 @@ def fake_cuda_tensor(ptr, index=0):
 
 
 def snapshot(*segments):
-    return lambda: [dict(device=d, address=a, total_size=n, segment_pool_id=p) for d, a, n, p in segments]
+    return lambda **kw: [dict(device=d, address=a, total_size=n, segment_pool_id=p) for d, a, n, p in segments]
 
 
 def test_cpu_tensors_are_always_keepable():
@@ -42,7 +42,7 @@ def test_private_pool_lookup(monkeypatch):
 
 
 def test_unreadable_snapshot_keeps_nothing(monkeypatch):
-    def broken():
+    def broken(**kw):
         raise RuntimeError("no snapshots here")
     monkeypatch.setattr(torch.cuda, "memory_snapshot", broken)
     assert pools.in_private_pool(fake_cuda_tensor(0))

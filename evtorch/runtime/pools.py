@@ -24,6 +24,15 @@ import torch
 DEFAULT_POOL = (0, 0)
 
 
+def _segments() -> list:
+    """The caching allocator's segments, without its trace entries where this torch can leave them out (2.13's
+    ``include_traces``; a process recording its memory history would otherwise copy every entry)."""
+    try:
+        return torch.cuda.memory_snapshot(include_traces=False)
+    except TypeError:
+        return torch.cuda.memory_snapshot()
+
+
 def in_private_pool(t: torch.Tensor) -> bool:
     """Whether CUDA tensor ``t``'s memory belongs to a pool other than the caching allocator's default one (a CUDA
     graph's, a ``torch.cuda.MemPool``'s). True where the snapshot cannot tell (not found, an API that differs):
@@ -31,7 +40,7 @@ def in_private_pool(t: torch.Tensor) -> bool:
     try:
         ptr = t.untyped_storage().data_ptr()
         index = t.device.index if t.device.index is not None else torch.cuda.current_device()
-        for seg in torch.cuda.memory_snapshot():
+        for seg in _segments():
             if seg.get("device", index) == index and seg["address"] <= ptr < seg["address"] + seg["total_size"]:
                 return tuple(seg["segment_pool_id"]) != DEFAULT_POOL
     except Exception:  # noqa: BLE001 - an allocator without snapshots (another backend): keep nothing
