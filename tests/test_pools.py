@@ -108,3 +108,10 @@ def test_gpu_first_evtorch_calls_inside_a_reduce_overhead_warm_up():
     env = {**os.environ, "TRITON_INTERPRET": "0", "EVTORCH_AUTOTUNE": "0"}
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-4000:]
+
+
+def test_snapshot_of_an_older_torch(monkeypatch):
+    """torch before ``include_traces``: the plain call."""
+    segments = snapshot((0, 1000, 512, (0, 0)))
+    monkeypatch.setattr(torch.cuda, "memory_snapshot", lambda: segments())
+    assert not pools.in_private_pool(fake_cuda_tensor(1000))
