@@ -1,5 +1,6 @@
 """The benchmark tools that run without a GPU: report summaries (Nsight Compute, power), the paired timer, the bench's
 rows and torch.compile phase, the ablation, probe and tuner-timing helpers."""
+import json
 import os
 import sys
 from pathlib import Path
@@ -847,3 +848,31 @@ def test_training_bench_dry_run_times_the_chosen_workloads(tmp_path):
     assert result["rows"][0]["first_call_tuning"]["evt"] == []
     bad = subprocess.run(cmd[:-2] + ["--workloads", "mlp,conv"], env=env, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--workloads: unknown conv" in bad.stderr
+
+
+def test_host_ab_pairs_rounds_and_alternates_the_order(tmp_path, monkeypatch):
+    """``benchmarks.host_ab``: rounds alternate which checkout runs first, and the summary pairs each round's A
+    and B (the differences' median and range, the rounds where B was faster)."""
+    from benchmarks import host_ab
+
+    for tree in ("a", "b"):
+        (tmp_path / tree / "evtorch").mkdir(parents=True)
+        (tmp_path / tree / "benchmarks").mkdir()
+        (tmp_path / tree / "benchmarks" / "host_overhead.py").write_text("")
+    calls = []
+    times = iter([10.0, 8.0, 9.0, 12.0, 11.0, 7.0])  # (a, b), then (b, a), then (a, b)
+
+    def fake_run(tree, extra, out):
+        calls.append((tree.name, tuple(extra)))
+        return {"case": next(times)}
+    monkeypatch.setattr(host_ab, "run_once", fake_run)
+    assert host_ab.main(["--a", str(tmp_path / "a"), "--b", str(tmp_path / "b"), "--rounds", "3", "--only", "case",
+                         "--json", str(tmp_path / "ab.json"), "--", "--device", "cpu"]) == 0
+    assert [c[0] for c in calls] == ["a", "b", "b", "a", "a", "b"]
+    assert calls[0][1] == ("--only", "case", "--device", "cpu")
+    s = json.loads((tmp_path / "ab.json").read_text())["summary"]["case"]
+    # rounds: a 10 b 8; b 9 a 12; a 11 b 7 -> differences -2, -3, -4
+    assert s["diff_median"] == -3 and s["diff_range"] == [-4, -2] and s["b_faster_in"] == 3
+    assert s["a_median"] == 11 and s["b_median"] == 8
+    with pytest.raises(SystemExit):
+        host_ab.main(["--a", str(tmp_path), "--b", str(tmp_path / "b")])  # not a checkout
