@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -105,7 +106,9 @@ def test_gpu_first_evtorch_calls_inside_a_reduce_overhead_warm_up():
             del y, grads
         print("ok")
     """)
-    env = {**os.environ, "TRITON_INTERPRET": "0", "EVTORCH_AUTOTUNE": "0"}
+    root = str(Path(__file__).resolve().parents[1])  # the checkout, importable as pytest imports it here
+    env = {**os.environ, "TRITON_INTERPRET": "0", "EVTORCH_AUTOTUNE": "0",
+           "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-4000:]
 
