@@ -30,23 +30,35 @@ def test_cpu_tensors_are_always_keepable():
 
 
 def test_private_pool_lookup(monkeypatch):
+    monkeypatch.setattr(pools, "_snapshots_usable", True)
     monkeypatch.setattr(torch.cuda, "memory_snapshot", snapshot((0, 1000, 512, (0, 0)), (0, 4096, 1024, (1, 7)),
                                                                  (1, 4096, 1024, (0, 0))))
     assert not pools.in_private_pool(fake_cuda_tensor(1100))           # inside the default pool's segment
     assert pools.in_private_pool(fake_cuda_tensor(4096 + 1023))        # a graph's pool
     assert not pools.in_private_pool(fake_cuda_tensor(4100, index=1))  # same address, other device: default
-    assert pools.in_private_pool(fake_cuda_tensor(1512))               # just past a segment: not found
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     assert pools.keepable(fake_cuda_tensor(1100)) and not pools.keepable(fake_cuda_tensor(4200))
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     assert not pools.keepable(fake_cuda_tensor(1100))  # capturing: never kept
 
 
-def test_unreadable_snapshot_keeps_nothing(monkeypatch):
-    def broken(**kw):
-        raise RuntimeError("no snapshots here")
-    monkeypatch.setattr(torch.cuda, "memory_snapshot", broken)
-    assert pools.in_private_pool(fake_cuda_tensor(0))
+@pytest.mark.parametrize("how", ["raises", "not found"])
+def test_snapshot_that_cannot_tell_is_not_asked_again(monkeypatch, how):
+    """A snapshot that raises, or lacks a tensor the caching allocator just made: the check answers "default pool"
+    (keep, outside a capture, as before it existed) and stops asking, so a cache still fills."""
+    monkeypatch.setattr(pools, "_snapshots_usable", True)
+    asked = []
+
+    def snap(**kw):
+        asked.append(1)
+        if how == "raises":
+            raise RuntimeError("no snapshots here")
+        return [dict(device=0, address=0, total_size=16, segment_pool_id=(0, 0))]
+    monkeypatch.setattr(torch.cuda, "memory_snapshot", snap)
+    assert not pools.in_private_pool(fake_cuda_tensor(1 << 20))
+    assert not pools.in_private_pool(fake_cuda_tensor(1 << 20)) and len(asked) == 1
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    assert pools.keepable(fake_cuda_tensor(1 << 20))
 
 
 def test_constants_and_scan_buffers_follow_keepable(monkeypatch):
@@ -115,6 +127,7 @@ def test_gpu_first_evtorch_calls_inside_a_reduce_overhead_warm_up():
 
 def test_snapshot_of_an_older_torch(monkeypatch):
     """torch before ``include_traces``: the plain call."""
+    monkeypatch.setattr(pools, "_snapshots_usable", True)
     segments = snapshot((0, 1000, 512, (0, 0)))
     monkeypatch.setattr(torch.cuda, "memory_snapshot", lambda: segments())
     assert not pools.in_private_pool(fake_cuda_tensor(1000))

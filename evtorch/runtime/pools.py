@@ -15,7 +15,8 @@ such a call outlives what owns the pool:
 torch has no query for the second case, so ``keepable`` looks the new tensor up in the caching allocator's
 snapshot: a block of the default pool (id (0, 0)) may be kept, one of any other pool may not. The snapshot costs
 milliseconds in a large process, so callers ask only when they are about to keep something new (a cache miss),
-never on a hit.
+never on a hit; and where the snapshot cannot tell, the check steps aside for good (``in_private_pool``), leaving
+the capture check alone, as before it existed.
 """
 from __future__ import annotations
 
@@ -33,19 +34,30 @@ def _segments() -> list:
         return torch.cuda.memory_snapshot()
 
 
+_snapshots_usable = True
+
+
 def in_private_pool(t: torch.Tensor) -> bool:
     """Whether CUDA tensor ``t``'s memory belongs to a pool other than the caching allocator's default one (a CUDA
-    graph's, a ``torch.cuda.MemPool``'s). True where the snapshot cannot tell (not found, an API that differs):
-    the caller then keeps nothing, which is always correct."""
+    graph's, a ``torch.cuda.MemPool``'s), by the allocator's snapshot.
+
+    Where the snapshot cannot tell (it raises, or does not hold the tensor: another allocator behind torch, a
+    torch whose snapshot differs) this answers False from then on without asking again: callers then keep what
+    they allocate outside a capture, as evtorch did before this check, rather than pay a snapshot on every call
+    of a cache that could never fill."""
+    global _snapshots_usable
+    if not _snapshots_usable:
+        return False
     try:
         ptr = t.untyped_storage().data_ptr()
         index = t.device.index if t.device.index is not None else torch.cuda.current_device()
         for seg in _segments():
             if seg.get("device", index) == index and seg["address"] <= ptr < seg["address"] + seg["total_size"]:
                 return tuple(seg["segment_pool_id"]) != DEFAULT_POOL
-    except Exception:  # noqa: BLE001 - an allocator without snapshots (another backend): keep nothing
-        return True
-    return True
+    except Exception:  # noqa: BLE001 - see the docstring
+        pass
+    _snapshots_usable = False
+    return False
 
 
 def keepable(t: torch.Tensor) -> bool:
