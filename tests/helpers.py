@@ -303,3 +303,37 @@ def ops_in(graph, op: str | None = None) -> list[str]:
 
 def count(graph, op: str, target=None) -> int:
     return len(graph.find(op, target))
+
+
+def check_reduce_overhead_steps(eager_first: bool, steps: int = 5) -> None:
+    """``evt.linear(x, W, gelu_tanh, b)`` (bf16, 1024x512x256: enough tiles for the TMA templates) trained under
+    ``torch.compile(mode="reduce-overhead", fullgraph=True)`` (CUDA-graph trees: warm-up runs whose allocations
+    come from the graph's pool, then recorded graphs), ``eager_first``: after one eager step on the default
+    stream. Each step's output and gradients against the fp32 eager reference, the error relative to the
+    largest value (bf16 sums). CUDA only; the caller sets up the knobs (EVTORCH_AUTOTUNE)."""
+    import torch.nn.functional as F
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    M, N, K = 1024, 512, 256
+    x = (torch.randn(M, K, device="cuda") * 0.5).bfloat16().requires_grad_()
+    W = (torch.randn(N, K, device="cuda") * K ** -0.5).bfloat16().requires_grad_()
+    b = (torch.randn(N, device="cuda") * 0.1).bfloat16().requires_grad_()
+
+    def gelu(y):
+        return F.gelu(y, approximate="tanh")
+    if eager_first:
+        y = evt.linear(x, W, gelu, b)
+        torch.autograd.grad(y.float().sum(), (x, W, b))
+    step = torch.compile(lambda x, W, b: evt.linear(x, W, gelu, b), mode="reduce-overhead", fullgraph=True)
+    leaves32 = [t.detach().float().requires_grad_() for t in (x, W, b)]
+    for i in range(steps):
+        gy = torch.randn(M, N, device="cuda").bfloat16()
+        y = step(x, W, b)
+        grads = torch.autograd.grad(y, (x, W, b), gy)
+        y32 = gelu(F.linear(*leaves32))
+        want = torch.autograd.grad(y32, leaves32, gy.float())
+        for name, g, w in zip(("y", "dx", "dW", "db"), (y, *grads), (y32.detach(), *want)):
+            err = float((g.float() - w).abs().max() / w.abs().max())
+            assert err < 2e-2, f"step {i} {name}: max error {err:.2e} of the largest |value|"
+        del y, grads

@@ -314,27 +314,7 @@ def test_gpu_reduce_overhead_step(monkeypatch):
     scratch buffer kept across launches did (``gemm_launch._tma_allocator``: the trees refused an ``evt.linear``
     step at 8192x4096x1024 with it, H200, 2026-11-28; this smaller case passed there without it and was not run
     with it)."""
-    monkeypatch.setenv("EVTORCH_AUTOTUNE", "0")
-    torch._dynamo.reset()
-    torch.manual_seed(0)
-    M, N, K = 1024, 512, 256  # enough tiles for the persistent / ping-pong templates and their TMA descriptors
-    x = (torch.randn(M, K, device="cuda") * 0.5).bfloat16().requires_grad_()
-    W = (torch.randn(N, K, device="cuda") * K ** -0.5).bfloat16().requires_grad_()
-    b = (torch.randn(N, device="cuda") * 0.1).bfloat16().requires_grad_()
+    from helpers import check_reduce_overhead_steps
 
-    def gelu(y):
-        return F.gelu(y, approximate="tanh")
-    y = evt.linear(x, W, gelu, b)  # an eager step first, on the default stream
-    torch.autograd.grad(y.float().sum(), (x, W, b))
-    step = torch.compile(lambda x, W, b: evt.linear(x, W, gelu, b), mode="reduce-overhead", fullgraph=True)
-    leaves32 = [t.detach().float().requires_grad_() for t in (x, W, b)]
-    for i in range(5):
-        gy = torch.randn(M, N, device="cuda").bfloat16()
-        y = step(x, W, b)
-        grads = torch.autograd.grad(y, (x, W, b), gy)
-        y32 = gelu(F.linear(*leaves32))
-        want = torch.autograd.grad(y32, leaves32, gy.float())
-        for name, g, w in zip(("y", "dx", "dW", "db"), (y, *grads), (y32.detach(), *want)):
-            err = float((g.float() - w).abs().max() / w.abs().max())  # bf16 sums: relative to the largest value
-            assert err < 2e-2, f"step {i} {name}: max error {err:.2e} of the largest |value|"
-        del y, grads
+    monkeypatch.setenv("EVTORCH_AUTOTUNE", "0")
+    check_reduce_overhead_steps(eager_first=True)

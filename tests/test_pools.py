@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -95,32 +94,10 @@ def test_gpu_first_evtorch_calls_inside_a_reduce_overhead_warm_up():
     makes a K = 0 pass, whose operand constant evtorch caches) run inside torch.compile's CUDA-graph trees'
     warm-up: five steps, against the fp32 reference. A cache filled in the warm-up would hold memory of the
     graph's pool, which the trees refuse on the next step."""
-    script = textwrap.dedent("""
-        import torch, torch.nn.functional as F
-        import evtorch as evt
-        torch.manual_seed(0)
-        M, N, K = 1024, 512, 256
-        x = (torch.randn(M, K, device="cuda") * 0.5).bfloat16().requires_grad_()
-        W = (torch.randn(N, K, device="cuda") * K ** -0.5).bfloat16().requires_grad_()
-        b = (torch.randn(N, device="cuda") * 0.1).bfloat16().requires_grad_()
-        gelu = lambda y: F.gelu(y, approximate="tanh")
-        step = torch.compile(lambda x, W, b: evt.linear(x, W, gelu, b), mode="reduce-overhead", fullgraph=True)
-        leaves32 = [t.detach().float().requires_grad_() for t in (x, W, b)]
-        for i in range(5):
-            gy = torch.randn(M, N, device="cuda").bfloat16()
-            y = step(x, W, b)
-            grads = torch.autograd.grad(y, (x, W, b), gy)
-            y32 = gelu(F.linear(*leaves32))
-            want = torch.autograd.grad(y32, leaves32, gy.float())
-            for name, g, w in zip(("y", "dx", "dW", "db"), (y, *grads), (y32.detach(), *want)):
-                err = float((g.float() - w).abs().max() / w.abs().max())
-                assert err < 2e-2, f"step {i} {name}: {err:.2e}"
-            del y, grads
-        print("ok")
-    """)
-    root = str(Path(__file__).resolve().parents[1])  # the checkout, importable as pytest imports it here
-    env = {**os.environ, "TRITON_INTERPRET": "0", "EVTORCH_AUTOTUNE": "0",
-           "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+    script = "from helpers import check_reduce_overhead_steps; check_reduce_overhead_steps(False); print('ok')"
+    here = Path(__file__).resolve().parent  # the checkout and its tests' helpers, importable as pytest has them
+    path = os.pathsep.join(p for p in (str(here.parent), str(here), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "TRITON_INTERPRET": "0", "EVTORCH_AUTOTUNE": "0", "PYTHONPATH": path}
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-4000:]
 
