@@ -71,8 +71,10 @@ def test_constants_and_scan_buffers_follow_keepable(monkeypatch):
     monkeypatch.setattr(ops, "keepable", lambda t: False)
     a, b = ops._constant(0.5, torch.float32, "cpu"), ops._constant(0.5, torch.float32, "cpu")
     assert a is not b and not ops._constants and float(a) == 0.5
+    assert not ops._is_constant(a.expand(4))  # the K = 0 operands' views are kept only with their constant
     monkeypatch.setattr(ops, "keepable", lambda t: True)
-    assert ops._constant(0.5, torch.float32, "cpu") is ops._constant(0.5, torch.float32, "cpu")
+    kept = ops._constant(0.5, torch.float32, "cpu")
+    assert kept is ops._constant(0.5, torch.float32, "cpu") and ops._is_constant(kept.as_strided((3, 0), (0, 0)))
 
     monkeypatch.setattr(scan_launch, "_SYNC", {})
     monkeypatch.setattr(scan_launch, "keepable", lambda t: False)

@@ -780,7 +780,7 @@ class EagerBackward:
         if self.empty is not None:
             return self.empty
         ops = _empty_operands(ref, self.sizes, self.batched, dtype)
-        if keepable(ops[0]):
+        if _is_constant(ops[0]):  # views of a kept constant are kept with it (``_constant`` decided, once)
             self.empty = ops
         return ops
 
@@ -827,6 +827,12 @@ def _constant(value, dtype, device) -> Tensor:
         if keepable(t):
             _constants[key] = t
     return t
+
+
+def _is_constant(t: Tensor) -> bool:
+    """Whether ``t`` views one of the kept constants of ``_constant``."""
+    ptr = t.untyped_storage().data_ptr()
+    return any(c.untyped_storage().data_ptr() == ptr for c in _constants.values())
 
 
 def _empty_operands(A: Tensor, sizes: dict, batched: bool, dtype) -> tuple[Tensor, Tensor]:
