@@ -59,8 +59,9 @@ class Case:
     broadcast_b: bool = False
     gpu_only: str = ""      # why the Triton interpreter cannot check this case (it still runs on the GPU)
     tol: float | None = None  # for cases whose values pass through a low-precision rounding
-    # a discontinuous function of acc (rounding to integers, sign, comparisons): ``check`` accepts, element by
-    # element, any value the function takes within the kernel's accumulation error of the float64 accumulator
+    # a discontinuous function of acc (rounding to integers, sign, comparisons) whose pieces have slope at most 1
+    # in acc: ``check`` accepts, element by element, any value the function takes within the kernel's
+    # accumulation error of the float64 accumulator (``_step_bounds``)
     step: bool = False
 
 
@@ -218,10 +219,17 @@ def operands(case: Case, M, N, K, L, device, dtype):
 
 
 def _step_bounds(case: Case, A, B, acc, ref_inputs, dtype, allow_tf32) -> list:
-    """Per output of a step case, (lo, hi): the elementwise min and max of the reference at acc - d, acc and
-    acc + d, where d = 2 K u (|A| @ |B|) bounds the kernel's accumulation error (u: the unit roundoff of its
-    products and sums: fp32's, TF32's inputs, or fp64's). Where the float64 accumulator lies within d of one of the
-    function's discontinuities, the kernel's float32 sum may land on either side, and either value is right."""
+    """Per output of a step case, (lo, hi): bounds on the values the reference takes for accumulators within
+    d = 2 K u (|A| @ |B|) of the float64 one, which bounds the kernel's accumulation error (u: the unit roundoff of
+    its products and sums: fp32's, TF32's inputs, or fp64's). Where the float64 accumulator lies within d of one of
+    the function's discontinuities, the kernel's float32 sum may land on either side, and either value is right.
+
+    The reference runs at acc - d, acc and acc + d; their elementwise min and max, widened by 2 d (floating outputs;
+    an integer output's pieces are constant), hold every value of a function whose pieces have slope at most 1
+    (``Case.step``). The widening matters at a discontinuity c:
+    the kernel's accumulator may land just past c, where the function's value is its one-sided limit at c, which
+    none of the three runs samples (``where(acc <= C, acc, -acc)`` at acc = C < 0 takes values up to -C, the runs
+    only up to -C - d)."""
     K = A.shape[-1]
     u = 2.0 ** -53 if dtype == torch.float64 else 2.0 ** -11 if allow_tf32 and dtype == torch.float32 else 2.0 ** -24
     d = 2 * K * u * (A.double().abs() @ B.double().abs())
@@ -235,7 +243,8 @@ def _step_bounds(case: Case, A, B, acc, ref_inputs, dtype, allow_tf32) -> list:
             bounds.append(None)
             continue
         stacked = torch.stack([v.double() for v in values])
-        bounds.append((stacked.amin(0).to(values[0].dtype), stacked.amax(0).to(values[0].dtype)))
+        widen = 2 * d if values[0].dtype.is_floating_point and d.shape == values[0].shape else 0.0
+        bounds.append(((stacked.amin(0) - widen).to(values[0].dtype), (stacked.amax(0) + widen).to(values[0].dtype)))
     return bounds
 
 

@@ -36,6 +36,25 @@ def test_step_case_accepts_either_side_of_a_discontinuity(monkeypatch):
     check(case, M=M, N=N, K=K, L=1)
 
 
+def test_step_case_accepts_the_one_sided_limit_past_a_discontinuity(monkeypatch):
+    """``where(acc <= C, acc, -acc)`` with C a hair above a negative float64 accumulator: a kernel whose float32 sum
+    lands past C returns -acc32, up to -C, a value none of the reference runs at acc - d, acc, acc + d takes (they
+    reach -C - d): the GPU selftest's op_le failure of 2026-11-29 (1024x768x512, float32)."""
+    case = Case("le_at_negative_steps", lambda acc, C: torch.where(acc <= C, acc, -acc), lambda *a: {}, step=True)
+    A, B = operands(case, M, N, K, 1, "cpu", torch.float32)
+    acc = A.double() @ B.double()
+    d = 2 * K * 2.0 ** -24 * (A.double().abs() @ B.double().abs())
+    C = -(acc.abs() + 0.5)  # every element negative: shift acc down so it sits on C
+    acc_neg = C - d / 8  # the float64 accumulator a hair under C ...
+    shift = (acc_neg - acc).float()
+    case.fn = lambda acc, C, s=shift.double(): torch.where(acc + s <= C, acc + s, -(acc + s))
+    case.make_inputs = lambda *a: {"C": C.float()}
+    kernel_acc = acc + shift.double() + d / 4  # ... the kernel's float32 sum a hair over it, within d
+    _fake_gemm(monkeypatch, lambda A, B, kw: torch.where(kernel_acc <= kw["C"].double(), kernel_acc,
+                                                         -kernel_acc).float())
+    check(case, M=M, N=N, K=K, L=1)
+
+
 def test_step_case_rejects_a_wrong_step_away_from_discontinuities(monkeypatch):
     case = Case("ceil_generic", lambda acc, C: torch.ceil(acc + C), lambda *a: {}, step=True)
     A, B = operands(case, M, N, K, 1, "cpu", torch.float32)
