@@ -15,6 +15,7 @@ from .errors import (EpilogueError, EpilogueTypeError, ShapeError, TraceControlF
                      UnsupportedOpError)
 from .frontend.signature import spec
 from .integration.linear import linear
+from .integration import ops as _operators  # noqa: E402,F401  (registers torch.ops.evtorch.*: see integration)
 from . import nn  # noqa: E402,F401  (evtorch.nn.Linear)
 from .scan import scan
 

@@ -318,3 +318,67 @@ def test_gpu_reduce_overhead_step(monkeypatch):
 
     monkeypatch.setenv("EVTORCH_AUTOTUNE", "0")
     check_reduce_overhead_steps(eager_first=True)
+
+
+# ------------------------------------------------------------------------------------------------- torch.export
+class _ExportBlock(torch.nn.Module):
+    """evt.linear with GELU and evt.gemm with an extra input and a row sum: two plans, new to this process (a
+    fresh epilogue per instance), so that exporting builds them under the exporter's tracer."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = evt.nn.Linear(32, 48, epilogue=lambda y: F.gelu(y, approximate="tanh"))
+        self.w2 = torch.nn.Parameter(torch.randn(48, 24) / 7)
+
+    def forward(self, x, C):
+        h = self.proj(x)
+        D, rows = evt.gemm(h, self.w2, lambda acc, C: ((acc + C).tanh(), (acc * C).sum(dim=1)), C=C)
+        return D, rows
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["nonstrict", "strict"])
+def test_export_records_the_operators_not_the_epilogue_tracing(strict):
+    """The exported graph holds the evtorch operators and the views around them: nothing of the epilogue's
+    trace-time tracing (it runs aten ops on meta tensors; the non-strict exporter recorded about 170 of them as
+    dead nodes, which ``ep.module()`` ran on every call). The exported module matches the eager one on new data."""
+    block = _ExportBlock()
+    x, C = torch.randn(16, 32), torch.randn(16, 24)
+    ep = torch.export.export(block, (x, C), strict=strict)
+    calls = [n for n in ep.graph.nodes if n.op == "call_function"]
+    on_meta = [n for n in calls if isinstance(n.meta.get("val"), torch.Tensor) and n.meta["val"].device.type == "meta"]
+    assert not on_meta, f"nodes on the meta device: {[str(n.target) for n in on_meta][:10]}"
+    targets = {str(n.target) for n in calls}
+    assert sum(str(n.target) == "evtorch.gemm.default" for n in calls) == 2
+    compute = {t for t in targets if t.startswith("aten.") and t.split(".")[1] not in (
+        "reshape", "view", "permute", "t", "transpose", "expand", "contiguous", "_to_copy", "alias")}
+    assert not compute, f"aten compute outside the operators: {sorted(compute)}"
+    x2, C2 = torch.randn(16, 32), torch.randn(16, 24)
+    for got, want in zip(ep.module()(x2, C2), block(x2, C2)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_exported_program_run_in_another_process_names_the_missing_plan(tmp_path):
+    """A saved exported program loads in a fresh process that imported evtorch (the operators register at
+    import); running it there raises an EpilogueError naming the plan and what to do, never a plan of the other
+    process that happens to have the same number (keys carry a per-process token)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    path = tmp_path / "block.pt2"
+    torch.export.save(torch.export.export(_ExportBlock(), (torch.randn(16, 32), torch.randn(16, 24))), str(path))
+    script = f"""
+import torch, evtorch as evt
+evt.gemm(torch.randn(16, 32, requires_grad=True), torch.randn(32, 48), lambda acc: acc * 2)  # this process's own first plans
+evt.linear(torch.randn(16, 32, requires_grad=True), torch.randn(48, 32), lambda y: y.relu())
+ep = torch.export.load({str(path)!r})
+try:
+    ep.module()(torch.randn(16, 32), torch.randn(16, 24))
+    print("RAN")
+except evt.EpilogueError as e:
+    print("ERROR", e)
+"""
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=root,
+                         env={**__import__("os").environ, "PYTHONPATH": str(root)})
+    assert "ERROR evtorch::gemm: unknown plan" in out.stdout, out.stdout + out.stderr[-3000:]
+    assert "export it again in this process" in out.stdout

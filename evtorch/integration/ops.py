@@ -27,11 +27,13 @@ from __future__ import annotations
 import functools
 import itertools
 import operator
+import secrets
 import threading
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+from torch.utils._python_dispatch import _disable_current_modes  # torch-internal since 2.0; export and make_fx rely on it
 
 from ..autodiff import GradPlan
 from ..autodiff.canonical import canonical_shape
@@ -47,6 +49,9 @@ _lock = threading.Lock()
 _plans: dict[str, "Entry"] = {}
 _keys: dict[tuple, str] = {}
 _counter = itertools.count()
+#: plan keys carry this process's token: a program exported in one process and run in another names plans of the
+#: first, and a bare counter ("p0") could name a different plan of the second, a silently wrong result
+_PROCESS = secrets.token_hex(4)
 
 
 @dataclass
@@ -86,15 +91,21 @@ class Entry:
 
 
 def register(signature: tuple, build) -> str:
-    """The key of the plan for ``signature``, building it with ``build()`` the first time."""
+    """The key of the plan for ``signature``, building it with ``build()`` the first time.
+
+    ``build`` runs with the tracing modes of whoever called (torch.export's non-strict tracer, make_fx) set aside:
+    tracing the epilogue runs aten ops on meta tensors, and a tracer would record them into the traced graph as
+    dead nodes (about 170 for a GELU ``evt.linear`` under ``torch.export.export``, which ``ep.module()`` then ran on
+    every call). A plan is a constant of the traced program, not part of it."""
     key = _keys.get(signature)
     if key is not None:
         return key
-    entry = build()
+    with _disable_current_modes():
+        entry = build()
     with _lock:
         key = _keys.get(signature)
         if key is None:
-            key = f"p{next(_counter)}"
+            key = f"p{next(_counter)}_{_PROCESS}"
             _plans[key] = entry
             _keys[signature] = key
     return key
@@ -104,9 +115,9 @@ def entry(key: str) -> Entry:
     try:
         return _plans[key]
     except KeyError:
-        raise EpilogueError(f"evtorch::gemm: unknown plan {key!r}; plans live in the process that built them "
-                            "(an exported graph calling evtorch ops must be run where evt.gemm traced them)") \
-            from None
+        raise EpilogueError(f"evtorch::gemm: unknown plan {key!r}; plans live in the process that traced them "
+                            f"(this one's keys end in _{_PROCESS}): run an exported program where it was exported, "
+                            "or export it again in this process") from None
 
 
 def _scalars(e: Entry, values) -> list:
