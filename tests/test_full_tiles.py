@@ -74,17 +74,6 @@ def test_launcher_sets_even_flags_from_shape_and_tile(template, M, N, k):
         assert (launch.reduce_kwargs["EVEN_M"], launch.reduce_kwargs["EVEN_N"]) == (M % 16 == 0, N % 32 == 0)
 
 
-@pytest.mark.parametrize("k", [0, 24])
-def test_portable_has_k_flag_leaves_the_k_loop_out_of_epilogue_only_passes(k):
-    """K = 0 (a backward's epilogue-only pass): the portable kernel is compiled without its K loop and dot
-    (HAS_K False), so the zero accumulator and the epilogue take a coalesced layout instead of the dot's."""
-    A, B, kw = _inputs(40, 64, K=k)
-    ep = get_epilogue(epilogue, (40, 64), torch.float32, kw)
-    prog = build_program(ep, out_dtype=torch.float32)
-    launch = prepare_launch(prog.module, prog.kernel_base, A, B, CONFIGS["portable"], allow_tf32=False)
-    assert launch.common["HAS_K"] is (k > 0)
-
-
 @pytest.mark.interpreter
 @pytest.mark.parametrize("deterministic", [False, True], ids=["atomic", "partials"])
 @pytest.mark.parametrize("template", sorted(CONFIGS))

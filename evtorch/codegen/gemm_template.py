@@ -115,13 +115,6 @@ _POINTER_SETUP = """\
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC_DTYPE)
 """
 
-# An epilogue-only tile (K = 0): its coordinates and a zero accumulator, no operand pointers.
-_EPILOGUE_ONLY_SETUP = """\
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC_DTYPE)
-"""
-
 # TMA descriptors for A and B (device-side: ``tl.make_tensor_descriptor`` needs ``triton.set_allocator``). The
 # launcher guarantees: each operand is row-major (last stride 1) or column-major (*_COL_MAJOR: the M/N stride is
 # 1), non-unit strides and the base are 16-byte aligned. *_BATCHED operands use 3-D descriptors [L, rows, cols]
@@ -211,21 +204,17 @@ def __KERNEL__(
     + "__PARAMS_SIG__"
     + _TILE_CONSTEXPRS
     + '''\
-    EVEN_K: tl.constexpr, HAS_K: tl.constexpr,
+    EVEN_K: tl.constexpr,
 ):
-    """Portable tiled GEMM + epilogue; grid (cdiv(M,BM)*cdiv(N,BN), L). HAS_K False (K = 0: a backward's
-    epilogue-only pass over a saved accumulator) leaves the K loop and its dot out of the kernel: the zero
-    accumulator then takes a coalesced blocked layout instead of the dot's, and so do the epilogue's loads and
-    stores."""
+    """Portable tiled GEMM + epilogue; grid (cdiv(M,BM)*cdiv(N,BN), L)."""
     pid = tl.program_id(0)
     pid_l = tl.program_id(1)
 '''
     + _SWIZZLE.replace("__T__", "pid")
     + "    k_lo = 0\n    k_hi = K\n"
-    + "    if HAS_K:\n"
-    + _indent(_POINTER_SETUP + "    for k0 in range(0, K, BLOCK_K):\n" + _POINTER_K_STEP, 4)
-    + "    else:\n"
-    + _indent(_EPILOGUE_ONLY_SETUP, 4)
+    + _POINTER_SETUP
+    + "    for k0 in range(0, K, BLOCK_K):\n"
+    + _POINTER_K_STEP
     + "    __EPILOGUE__(acc, offs_m, offs_n, pid_m, pid_n, pid_l, M, N, L, __LAUNCH_FLAGS____PARAMS_CALL__)\n"
 )
 

@@ -364,7 +364,6 @@ def prepare_launch(
         # the pointer templates' own K loop: every step's run of K whole, its K mask folds away
         common["EVEN_K"] = p.K % config.BLOCK_K == 0
     if config.template == "portable":
-        common["HAS_K"] = p.K > 0  # K = 0: no K loop, no dot (the epilogue in a coalesced layout)
         out.jit, out.grid = _kernel(module, kernel_name, "portable"), (tiles, p.L)
     elif config.template == "splitk":
         split = config.SPLIT_K
