@@ -360,9 +360,11 @@ _PINGPONG_HEURISTIC, _PINGPONG_HEURISTIC_TMA = _PINGPONG_GLUON_16[0], _PINGPONG_
 # memory-bound tiles that hold the epilogue's temporaries without spilling, and many programs. (BM, BN, warps),
 # BLOCK_K 16, one stage; the first is the heuristic's. A 128x256 tile on 8 warps (what the sized-to-the-problem rule
 # gave K = 0, and the tuner's only candidate) ran GELU's backward pass at 8192x4096 in 3.15 ms, 64x64 in 80-83 us
-# (H200, 2026-11-28, benchmarks/training_bench.py --profile).
-_EPILOGUE_ONLY_16 = ((64, 64, 4), (64, 128, 4), (128, 64, 4), (32, 128, 4), (128, 32, 4), (128, 128, 8),
-                     (32, 64, 2))
+# (H200, 2026-11-28, benchmarks/training_bench.py --profile). Of seven small tiles the tuner timed on the H200
+# (benchmarks/results/tuning_k0_h200_20261129.json: GELU's backward at 8192x4096, a plain linear's at 8192x1024),
+# these three won or came within 10% of the winner; the four others (64x128, 128x64, 32x128, 128x128 on 8 warps)
+# took 1.11-2.81x the fastest, and their compiles and timings a first call's seconds.
+_EPILOGUE_ONLY_16 = ((64, 64, 4), (128, 32, 4), (32, 64, 2))
 
 # fp32 without TF32 has no tensor-core path: tl.dot becomes FMA loops whose register use grows with the
 # tile. On the H200 run, 128x256 / 128x128 persistent fp32-IEEE kernels spilled 24 to 3052 registers
