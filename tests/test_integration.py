@@ -368,7 +368,8 @@ def test_exported_program_run_in_another_process_names_the_missing_plan(tmp_path
     torch.export.save(torch.export.export(_ExportBlock(), (torch.randn(16, 32), torch.randn(16, 24))), str(path))
     script = f"""
 import torch, evtorch as evt
-evt.gemm(torch.randn(16, 32, requires_grad=True), torch.randn(32, 48), lambda acc: acc * 2)  # this process's own first plans
+# this process's own first plans
+evt.gemm(torch.randn(16, 32, requires_grad=True), torch.randn(32, 48), lambda acc: acc * 2)
 evt.linear(torch.randn(16, 32, requires_grad=True), torch.randn(48, 32), lambda y: y.relu())
 ep = torch.export.load({str(path)!r})
 try:

@@ -33,7 +33,8 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
-from torch.utils._python_dispatch import _disable_current_modes  # torch-internal since 2.0; export and make_fx rely on it
+# torch-internal since 2.0; torch.export and make_fx rely on it themselves
+from torch.utils._python_dispatch import _disable_current_modes
 
 from ..autodiff import GradPlan
 from ..autodiff.canonical import canonical_shape
