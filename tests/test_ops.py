@@ -343,6 +343,20 @@ def test_integer_and_bool_dtypes_follow_eager_promotion():
                                       torch.float32, torch.int64]
 
 
+@pytest.mark.interpreter
+def test_bool_plus_bool_is_a_logical_or():
+    """torch's bool + bool is bool and True + True is True; the kernel's 1-bit add wrapped it to False (every
+    element of m + m came out False on the triton backend, found 2026-11-29). Also through arithmetic and sums."""
+    def fn(acc, m):
+        return m + m, ((acc > 0) + m) * 1.0, (m + (acc > 0)).sum(1), m + True
+
+    A, B = operands(M, N, K, seed=51)
+    m = rand((M, N), seed=52) > 0
+    for backend in ("reference", "triton"):
+        got = check_gemm(fn, A, B, m=m, runner=lambda A, B, fn, **kw: evt.gemm(A, B, fn, backend=backend, **kw))
+        assert got[0].dtype == torch.bool and torch.equal(got[0].cpu(), m.cpu()) and got[3].all(), backend
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_low_precision_inputs_promote_like_eager(dtype):
     """A half/bfloat16 aux input meets the fp32 accumulator in fp32; outputs come back in A's dtype."""

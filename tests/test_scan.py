@@ -543,3 +543,11 @@ def test_sync_buffer_replaced_before_int32_overflow(monkeypatch):
     with pytest.raises(RuntimeError, match="launch failed"):
         evt.scan(fn, X, backend="triton", config=cfg)
     assert list(_sync()[1:]) == before
+
+def test_bool_state_plus_bool_is_a_logical_or():
+    """A bool state updated with ``p + x`` is torch's logical or (a running "any"), not a 1-bit add that wraps."""
+    X = torch.rand(12, 4, generator=torch.Generator().manual_seed(5)) > 0.6
+    want = X.int().cummax(0).values.bool()
+    for backend in ("reference", "triton"):
+        got = evt.scan(lambda p, x: p + x, X, backend=backend)
+        assert got.dtype == torch.bool and torch.equal(got, want), backend

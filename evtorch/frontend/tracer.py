@@ -181,6 +181,10 @@ class Tracer:
                 raise self._err(UnsupportedOpError, f"{spelled}: the exponent must be a constant number, got "
                                                     f"{type(attrs['exponent']).__name__}; for a tensor exponent "
                                                     "write torch.exp(y * torch.log(x))")
+        if op.name == "add" and all(isinstance(v, bool) or (isinstance(v, TracedTensor) and v.dtype == torch.bool)
+                                    for v in operands) and attrs.get("alpha", 1) in (1, True):
+            # torch's bool + bool is a logical or (True + True is True); a kernel's 1-bit add would wrap to False
+            op, attrs = REGISTRY.ops["logical_or"], {}
         return self.apply(op, operands, attrs, spelled)
 
     def _decompose(self, op: OpDef, operands, attrs) -> TracedTensor:
