@@ -354,3 +354,37 @@ def test_registered_op_with_derivative():
     A, B = operands()
     check(lambda acc: cube(acc), A, B)
 
+
+
+# ------------------------------------------------------------------------------ outputs that never read acc
+@pytest.mark.parametrize("fn", [lambda acc, C: C * 2, lambda acc, C: (C, acc), lambda acc, C: (acc, C + 0),
+                                lambda acc, C: (acc, C.sum(dim=1))], ids=["no_acc", "C_acc", "acc_C0", "acc_rowsum"])
+def test_outputs_without_acc_differentiate(fn):
+    """An epilogue whose outputs (or some of them) never read acc: gradcheck in float64. An epilogue without acc
+    crashed in the forward (no acc node to differentiate against), and in float64 a zero gradient folded before
+    its cast to float64 crashed the backward (found 2026-11-29)."""
+    A, B = operands()
+    check(fn, A, B, C=rand(M, N))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_gradient_reaching_only_outputs_without_acc(dtype):
+    """The gradient seeds only an output that does not read acc: dC is that output's, dA is zero."""
+    A = torch.randn(M, K, dtype=dtype, requires_grad=True)
+    B = torch.randn(K, N, dtype=dtype)
+    C = torch.randn(M, N, dtype=dtype, requires_grad=True)
+    _, s = evt.gemm(A, B, lambda acc, C: (acc, C.sum(dim=1)), C=C)
+    s.sum().backward()
+    torch.testing.assert_close(C.grad, torch.ones_like(C))
+    assert A.grad is None or not A.grad.any()
+
+
+@pytest.mark.interpreter
+def test_epilogue_without_acc_differentiates_on_the_triton_backend():
+    A = torch.randn(8, 5, requires_grad=True)
+    C = torch.randn(8, 6, requires_grad=True)
+    out = evt.gemm(A, torch.randn(5, 6), lambda acc, C: C * 2 + 1, C=C, backend="triton")
+    out.sum().backward()
+    torch.testing.assert_close(out, C.detach() * 2 + 1)
+    torch.testing.assert_close(C.grad, torch.full_like(C, 2.0))
+    assert A.grad is None or not A.grad.any()

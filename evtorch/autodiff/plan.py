@@ -238,10 +238,11 @@ class GradPlan:
             space_ = Space(self.order, self.sizes, acc)
             acc_value = acc if mode != "saved" else space_.bind(kw["acc_s"]).to(acc_dtype)
             values = Values(self.graph, self._leaf(space_, kw, acc_value, vparam), space_)
-            acc_node = self.graph.find("acc")[0]
+            # an epilogue that never reads acc has no acc node (its outputs depend on the inputs only): d(acc) = 0
+            acc_node = next(iter(self.graph.find("acc")), None)
             wrt = {id(n) for n in self.graph.nodes if n.op == "input"
                    and self._key_of[(n.target, n.attrs["binding"])] in wrt_keys}
-            if self.wrt_acc:
+            if self.wrt_acc and acc_node is not None:
                 wrt.add(id(acc_node))
             grads = reverse(self.graph, values, {p: space_.bind(kw[f"g{p}"]) for p in seeds}, wrt)
             per_key: dict[str, object] = {}

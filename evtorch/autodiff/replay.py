@@ -147,6 +147,13 @@ class Values:
             self._walked_operand[id(node)] = self.space.walk(self(node.args[0]), keep)
         return self._walked_operand[id(node)]
 
+    def _constant(self, value, dtype):
+        """A folded constant of a dtype a Python number does not carry (``zeros_like(x, dtype=f16)``, a float64
+        zero): traced where the space is, so it stays a value of the replayed graph."""
+        if is_proxy(self.space.acc):
+            return self.space.walk(torch.full_like(self.space.acc, value, dtype=dtype), ())
+        return torch.tensor(value, dtype=dtype, device=self.space.acc.device)
+
     def _compute(self, n: Node):
         given = self.leaf(n)
         if given is not None:
@@ -156,14 +163,14 @@ class Values:
         if n.op == "const":
             if n.target is None or _number_dtype(n.target, torch.float32) == n.dtype:  # as the tracer types it
                 return n.target
-            # a folded constant of another dtype (e.g. zeros_like(x, dtype=f16)): keep its dtype
-            if is_proxy(self.space.acc):
-                return self.space.walk(torch.full_like(self.space.acc, n.target, dtype=n.dtype), ())
-            return torch.tensor(n.target, dtype=n.dtype, device=self.space.acc.device)
+            return self._constant(n.target, n.dtype)
         if n.op == "index":
             return self.space.index(n.target)
         if n.op == "compute":
             args = [self(a) for a in n.args]
+            if n.target == "cast" and isinstance(args[0], (bool, int, float)):
+                # a number widened (a folded zero gradient cast to float64): a constant of that dtype
+                return self._constant(args[0], n.attrs["dtype"])
             if "eager_dtype" not in n.meta:
                 return apply_op(REGISTRY[n.target], args, n.attrs)
             # kept in float32 where eager rounds to 16 bits (passes/intermediates.py): widen the 16-bit operands

@@ -294,7 +294,9 @@ class EpilogueEmitter:
             guards.append(f"(({zero}pid_l) == 0)")
         address = _ptr(ptr, base_axes, strides)
         mask = " & ".join(guards) if guards else None
-        v = f"{value}.to({ptr}.dtype.element_ty)"
+        # a constant output (a zero gradient) is a literal, which has no .to
+        v = (f"tl.cast({value}, {ptr}.dtype.element_ty)" if out.args[0].op == "const"
+             else f"{value}.to({ptr}.dtype.element_ty)")
         if base_axes == () or set(base_axes) <= {"L"}:
             self.lines.append(f"tl.store({address}, {v}, mask={mask})" if mask else f"tl.store({address}, {v})")
         else:
