@@ -93,6 +93,26 @@ def test_zero_sizes():
 
 
 @pytest.mark.interpreter
+def test_float64_epilogue_takes_python_float_scalars_as_float64():
+    """A Python float meets a float64 accumulator as a float64, as in eager (acc * 0.1 with the double 0.1): the IR
+    types the scalar f64 and the kernel signature declares it tl.float64, where Triton would pass a Python float as
+    fp32 (a silent 1e-8 relative error on a GPU; the interpreter failed on the f32 scalar's .to, found
+    2026-11-29). Float32 epilogues keep plain fp32 scalars."""
+    from evtorch.codegen import program
+    A, B = torch.randn(8, 5, dtype=torch.float64), torch.randn(5, 6, dtype=torch.float64)
+    C = torch.randn(8, 6, dtype=torch.float64)
+    fn = lambda acc, C, s, t: (acc * s + C * t, (acc * s).sum(0))  # noqa: E731
+    got = evt.gemm(A, B, fn, C=C, s=0.1, t=1 / 3, backend="triton")
+    for g, w in zip(got, fn(A @ B, C, 0.1, 1 / 3)):
+        torch.testing.assert_close(g, w, rtol=1e-14, atol=1e-14)
+    for dtype, annotated in ((torch.float64, True), (torch.float32, False)):
+        ep = evt.trace(fn, acc=evt.spec((8, 6), dtype), C=C.to(dtype), s=0.1, t=0.2)
+        assert {str(n.dtype) for n in ep.graph.nodes if n.op == "scalar"} == {str(dtype)}
+        source = program.build_program(ep, out_dtype=dtype).source
+        assert ("sc_s: tl.float64," in source) is annotated and ("sc_t: tl.float64," in source) is annotated
+
+
+@pytest.mark.interpreter
 def test_scalars_are_runtime_values_and_sizes_never_regenerate_source():
     from evtorch.codegen import program
     fn = lambda acc, C, alpha: torch.relu(alpha * acc + C)  # noqa: E731

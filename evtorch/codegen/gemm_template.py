@@ -465,7 +465,7 @@ def jit_decorator(unspecialized=(), params=(), lang: str = "triton") -> str:
 
 
 def render_gemm(kernel_name: str, epilogue_fn: str, epilogue_params: list[str], template: str,
-                prefetch: int = 0, unspecialized=()) -> str:
+                prefetch: int = 0, unspecialized=(), annotations: dict[str, str] | None = None) -> str:
     """Source of one ``@triton.jit`` kernel named ``kernel_name`` for ``template``.
 
     ``template`` is one of ``RENDERABLE``: 'portable', 'splitk' (partial products only; it takes no
@@ -474,6 +474,7 @@ def render_gemm(kernel_name: str, epilogue_fn: str, epilogue_params: list[str], 
     M x N input tiles ``<epilogue_fn>_prefetch`` returns (persistent_tma then calls it and ``<epilogue_fn>_pf``
     when launched with PREFETCH > 0; both must be in the module); 0: the epilogue loads its own inputs.
     ``unspecialized``: parameters Triton must not specialise on their values (``jit_decorator``).
+    ``annotations``: {parameter: type} the signature declares (``params.Param.annotation``).
     """
     _check_identifier("kernel_name", kernel_name)
     _check_identifier("epilogue_fn", epilogue_fn)
@@ -492,7 +493,8 @@ def render_gemm(kernel_name: str, epilogue_fn: str, epilogue_params: list[str], 
         raise ValueError(
             f"kernel_name {kernel_name!r} and epilogue_fn {epilogue_fn!r} must differ and avoid template names"
         )
-    params_sig = "".join(f"    {p},\n" for p in params)
+    annotations = annotations or {}
+    params_sig = "".join(f"    {p}: {annotations[p]},\n" if p in annotations else f"    {p},\n" for p in params)
     params_call = "".join(f", {p}" for p in params)
     if not isinstance(prefetch, int) or prefetch < 0:
         raise ValueError(f"prefetch must be a non-negative int (M x N input tiles), got {prefetch!r}")
@@ -527,6 +529,7 @@ def render_gemm_kernels(
     templates: tuple[str, ...] = ("portable", "splitk", "persistent_tma"),
     prefetch: int = 0,
     unspecialized=(),
+    annotations: dict[str, str] | None = None,
 ) -> str:
     """All kernels needed to launch ``templates`` (splitk brings its reduce kernel), named by
     ``kernel_symbol(base, template)``, separated by blank lines. Without HEADER or the epilogue."""
@@ -537,5 +540,5 @@ def render_gemm_kernels(
         parts = ("splitk", "splitk_reduce") if template == "splitk" else (template,)
         for part in parts:
             chunks.append(render_gemm(kernel_symbol(base, part), epilogue_fn, epilogue_params, part, prefetch,
-                                      unspecialized if part != "splitk" else ()))
+                                      unspecialized if part != "splitk" else (), annotations))
     return "\n\n".join(chunks)

@@ -15,6 +15,9 @@ class Param:
     name: str
     kind: str   # in_ptr | in_stride | scalar | out_ptr | out_stride | buf_ptr | buf_stride | count
     key: Any    # in_*: (input name, binding, axis); scalar: name; out_*: (position, axis); buf_*: (rid, part, axis)
+    # the kernel signature's type annotation, where Triton's own typing of the value would lose something: a
+    # Python float is passed as fp32 unless the parameter says tl.float64 (a float64 epilogue's scalar input)
+    annotation: str = ""
 
 
 class ParamList:
@@ -24,7 +27,7 @@ class ParamList:
         self.params: list[Param] = []
         self._by_key: dict[tuple, str] = {}
 
-    def get(self, kind: str, key, name: str) -> str:
+    def get(self, kind: str, key, name: str, annotation: str = "") -> str:
         k = (kind, key)
         if k not in self._by_key:
             base, i = name, 0
@@ -33,8 +36,16 @@ class ParamList:
                 i += 1
                 name = f"{base}_{i}"
             self._by_key[k] = name
-            self.params.append(Param(name, kind, key))
+            self.params.append(Param(name, kind, key, annotation))
         return self._by_key[k]
+
+    def annotations(self) -> dict[str, str]:
+        """{name: annotation} of the parameters whose kernel signature must type them (``Param.annotation``)."""
+        return {p.name: p.annotation for p in self.params if p.annotation}
+
+    def signature(self) -> list[str]:
+        """The parameters as a kernel signature declares them: names, annotated where ``annotations`` says."""
+        return [f"{p.name}: {p.annotation}" if p.annotation else p.name for p in self.params]
 
     def names(self, kind: str | None = None) -> list[str]:
         """Parameter names in order; with ``kind``, only those of that kind (e.g. 'scalar')."""

@@ -98,7 +98,8 @@ def build_program(ep, dtype=None, *, deterministic: bool = False, templates=TEMP
                      + fastmath.describe(graph, fast, reassociated=graph is not ep.graph)) + '\n"""\n',
         epi.source,
         render_gemm_kernels(kernel_base(key), epi.fn_name, epi.params.names(),
-                            tuple(t for t in templates if t != "pingpong"), epi.prefetch, scalars),
+                            tuple(t for t in templates if t != "pingpong"), epi.prefetch, scalars,
+                            epi.params.annotations()),
         f"EPILOGUE_PREFETCH = {epi.prefetch}  # M x N input tiles the epilogue can take prefetched\n",
     ]
     if pingpong:

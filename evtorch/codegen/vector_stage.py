@@ -177,7 +177,8 @@ class VectorEmitter:
             env[id(n)] = literal(n.target)
             return env[id(n)]
         if n.op == "scalar":
-            env[id(n)] = self.params.get("scalar", n.target, f"sc_{n.target}")
+            env[id(n)] = self.params.get("scalar", n.target, f"sc_{n.target}",
+                                         "tl.float64" if n.dtype == torch.float64 else "")
             return env[id(n)]
         if n.op == "input":
             ptr = self.params.get("in_ptr", n.target, f"in_{n.target}")
@@ -359,7 +360,7 @@ class VectorEmitter:
                         self._accumulate(next(r for r in self.inner if r.node is task), {}, phase)
                     self.indent -= 2
                 self.w("tl.debug_barrier()")
-        params = ", ".join(["L", "M", "N"] + self.params.names() + ["VBLOCK: tl.constexpr"])
+        params = ", ".join(["L", "M", "N"] + self.params.signature() + ["VBLOCK: tl.constexpr"])
         decorator = jit_decorator(self.params.names("scalar"), self.params.names())
         source = f"{decorator}\ndef {self.fn_name}({params}):\n" + "\n".join(self.lines) + "\n"
         return VectorCode(source, self.fn_name, self.params, self.domain, self.phases, self.inner,

@@ -82,8 +82,11 @@ class Tracer:
     # ------------------------------------------------------------------ setup
     def _make_input(self, spec: InputSpec) -> TracedTensor:
         if spec.kind == "number":
-            node = self._add("scalar", spec.name, (), {}, (), spec.dtype, Stage.TILE, name=spec.name)
-            return TracedTensor(self, node, None, (), spec.dtype, label=spec.name)
+            # a Python float meets a float64 accumulator as a float64 (eager computes acc * 0.1 with the double
+            # 0.1); float32 otherwise, as eager converts it to the float32 tensor's type
+            dtype = torch.float64 if spec.dtype == torch.float32 and self.acc_dtype == torch.float64 else spec.dtype
+            node = self._add("scalar", spec.name, (), {}, (), dtype, Stage.TILE, name=spec.name)
+            return TracedTensor(self, node, None, (), dtype, label=spec.name)
         if len(spec.shape) == 0:
             node = self._add("input", spec.name, (), {"binding": ()}, (), spec.dtype, Stage.TILE, name=spec.name)
             return TracedTensor(self, node, None, (), spec.dtype, label=spec.name)
