@@ -383,3 +383,23 @@ except evt.EpilogueError as e:
                          env={**__import__("os").environ, "PYTHONPATH": str(root)})
     assert "ERROR evtorch::gemm: unknown plan" in out.stdout, out.stdout + out.stderr[-3000:]
     assert "export it again in this process" in out.stdout
+
+
+# ------------------------------------------------------------------------------ evt.linear on x with lead dims
+@pytest.mark.parametrize("fn", [lambda y: y.sum(-1), lambda y: torch.logsumexp(y, dim=-1),
+                                lambda y: y.amax(dim=-1, keepdim=True), lambda y: (F.gelu(y), y.sum()),
+                                lambda y: y.mean()], ids=["sum_last", "lse", "amax_keepdim", "gelu_total", "mean"])
+def test_linear_on_3d_x_keeps_eager_meaning(fn):
+    """x (B, T, K) is flattened into rows: elementwise epilogues, reductions over the features and totals mean
+    what fn(F.linear(x, ...)) means (a reduction with dim=0 runs over every row:
+    test_linear_epilogue_with_inputs_and_row_outputs)."""
+    x, W, b = torch.randn(3, 5, 8), torch.randn(5, 8), torch.randn(5)
+    got, want = evt.linear(x, W, fn, bias=b), fn(F.linear(x, W, b))
+    for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+
+
+def test_linear_refuses_an_input_shaped_like_the_3d_output():
+    """The epilogue sees y as (rows, N); an input shaped like the 3-D output gets an error that says so."""
+    with pytest.raises(evt.ShapeError, match=r"inputs shaped like the output must be \(12, 6\)"):
+        evt.linear(torch.randn(3, 4, 8), torch.randn(6, 8), lambda y, C: y + C, C=torch.randn(3, 4, 6))

@@ -60,11 +60,16 @@ def _extra_params(fn) -> list:
 
 def linear(x: torch.Tensor, weight: torch.Tensor, fn: Callable | None = None, bias: torch.Tensor | None = None,
            *, out_dtype=None, backend=None, deterministic=False, allow_tf32=False, policy="save", **inputs):
-    """``fn(F.linear(x, weight, bias), **inputs)`` as one fused GEMM.
+    """``fn(F.linear(x, weight, bias), **inputs)`` as one fused GEMM, for x of any leading dims flattened into rows.
 
     Args:
         x: (..., K). weight: (N, K). bias: (N,) or None.
-        fn: an epilogue ``fn(y, **inputs)`` receiving the biased fp32 accumulator, or None (plain linear).
+        fn: an epilogue ``fn(y, **inputs)`` receiving the biased fp32 accumulator, or None (plain linear). y is the
+            (rows, N) matrix, rows the product of x's leading dims: outputs whose first dim walks the rows get
+            x's leading dims back; ``y.sum(dim=0)`` sums every row (all tokens of a (batch, tokens, K) x) and
+            ``dim=-1`` the features; inputs shaped like the output are (rows, N). For a 2-D x this is exactly
+            ``fn(F.linear(x, weight, bias))``; for a 3-D x whose epilogue must see (batch, tokens, N), use
+            ``evt.gemm(x, weight.T, ...)`` (the batched GEMM).
         policy: "save" (keep what the backward needs) or "recompute" (recompute ``x @ weight.T`` in the backward).
         Other options as in ``evt.gemm``.
     """
@@ -86,6 +91,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, fn: Callable | None = None, bi
             key = call = None
         if call is None:
             _check(x, weight)
+            _check_flattening(fn, x, weight, bias, inputs)
             lead = tuple(x.shape[:-1])
             M = math.prod(lead)
             a_steps = () if x.dim() == 2 else (("reshape", (M, x.shape[-1])),)
@@ -94,6 +100,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, fn: Callable | None = None, bi
                                backend=backend, deterministic=deterministic, allow_tf32=allow_tf32, policy=policy)
         return call(x, weight, inputs)
     _check(x, weight)
+    _check_flattening(fn, x, weight, bias, inputs)
     lead = tuple(x.shape[:-1])
     A = x.reshape(-1, x.shape[-1])
     return fused_gemm(A, weight.t(), ("linear", fn, bias is not None), out_dtype=out_dtype, backend=backend,
@@ -108,6 +115,39 @@ def _check(x, weight) -> None:
     if x.dim() == 0 or x.shape[-1] != weight.shape[1]:
         raise ShapeError(f"evt.linear: x {tuple(x.shape)} does not match weight {tuple(weight.shape)}: the last dim "
                          f"of x must be in_features = {weight.shape[1]}")
+
+
+def _check_flattening(fn, x, weight, bias, inputs) -> None:
+    """A clear error for an epilogue written for x's own dims, which the flattened rows cannot take.
+
+    The fused GEMM runs on x as a (rows, K) matrix, rows the product of x's leading dims, and the epilogue sees y
+    as that (rows, N) matrix: outputs whose first dim walks the rows get x's leading dims back, a reduction with
+    ``dim=0`` runs over every row (``tests/test_integration.py::test_linear_epilogue_with_inputs_and_row_outputs``),
+    ``dim=-1`` over the features. An input shaped like the N-D output, (..., N), does not broadcast against the
+    (rows, N) matrix; evaluated on meta tensors (shapes only, once per call signature), such an epilogue gets an
+    error that says why instead of the tracer's shape mismatch. An epilogue that cannot run on meta tensors is
+    left to the trace."""
+    if fn is None or x.dim() == 2:
+        return
+    lead, n = tuple(x.shape[:-1]), weight.shape[0]
+    rows = math.prod(lead)
+
+    def meta(v):
+        return torch.empty(v.shape, dtype=v.dtype, device="meta") if isinstance(v, torch.Tensor) else v
+
+    kw = {k: meta(v) for k, v in inputs.items() if k != BIAS}
+    b = meta(bias) if bias is not None else 0.0
+    try:
+        fn(torch.empty(*lead, n, device="meta") + b, **kw)
+    except Exception:  # noqa: BLE001 - evtorch-only helpers (evt.row_index) or a bad call: the trace reports it
+        return
+    try:
+        fn(torch.empty(rows, n, device="meta") + b, **kw)
+    except Exception as e:  # noqa: BLE001
+        raise ShapeError(f"evt.linear: x has {x.dim()} dims {tuple(x.shape)}; the fused GEMM flattens its leading "
+                         f"dims into {rows} rows and the epilogue sees y as ({rows}, {n}), where it fails "
+                         f"({type(e).__name__}: {str(e).splitlines()[0][:200]}): inputs shaped like the output "
+                         f"must be ({rows}, {n}) (reshape them)") from None
 
 
 def _apply(t, steps):
