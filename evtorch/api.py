@@ -83,7 +83,7 @@ def check_operands(A, B) -> tuple[int, int, int, int, bool]:
     return L, A.shape[-2], B.shape[-1], A.shape[-1], batched
 
 
-def gemm(A: torch.Tensor, B: torch.Tensor, epilogue: Callable | Epilogue | None = None, *,
+def gemm(A: torch.Tensor, B: torch.Tensor, epilogue: Callable | Epilogue | None = None, /, *,
          out_dtype: torch.dtype | None = None, backend: str | None = None, deterministic: bool = False,
          allow_tf32: bool = False, outputs=None, config=None, **inputs):
     """``epilogue(A @ B, **inputs)`` as one fused kernel.

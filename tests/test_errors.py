@@ -334,3 +334,23 @@ def test_forced_config_out_of_resources_names_the_config(monkeypatch):
     monkeypatch.setattr(rgemm._Launch, "run", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom")))
     with pytest.raises(RuntimeError, match="boom"):
         evt.gemm(A, B, lambda acc: acc * 3, config=cfg, backend="triton")
+
+
+def test_an_int_input_outside_int64_names_the_input():
+    with pytest.raises(evt.EpilogueTypeError, match=r"input 's' is the int 1180591620717411303424, outside int64"):
+        evt.gemm(A, B, lambda acc, s: acc * s, s=2 ** 70)
+
+
+def test_max_method_points_to_amax_not_to_itself():
+    """x.max(dim) returns (values, indices) and is refused; the hint names amax, not the refused max."""
+    with pytest.raises(UnsupportedOpError, match=r"use torch\.amax\(x, dim\) for the values") as e:
+        evt.gemm(A, B, lambda acc: acc.max(dim=1).values)
+    assert "did you mean" not in str(e.value)
+
+
+def test_inputs_may_be_named_like_gemms_own_arguments():
+    """evt.gemm's A, B and epilogue are positional-only, so keyword inputs of those names reach the epilogue (a
+    TypeError from Python's argument binding before, found 2026-11-29)."""
+    C = torch.randn(A.shape[0], B.shape[1])
+    got = evt.gemm(A, B, lambda acc, A, B, epilogue: acc + A * B + epilogue, A=C, B=C, epilogue=1.0)
+    torch.testing.assert_close(got, A @ B + C * C + 1.0)

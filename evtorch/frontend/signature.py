@@ -69,6 +69,9 @@ def check_keywords(fn: Callable, given: dict) -> list[str]:
 
 
 def input_spec(name: str, value) -> InputSpec:
+    if isinstance(value, int) and not isinstance(value, bool) and not -2 ** 63 <= value < 2 ** 63:
+        raise EpilogueTypeError(f"input {name!r} is the int {value}, outside int64 (the kernel's integer scalars); "
+                                "pass a float or a value in [-2**63, 2**63)")
     if isinstance(value, bool) or isinstance(value, int) and not isinstance(value, bool):
         return InputSpec(name, "number", dtype=torch.bool if isinstance(value, bool) else torch.int64)
     if isinstance(value, float):

@@ -46,7 +46,7 @@ def wanted(A, B, inputs: dict) -> bool:
     return A.dtype == torch.float32 and autocast_dtype(A.device.type) is not None
 
 
-def gemm(A, B, epilogue, **options):
+def gemm(A, B, epilogue, /, **options):
     global gemm
     from .function import fused_gemm
     gemm = fused_gemm  # (an import per call costs a microsecond)

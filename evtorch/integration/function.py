@@ -63,7 +63,7 @@ def _plan(fn, a_shape, a_dtype, b_shape, specs, wrt, out_dtype, backend, determi
     return (key,) + entry(key).static
 
 
-def prepare(A, B, epilogue=None, *, out_dtype=None, backend=None, deterministic=False, allow_tf32=False,
+def prepare(A, B, epilogue=None, /, *, out_dtype=None, backend=None, deterministic=False, allow_tf32=False,
             outputs=None, config=None, policy="save", **inputs):
     """The arguments of ``torch.ops.evtorch.gemm`` for this call and how to unpack its results:
     ((A, B, tensors, scalars, key), (outputs' (position, dims), number of outputs, returns_tuple, sizes))."""
@@ -100,7 +100,7 @@ def prepare(A, B, epilogue=None, *, out_dtype=None, backend=None, deterministic=
     return (A, B, tensors, scalars, key), (outs, n_outputs, returns_tuple, sizes, order)
 
 
-def fused_gemm(A, B, epilogue=None, *, out_dtype=None, backend=None, deterministic=False, allow_tf32=False,
+def fused_gemm(A, B, epilogue=None, /, *, out_dtype=None, backend=None, deterministic=False, allow_tf32=False,
                outputs=None, config=None, policy="save", _lead_dims=None, **inputs):
     """``evt.gemm`` through ``torch.ops.evtorch.gemm`` (same arguments and results; see ``evtorch.api.gemm``).
 
@@ -160,13 +160,13 @@ def _eager_call(key, A, B, epilogue, lead, inputs, raw=None, **options):
     return call
 
 
-def op_arguments(A, B, epilogue=None, **options):
+def op_arguments(A, B, epilogue=None, /, **options):
     """The arguments ``torch.ops.evtorch.gemm`` is called with for ``evt.gemm(A, B, epilogue, **options)`` (for
     ``torch.library.opcheck`` and inspection)."""
     return prepare(A, B, epilogue, **options)[0]
 
 
-def grad_plan(A, B, epilogue=None, **options):
+def grad_plan(A, B, epilogue=None, /, **options):
     """The ``autodiff.GradPlan`` evt.gemm uses for this call: ``.summary()``, ``.saved_for_backward``,
     ``.backward(seeds).show()``. Which leaves are differentiated follows ``requires_grad`` as in the call."""
     from .ops import entry

@@ -114,7 +114,9 @@ class Registry:
         """A hint listing close supported names (for 'unsupported op' errors)."""
         names = set(self.ops) | set(self.by_method) | {_fn_name(f) for f in self.by_torch_fn}
         short = name.rsplit(".", 1)[-1]
-        close = difflib.get_close_matches(short, sorted(names), n=5, cutoff=0.5)
+        if short in ("max", "min"):  # the spelling that is refused here returns (values, indices) with a dim
+            return f"; use torch.a{short}(x, dim) for the values (x.{short}(dim) also returns indices)"
+        close = difflib.get_close_matches(short, sorted(names - {short}), n=5, cutoff=0.5)
         return f"; did you mean {', '.join(close)}?" if close else ""
 
 
