@@ -93,6 +93,20 @@ def test_zero_sizes():
 
 
 @pytest.mark.interpreter
+@pytest.mark.parametrize("fn", [lambda acc: (acc, torch.zeros_like(acc).sum(0)),
+                                lambda acc: (acc, torch.ones_like(acc).sum(1)),
+                                lambda acc: (acc, torch.zeros_like(acc).sum()),
+                                lambda acc: (acc, torch.zeros_like(acc))],
+                         ids=["col_sum_of_zeros", "row_sum_of_ones", "total_of_zeros", "zeros_output"])
+def test_constant_outputs_and_reductions_of_constants(fn):
+    """A constant reaching an output or a reduction is a Python literal in the generated source, which has no
+    .to: stores and reductions convert it with tl.cast (these crashed the kernel, found 2026-11-29)."""
+    A, B = torch.randn(8, 5), torch.randn(5, 6)
+    for got, want in zip(evt.gemm(A, B, fn, backend="triton"), fn(A @ B)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.interpreter
 def test_float64_epilogue_takes_python_float_scalars_as_float64():
     """A Python float meets a float64 accumulator as a float64, as in eager (acc * 0.1 with the double 0.1): the IR
     types the scalar f64 and the kernel signature declares it tl.float64, where Triton would pass a Python float as

@@ -30,7 +30,7 @@ from ..ir.graph import Graph
 from ..ir.layouts import output_base_axes
 from ..ir.node import Node
 from ..ir.types import HALF_DTYPES, Stage
-from .expr import TL_DTYPE, compute_expr, literal
+from .expr import TL_DTYPE, compute_expr, converted, literal
 from .params import ParamList
 from .reductions import IDENTITY, ReductionPlan, key_params
 
@@ -295,9 +295,7 @@ class EpilogueEmitter:
             guards.append(f"(({zero}pid_l) == 0)")
         address = _ptr(ptr, base_axes, strides)
         mask = " & ".join(guards) if guards else None
-        # a constant output (a zero gradient) is a literal, which has no .to
-        v = (f"tl.cast({value}, {ptr}.dtype.element_ty)" if out.args[0].op == "const"
-             else f"{value}.to({ptr}.dtype.element_ty)")
+        v = converted(value, out.args[0], f"{ptr}.dtype.element_ty")
         if base_axes == () or set(base_axes) <= {"L"}:
             self.lines.append(f"tl.store({address}, {v}, mask={mask})" if mask else f"tl.store({address}, {v})")
         else:
@@ -317,8 +315,9 @@ class EpilogueEmitter:
         span = over | set(kept) | set(r.node.args[0].axes)
         present = tuple(a for a in ("M", "N") if a in span)
         shape = {("M", "N"): None, ("M",): "(acc.shape[0], 1)", ("N",): "(1, acc.shape[1])", (): "(1, 1)"}[present]
-        value = f"{src}.to({tl_f})" if shape is None and set(r.node.args[0].axes) >= {"M", "N"} else \
-            f"{src}.to({tl_f}) + " + ("tl.zeros_like(acc)" if shape is None else f"tl.zeros({shape}, {tl_f})")
+        value = converted(src, r.node.args[0], tl_f)
+        if not (shape is None and set(r.node.args[0].axes) >= {"M", "N"}):
+            value += " + " + ("tl.zeros_like(acc)" if shape is None else f"tl.zeros({shape}, {tl_f})")
         conds = [_mask(present)] if _mask(present) else []
         guards = [f"(pid_{a.lower()} == 0)" for a in ("M", "N") if a not in span]
         if self.batched and "L" not in span:

@@ -71,3 +71,10 @@ def compute_expr(node: Node, operands: list[str], compute: torch.dtype, fast: bo
     if node.dtype.is_floating_point and node.dtype != compute and not op.has(COMPARE):
         expr = f"({expr}).to({TL_DTYPE[node.dtype]})"
     return expr
+
+
+def converted(expr: str, node: Node, dtype: str) -> str:
+    """``expr`` (the value of ``node``) converted to the Triton dtype ``dtype``. A constant is a Python literal in the
+    generated source, which has no ``.to`` (a constant output: a zero gradient, a sum of zeros): ``tl.cast``
+    takes both."""
+    return f"tl.cast({expr}, {dtype})" if node.op == "const" else f"{expr}.to({dtype})"

@@ -23,7 +23,7 @@ from ..ir.graph import Graph
 from ..ir.layouts import output_base_axes
 from ..ir.node import Node
 from ..ir.types import AXES, Stage
-from .expr import TL_DTYPE, compute_expr, literal
+from .expr import TL_DTYPE, compute_expr, converted, literal
 from .gemm_template import jit_decorator
 from .params import ParamList
 from .reductions import IDENTITY, ReductionPlan, key_params
@@ -318,7 +318,8 @@ class VectorEmitter:
         if "L" in self.task_domain and "L" not in base:
             guards.append("((v * 0 + l) == 0)")  # a tensor: the interpreter refuses tensor & scalar masks
         addr = self._address(ptr, base, strides) + " + v * 0"
-        self.w(f"tl.store({addr}, tl.broadcast_to(({value}).to({ptr}.dtype.element_ty), [VBLOCK]), "
+        cast = converted(f"({value})", out.args[0], f"{ptr}.dtype.element_ty")
+        self.w(f"tl.store({addr}, tl.broadcast_to({cast}, [VBLOCK]), "
                f"mask={' & '.join(guards)})")
 
     # ------------------------------------------------------------------ the kernel
