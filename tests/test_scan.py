@@ -10,6 +10,8 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported (tes
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 import evtorch as evt
 from evtorch.scan import ScanConfig
@@ -551,3 +553,23 @@ def test_bool_state_plus_bool_is_a_logical_or():
     for backend in ("reference", "triton"):
         got = evt.scan(lambda p, x: p + x, X, backend=backend)
         assert got.dtype == torch.bool and torch.equal(got, want), backend
+
+
+_SOFTSIGN: list = []
+
+
+@triton.jit
+def _softsign_for_scan(x):
+    return x / (1 + tl.abs(x))
+
+
+def test_registered_op_in_a_scan_body_on_the_triton_backend():
+    """A register_op op in a scan body: the generated scan kernels call it by name, so the module gets it as
+    evt.gemm's does (a NameError inside Triton before, found 2026-11-29); sequential and associative kernels."""
+    if not _SOFTSIGN:  # once per process (the registry refuses a second op of that name)
+        _SOFTSIGN.append(evt.register_op("softsign_in_scan_test", lambda x: x / (1 + x.abs()), _softsign_for_scan))
+    softsign = _SOFTSIGN[0]
+    X = torch.randn(9, 5, generator=torch.Generator().manual_seed(3))
+    for body in (lambda h, x: softsign(h) + x, lambda h, x: h + softsign(x)):
+        want = evt.scan(body, X, backend="reference")
+        torch.testing.assert_close(evt.scan(body, X, backend="triton"), want, rtol=1e-5, atol=1e-5)

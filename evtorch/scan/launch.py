@@ -20,6 +20,7 @@ import torch
 
 from ..runtime import knobs
 from ..runtime.pools import keepable
+from ..ops import REGISTRY
 from ..runtime.source_cache import load_module
 from . import kernels as K
 from .assoc import packed_ok
@@ -124,6 +125,9 @@ def kernel_for(body, g, config: ScanConfig):
         kern = K.render(body, g, depth=config.depth, strategy=config.strategy, l2hint=hint, persist=persist,
                         keep=keep, prefetch=pre)
         module = load_module(kern.source, f"scan_{kern.mode}_{body.name}")
+        for op in REGISTRY.ops.values():  # user-registered @triton.jit ops the kernel calls by name
+            if op.user_defined is not None and f"{op.name}(" in kern.source:
+                setattr(module, op.name, op.user_defined)
         hit = cache[key] = (kern, [getattr(module, name) for name in (kern.names or (kern.name,))])
     return hit
 
