@@ -225,9 +225,12 @@ def register_op(name: str, torch_fn: Callable, triton_fn, *, derivative: Callabl
                 float_only: bool = True) -> Callable:
     """Add a user-defined elementwise op (the EVT seed's "add a new unary operation").
 
-    ``torch_fn`` is its eager meaning (and reference), ``triton_fn`` a ``@triton.jit`` function taking and
-    returning Triton tensors in the compute dtype (fp32), ``derivative(grad, x, out)`` optionally its backward
-    in plain torch. Returns a callable to use inside epilogues (on real tensors it calls ``torch_fn``).
+    ``torch_fn`` is its eager meaning (and reference), a Python function whose parameters are the op's operands;
+    ``triton_fn`` a ``@triton.jit`` function taking and returning Triton tensors in the compute dtype (fp32);
+    ``derivative(grad, *operands, out)`` optionally its backward: the gradient of each operand (a tuple, or one
+    tensor for a unary op), written with the ops an epilogue may use (it is traced like one: ``torch.cos`` of a
+    registered op's derivative is refused as in an epilogue). Returns a callable to use inside epilogues (on real
+    tensors it calls ``torch_fn``).
     """
     if not name.isidentifier():
         raise EpilogueError(f"register_op: name must be a Python identifier, got {name!r}")
@@ -236,7 +239,18 @@ def register_op(name: str, torch_fn: Callable, triton_fn, *, derivative: Callabl
     if not hasattr(triton_fn, "fn") and not callable(triton_fn):
         raise EpilogueTypeError("register_op: triton_fn must be a @triton.jit function")
     import inspect as _inspect
-    arity = len(_inspect.signature(torch_fn).parameters)
+    try:
+        arity = len(_inspect.signature(torch_fn).parameters)
+    except (TypeError, ValueError):
+        raise EpilogueTypeError(f"register_op: torch_fn {torch_fn!r} has no signature to read the op's operands "
+                                "from (a builtin such as torch.cos); pass a Python function, e.g. "
+                                "lambda x: torch.cos(x)") from None
+    if derivative is not None:
+        rule = derivative
+
+        def derivative(*args, **kw):  # one gradient per operand; a unary op's rule may return it bare
+            grads = rule(*args, **kw)
+            return grads if isinstance(grads, (tuple, list)) else (grads,)
     params = [f"x{i}" for i in range(arity)]
     namespace: dict = {}
     exec(f"def _sig({', '.join(params)}): ...", namespace)  # a signature with the op's arity

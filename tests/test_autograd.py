@@ -388,3 +388,37 @@ def test_epilogue_without_acc_differentiates_on_the_triton_backend():
     torch.testing.assert_close(out, C.detach() * 2 + 1)
     torch.testing.assert_close(C.grad, torch.full_like(C, 2.0))
     assert A.grad is None or not A.grad.any()
+
+
+# ------------------------------------------------------------------------------------ user-registered ops
+_USER_OPS: dict = {}
+
+
+def _triple_jit():
+    import triton
+
+    @triton.jit
+    def _triple(x):
+        return 3 * x
+    return _triple
+
+
+def test_register_op_derivative_may_return_one_bare_gradient():
+    """A unary op's rule may return its gradient bare (before: 'returned 6 gradients for 1 operands', or a
+    control-flow error at M = 1, found 2026-11-29); float64 gradcheck at M = 3 and M = 1."""
+    if "triple" not in _USER_OPS:  # once per process: the registry refuses a second op of a name
+        _USER_OPS["triple"] = evt.register_op("triple_user_op_test", lambda x: 3 * x, _triple_jit(),
+                                              derivative=lambda g, x, out: 3 * g)
+    triple = _USER_OPS["triple"]
+    for rows in (M, 1):
+        check(lambda acc, C: triple(acc) * C, rand(rows, K), rand(K, N), C=rand(rows, N))
+
+
+def test_builtin_epilogue_and_builtin_torch_fn():
+    """evt.gemm takes a builtin such as torch.tanh as a unary epilogue, as evt.linear does (it was refused for
+    lack of an inspectable signature); register_op says what to pass instead of a builtin torch_fn."""
+    A, B = operands()
+    torch.testing.assert_close(evt.gemm(A, B, torch.tanh), torch.tanh(A @ B))
+    check(torch.sigmoid, A, B)
+    with pytest.raises(evt.EpilogueTypeError, match=r"pass a Python function, e.g. lambda x: torch.cos\(x\)"):
+        evt.register_op("cos_builtin_test", torch.cos, _triple_jit())

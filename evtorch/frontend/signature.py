@@ -38,7 +38,9 @@ def epilogue_params(fn: Callable) -> tuple[str, list[str]]:
     try:
         params = list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):
-        raise EpilogueTypeError(f"epilogue {fn!r} has no inspectable signature; pass a Python function") from None
+        if callable(fn):  # a builtin such as torch.tanh: unary, as evt.linear and nn.Linear take it
+            return "acc", []
+        raise EpilogueTypeError(f"epilogue {fn!r} is not callable; pass a Python function") from None
     if not params:
         raise EpilogueTypeError(f"epilogue {getattr(fn, '__name__', fn)} takes no parameters; its first parameter "
                                 "receives the accumulator acc = A @ B")
@@ -55,8 +57,8 @@ def check_keywords(fn: Callable, given: dict) -> list[str]:
     """The input names, after checking ``given`` names exactly the epilogue's keyword parameters (or their
     defaults cover the rest)."""
     _, names = epilogue_params(fn)
-    params = inspect.signature(fn).parameters
-    missing = [n for n in names if n not in given and params[n].default is inspect.Parameter.empty]
+    missing = [n for n in names if n not in given and inspect.signature(fn).parameters[n].default is
+               inspect.Parameter.empty]
     unexpected = [n for n in given if n not in names]
     fname = getattr(fn, "__name__", "epilogue")
     if missing:
