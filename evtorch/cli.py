@@ -527,6 +527,10 @@ def main(argv: list[str] | None = None) -> int:
         return args.handler(args)
     except UsageError as e:
         parser.exit(2, f"evtorch {args.command}: error: {e}\n")
+    except BrokenPipeError:  # the reader went away (`evtorch show --source | head`): stop quietly, as cat does
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's own flush at exit would raise again
+        return 1
 
 
 if __name__ == "__main__":

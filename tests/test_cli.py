@@ -487,3 +487,16 @@ def test_configs_for_an_epilogue_lists_what_the_tuner_times(capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["configs", "--shape", "64,64,64", "--input", "bias=N"])
     assert e.value.code == 2 and "--input describes the inputs of --epilogue" in capsys.readouterr().err
+
+
+def test_a_closed_pipe_ends_the_command_quietly(monkeypatch):
+    """`evtorch configs ... | head -1`: the reader goes away, the command stops with status 1 and no traceback
+    (a BrokenPipeError traceback before, found 2026-11-29)."""
+    import io
+    import os
+    from evtorch.cli import main
+    r, w = os.pipe()
+    os.close(r)  # the reader is gone before anything is written
+    out = io.TextIOWrapper(os.fdopen(w, "wb", buffering=0), write_through=True)
+    monkeypatch.setattr("sys.stdout", out)
+    assert main(["configs", "--shape", "768,768,49152", "--device", "h200", "--max", "4"]) == 1
