@@ -359,14 +359,18 @@ def test_random_dags_untuned_config_is_a_tuner_candidate(case, shape):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_gpu_probe_fixes_float64_scalars_bool_add_constant_outputs():
-    """The generated-kernel fixes of 2026-11-29 on the device's Triton: a float64 epilogue's Python-float scalar
-    arrives as a double (the tl.float64 annotation: within 1e-14 of eager, where an fp32 0.1 is 1.5e-9 off), bool +
+    """The generated-kernel fixes of 2026-11-29 on the device's Triton (float64 tanh too): a float64 epilogue's
+    Python-float scalar arrives as a double (the tl.float64 annotation: within 1e-14 of eager, where an fp32 0.1 is 1.5e-9 off), bool +
     bool is a logical or, constant outputs and sums of constants store."""
     torch.manual_seed(0)
     A, B = torch.randn(64, 48, device="cuda", dtype=torch.float64), torch.randn(48, 40, device="cuda",
                                                                                   dtype=torch.float64)
     got = evt.gemm(A, B, lambda acc, s: acc * s, s=0.1)
     torch.testing.assert_close(got, (A @ B) * 0.1, rtol=1e-14, atol=1e-14)
+    x = torch.cat([torch.linspace(-20, 20, 801, device="cuda", dtype=torch.float64),
+                   torch.logspace(-12, 1, 200, device="cuda", dtype=torch.float64)])
+    t = evt.gemm(x[:, None], torch.ones(1, 1, device="cuda", dtype=torch.float64), torch.tanh)[:, 0]
+    assert ((t - torch.tanh(x)).abs() / torch.tanh(x).abs()).max() < 1e-14  # the device's float64 exp included
     Af, Bf = A.float(), B.float()
     m = torch.rand(64, 40, device="cuda") > 0.5
     out = evt.gemm(Af, Bf, lambda acc, m: (m + m, (acc > 0) + m, torch.zeros_like(acc).sum(0), acc * 0 + 1), m=m)
