@@ -360,8 +360,8 @@ def test_random_dags_untuned_config_is_a_tuner_candidate(case, shape):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_gpu_probe_fixes_float64_scalars_bool_add_constant_outputs():
     """The generated-kernel fixes of 2026-11-29 on the device's Triton (float64 tanh too): a float64 epilogue's
-    Python-float scalar arrives as a double (the tl.float64 annotation: within 1e-14 of eager, where an fp32 0.1 is 1.5e-9 off), bool +
-    bool is a logical or, constant outputs and sums of constants store."""
+    Python-float scalar arrives as a double (the tl.float64 annotation: within 1e-14 of eager, where an fp32 0.1
+    is 1.5e-9 off), bool + bool is a logical or, constant outputs and sums of constants store."""
     torch.manual_seed(0)
     A, B = torch.randn(64, 48, device="cuda", dtype=torch.float64), torch.randn(48, 40, device="cuda",
                                                                                   dtype=torch.float64)
