@@ -37,13 +37,16 @@ def _cached_epilogue(fn, acc_shape, acc_dtype, specs, keep, trace_knobs, interme
 
 def get_epilogue(fn_or_ep, acc_shape, acc_dtype, inputs: dict, keep=None) -> Epilogue:
     """The traced, optimized epilogue for this signature (cached; tracing never depends on values). An
-    ``Epilogue`` traced for another signature is traced again with its own ``intermediates`` setting."""
+    ``Epilogue`` traced for another signature is traced again with its own ``intermediates`` setting and, unless
+    ``keep`` (``outputs=``) says otherwise, its own pruned outputs."""
     fn = fn_or_ep.fn if isinstance(fn_or_ep, Epilogue) else fn_or_ep
     if not callable(fn):
         raise EpilogueTypeError(f"epilogue must be a function or an evt.Epilogue, got {type(fn).__name__}")
     names = check_keywords(fn, inputs)
     specs = tuple(input_spec(n, inputs[n]) for n in names if n in inputs)
     keep = normalize_keep(keep)
+    if keep is None and isinstance(fn_or_ep, Epilogue):
+        keep = fn_or_ep.keep  # an Epilogue traced with keep= keeps its pruning (outputs= overrides it)
     intermediates = None
     if isinstance(fn_or_ep, Epilogue):
         if fn_or_ep.signature == (tuple(acc_shape), acc_dtype, tuple(s.signature for s in specs), keep):

@@ -354,3 +354,18 @@ def test_inputs_may_be_named_like_gemms_own_arguments():
     C = torch.randn(A.shape[0], B.shape[1])
     got = evt.gemm(A, B, lambda acc, A, B, epilogue: acc + A * B + epilogue, A=C, B=C, epilogue=1.0)
     torch.testing.assert_close(got, A @ B + C * C + 1.0)
+
+
+def test_an_epilogue_traced_with_keep_keeps_its_pruning_in_gemm():
+    """evt.trace(fn, keep=[1]) handed to evt.gemm returns None for the pruned output, at its own shape and at
+    another (traced again); outputs= overrides it (before, gemm traced it again with every output, found
+    2026-11-29)."""
+    def two(acc, C):
+        return torch.relu(acc + C), (acc * C).sum(dim=1)
+    ep = evt.trace(two, keep=[1], acc=evt.spec((M, N)), C=evt.spec((M, N)))
+    C = torch.randn(M, N)
+    got = evt.gemm(A, B, ep, C=C)
+    assert got[0] is None and torch.allclose(got[1], ((A @ B) * C).sum(1), atol=1e-5)
+    A2, C2 = torch.randn(2 * M, A.shape[1]), torch.randn(2 * M, N)
+    assert evt.gemm(A2, B, ep, C=C2)[0] is None
+    assert evt.gemm(A, B, ep, C=C, outputs=[0])[1] is None
