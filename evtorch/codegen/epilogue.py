@@ -226,8 +226,7 @@ class EpilogueEmitter:
         if n.op == "const":
             return literal(n.target) if n.target is not None else 'float("nan")'
         if n.op == "scalar":
-            return self.params.get("scalar", n.target, f"sc_{n.target}",
-                                   "tl.float64" if n.dtype == torch.float64 else "")
+            return self.params.scalar(n)
         if n.op == "index":
             return {"M": "offs_m[:, None]", "N": "offs_n[None, :]", "L": "pid_l"}[n.target]
         if n.op == "input":

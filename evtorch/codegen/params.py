@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 
 @dataclass(frozen=True)
 class Param:
@@ -38,6 +40,11 @@ class ParamList:
             self._by_key[k] = name
             self.params.append(Param(name, kind, key, annotation))
         return self._by_key[k]
+
+    def scalar(self, node) -> str:
+        """The argument of scalar input ``node``: a float64 one is declared tl.float64 (``Param.annotation``)."""
+        return self.get("scalar", node.target, f"sc_{node.target}",
+                        "tl.float64" if node.dtype == torch.float64 else "")
 
     def annotations(self) -> dict[str, str]:
         """{name: annotation} of the parameters whose kernel signature must type them (``Param.annotation``)."""

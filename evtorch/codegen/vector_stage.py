@@ -177,8 +177,7 @@ class VectorEmitter:
             env[id(n)] = literal(n.target)
             return env[id(n)]
         if n.op == "scalar":
-            env[id(n)] = self.params.get("scalar", n.target, f"sc_{n.target}",
-                                         "tl.float64" if n.dtype == torch.float64 else "")
+            env[id(n)] = self.params.scalar(n)
             return env[id(n)]
         if n.op == "input":
             ptr = self.params.get("in_ptr", n.target, f"in_{n.target}")

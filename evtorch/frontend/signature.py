@@ -57,8 +57,8 @@ def check_keywords(fn: Callable, given: dict) -> list[str]:
     """The input names, after checking ``given`` names exactly the epilogue's keyword parameters (or their
     defaults cover the rest)."""
     _, names = epilogue_params(fn)
-    missing = [n for n in names if n not in given and inspect.signature(fn).parameters[n].default is
-               inspect.Parameter.empty]
+    params = inspect.signature(fn).parameters if names else {}  # a builtin (no signature) takes no inputs
+    missing = [n for n in names if n not in given and params[n].default is inspect.Parameter.empty]
     unexpected = [n for n in given if n not in names]
     fname = getattr(fn, "__name__", "epilogue")
     if missing:

@@ -125,9 +125,10 @@ def kernel_for(body, g, config: ScanConfig):
         kern = K.render(body, g, depth=config.depth, strategy=config.strategy, l2hint=hint, persist=persist,
                         keep=keep, prefetch=pre)
         module = load_module(kern.source, f"scan_{kern.mode}_{body.name}")
-        for op in REGISTRY.ops.values():  # user-registered @triton.jit ops the kernel calls by name
-            if op.user_defined is not None and f"{op.name}(" in kern.source:
-                setattr(module, op.name, op.user_defined)
+        for gr in (g.update, g.post):  # user-registered @triton.jit ops the group's kernels call by name
+            for n in gr.nodes if gr is not None else ():
+                if n.op == "compute" and REGISTRY[n.target].user_defined is not None:
+                    setattr(module, n.target, REGISTRY[n.target].user_defined)
         hit = cache[key] = (kern, [getattr(module, name) for name in (kern.names or (kern.name,))])
     return hit
 
