@@ -62,7 +62,10 @@ def run(sizes=((257, 193, 129, 3), (1024, 768, 512, 2)), dtypes=("float32", "flo
 
     cases = _cases()
     for M, N, K, L in sizes:
-        for dname in dtypes:
+        # float64 at the first (ragged) size too: the portable template's CUDA-core dot and the float64 math, which
+        # the interpreter's Triton accepts more of than the device's (a float64 GEMM failed to compile on Triton
+        # 3.6 until 2026-11-29, unseen while no GPU check ran one)
+        for dname in dtypes + (("float64",) if (M, N, K, L) == tuple(sizes[0]) and "float64" not in dtypes else ()):
             dtype = getattr(torch, dname)
             for det in deterministic:
                 for case in cases:
@@ -148,8 +151,11 @@ def run(sizes=((257, 193, 129, 3), (1024, 768, 512, 2)), dtypes=("float32", "flo
     shapes = [(512, 384, d) for d in dtypes] + [(520, 376, d) for d in dtypes if d == "bfloat16"]
     info = device_info(device)
     for cfg in templates:
+        # float64 runs on the pointer-loaded templates only (policy.tma_template_allowed): their split-K workspace
+        # and reduce in float64, ragged
+        wide = cfg.template in ("portable", "splitk") and not cfg.flag("TMA_LOADS") and "float64" not in dtypes
         for name, ex in EXAMPLES.items():
-            for tm, tn, dname in shapes:
+            for tm, tn, dname in shapes + ([(520, 376, "float64")] if wide else []):
                 dtype = getattr(torch, dname)
                 # a persistent_tma or TMA split-K config sized for 16-bit operands may not fit wider ones (64x64x128
                 # on six stages in float32: 384 KiB; split-K's 128x128x64 on six: 320 KiB), which the tuner never

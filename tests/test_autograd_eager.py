@@ -110,9 +110,12 @@ def test_triton_interpreter_16bit(dtype):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("name", ["bias_gelu", "bce_loss", "mixed_dag", "row_max_and_scale", "softmax_xent"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=["fp32", "bf16", "fp64"])
 def test_gpu_gradients(name, dtype):
-    """The generated kernels on a GPU (TF32 off), against torch autograd of the eager epilogue in fp32."""
+    """The generated kernels on a GPU (TF32 off), against torch autograd of the eager epilogue in fp32 (float64:
+    in float64, which the forward and backward GEMMs run in; they failed to compile on Triton 3.6 until
+    2026-11-29)."""
+    rdt = torch.float64 if dtype == torch.float64 else torch.float32
     torch.backends.cuda.matmul.allow_tf32 = False
     fn, make = CASES[name]
     torch.manual_seed(0)
@@ -129,18 +132,18 @@ def test_gpu_gradients(name, dtype):
     # fp32 upcast of bf16 inputs would move amax's arg-max, and with it where the gradient goes)
     ref_inputs = {k: (v.detach().clone().requires_grad_() if isinstance(v, torch.Tensor) and v.dtype.is_floating_point
                       else v) for k, v in inputs.items()}
-    Af, Bf = A.detach().float().requires_grad_(), B.detach().float().requires_grad_()
+    Af, Bf = A.detach().to(rdt).requires_grad_(), B.detach().to(rdt).requires_grad_()
     ref = fn(Af @ Bf, **ref_inputs)
     ref = ref if isinstance(ref, tuple) else (ref,)
-    ws = [torch.randn(r.shape, device="cuda") for r in ref]
+    ws = [torch.randn(r.shape, device="cuda", dtype=rdt) for r in ref]
     leaves = [A, B] + [v for v in inputs.values() if isinstance(v, torch.Tensor) and v.requires_grad]
     ref_leaves = [Af, Bf] + [v for v in ref_inputs.values() if isinstance(v, torch.Tensor) and v.requires_grad]
-    got = torch.autograd.grad(sum((o.float() * w).sum() for o, w in zip(out, ws)), leaves, allow_unused=True)
+    got = torch.autograd.grad(sum((o.to(rdt) * w).sum() for o, w in zip(out, ws)), leaves, allow_unused=True)
     want = torch.autograd.grad(sum((r * w).sum() for r, w in zip(ref, ws)), ref_leaves, allow_unused=True)
-    tol = 1e-4 if dtype == torch.float32 else 3e-2
+    tol = {torch.float32: 1e-4, torch.float64: 1e-10}.get(dtype, 3e-2)
     for g, r in zip(got, want):
         if r is not None:
-            err = ((g.float() - r.float()).abs().max() / r.float().abs().max().clamp_min(1e-30)).item()
+            err = ((g.to(rdt) - r).abs().max() / r.abs().max().clamp_min(1e-30)).item()
             assert err <= tol, f"relative error {err}"
 
 

@@ -69,15 +69,17 @@ _SWIZZLE = """\
 
 # acc += a @ b. fp32 operands use TF32 tensor cores only when allowed (torch's allow_tf32 semantics), else
 # IEEE fp32. DOT_UPCAST (set by the launcher only under the CPU interpreter, whose tl.dot multiplies bf16 bit
-# patterns: triton-lang/triton#11584) computes the product in fp32 instead.
+# patterns: triton-lang/triton#11584) computes the product in fp32 instead. out_dtype is the accumulator's: tl.dot's
+# default is fp32, and Triton 3.6 asserts that a given acc has out_dtype's type, so fp64 operands (ACC_DTYPE fp64)
+# failed to compile on the GPU without it (the interpreter's Triton 3.9 accepted them: found 2026-11-29, H200).
 _DOT = """\
 if DOT_UPCAST:
     a = a.to(tl.float32)
     b = b.to(tl.float32)
 if ALLOW_TF32:
-    acc = tl.dot(a, b, acc, input_precision="tf32")
+    acc = tl.dot(a, b, acc, input_precision="tf32", out_dtype=ACC_DTYPE)
 else:
-    acc = tl.dot(a, b, acc, input_precision="ieee")
+    acc = tl.dot(a, b, acc, input_precision="ieee", out_dtype=ACC_DTYPE)
 """
 
 
