@@ -189,7 +189,7 @@ def template_check(case, cfg, M: int, N: int, K: int, device, dtype: torch.dtype
     says."""
     import evtorch as evt
     from .runtime.gemm_launch import resolve_config
-    from .testing import TOLERANCE, operands, rel_error
+    from .testing import operands, rel_error, tolerance
 
     A, B = operands(case, M, N, K, 1, device, dtype)
     if a_col:
@@ -200,12 +200,15 @@ def template_check(case, cfg, M: int, N: int, K: int, device, dtype: torch.dtype
         assert resolve_config(A, B, cfg).template == cfg.template, f"{cfg.short()} falls back on these operands"
     kw = case.make_inputs(M, N, 1, device, dtype)
     out = evt.gemm(A, B, case.fn, config=cfg, **({"backend": backend} if backend else {}), **kw)
-    ref = case.fn(A.double() @ B.double(), **{k: v.double() if torch.is_tensor(v) and v.is_floating_point() else v
-                                              for k, v in kw.items()})
+    # float64: the reference on the CPU, as in testing.check
+    ref_device = "cpu" if dtype == torch.float64 else A.device
+    ref = case.fn(A.to(ref_device).double() @ B.to(ref_device).double(),
+                  **{k: v.to(ref_device).double() if torch.is_tensor(v) and v.is_floating_point() else v
+                     for k, v in kw.items()})
     out = out if isinstance(out, tuple) else (out,)
     ref = ref if isinstance(ref, tuple) else (ref,)
     errs = [rel_error(o, r.to(o.dtype) if o.dtype in (torch.float16, torch.bfloat16) else r) for o, r in zip(out, ref)]
-    lim = max(TOLERANCE[dtype], 1e-2 if dtype != torch.float32 else 1e-5)
+    lim = tolerance(dtype, kw)
     assert all(e <= lim for e in errs), f"errors {errs} > {lim}"
     return errs
 

@@ -9,6 +9,7 @@ import os
 
 import pytest
 import torch
+import torch.nn.functional as F
 import triton
 import triton.language as tl  # noqa: F401  (Triton wants it visible to @triton.jit functions here)
 
@@ -124,6 +125,44 @@ def test_float64_epilogue_takes_python_float_scalars_as_float64():
         assert {str(n.dtype) for n in ep.graph.nodes if n.op == "scalar"} == {str(dtype)}
         source = program.build_program(ep, out_dtype=dtype).source
         assert ("sc_s: tl.float64," in source) is annotated and ("sc_t: tl.float64," in source) is annotated
+
+
+@pytest.mark.interpreter
+def test_float64_kernels_type_their_inexact_constants_float64():
+    """A float64 kernel's constants that float32 cannot hold (gelu's 0.044715 and sqrt(2/pi), a mean's 1/n) reach
+    Triton as float64: the literal as ``tl.full((), c, tl.float64)``, the mean's reciprocal count argument
+    annotated ``tl.float64``. Triton 3.6 rounded the bare forms to float32 on an H200 (gelu_tanh 6e-10, the row
+    mean 2.5e-8 relative, found 2026-11-29), which the interpreter's Triton does not, so this reads the source;
+    the GPU selftest checks the values. Float32 kernels keep bare literals and an unannotated count."""
+    from evtorch.codegen import program
+    fn = lambda acc, C: (F.gelu(acc + C, approximate="tanh"), acc.mean(1), acc * 0.5 + 0.1)  # noqa: E731
+    for dtype, typed in ((torch.float64, True), (torch.float32, False)):
+        ep = evt.trace(fn, acc=evt.spec((8, 6), dtype), C=evt.spec((8, 6), dtype))
+        source = program.build_program(ep, out_dtype=dtype).source
+        for c in ("0.044715", "0.7978845608028654", "0.1"):
+            assert (f"tl.full((), {c}, tl.float64)" in source) is typed, (dtype, c)
+        assert "tl.full((), 0.5, tl.float64)" not in source  # float32 holds 0.5: left bare
+        assert ("inv_count0: tl.float64," in source) is typed
+    A, B = torch.randn(9, 5, dtype=torch.float64), torch.randn(5, 7, dtype=torch.float64)
+    C = torch.randn(9, 7, dtype=torch.float64)
+    for got, want in zip(evt.gemm(A, B, fn, C=C, backend="triton"), fn(A @ B, C)):
+        torch.testing.assert_close(got, want, rtol=1e-14, atol=1e-14)
+
+
+@pytest.mark.interpreter
+def test_float64_check_holds_float32_inputs_to_float32_tolerance():
+    """testing.check's float64 reference computes in float64 throughout, but an epilogue's float32 inputs keep
+    float32 arithmetic as in eager (roles_2d's ``v[:, None] * s``, 2e-8 off), so a float64 run with narrower
+    inputs is held to float32's tolerance (it failed at 1e-10 before, GPU selftest 2026-11-29); one without them
+    keeps float64's."""
+    from evtorch.testing import all_cases, check, tolerance
+    cases = {c.name: c for c in all_cases()}
+    assert check(cases["roles_2d"], M=20, N=12, K=9, L=2, dtype=torch.float64)[0] < 1e-5
+    f64, f32, bf16 = (torch.empty(2, dtype=d) for d in (torch.float64, torch.float32, torch.bfloat16))
+    assert tolerance(torch.float64, dict(C=f64, s=0.5)) == 1e-10
+    assert tolerance(torch.float64, dict(C=f64, v=f32)) == 1e-5
+    assert tolerance(torch.float32, dict(C=f32, b=bf16)) == pytest.approx(1e-4)
+    assert tolerance(torch.float32, dict(C=f32)) == 1e-5 and tolerance(torch.bfloat16, dict(C=bf16)) == 1e-2
 
 
 @pytest.mark.interpreter

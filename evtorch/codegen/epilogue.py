@@ -224,7 +224,7 @@ class EpilogueEmitter:
         if n.op == "acc":
             return self._assign(n, "acc")
         if n.op == "const":
-            return literal(n.target) if n.target is not None else 'float("nan")'
+            return literal(n.target, self.compute) if n.target is not None else 'float("nan")'
         if n.op == "scalar":
             return self.params.scalar(n)
         if n.op == "index":
@@ -371,7 +371,9 @@ class EpilogueEmitter:
         w(f"p{rid} = {reduce(x, 'sum')}")
         if r.mode == "atomic":
             if r.op == "mean" and r.direct_output is not None:
-                inv = self.params.get("count", (rid, "inv"), f"inv_count{rid}")
+                # 1/n is a Python float, which Triton passes as fp32 unless the signature says tl.float64
+                inv = self.params.get("count", (rid, "inv"), f"inv_count{rid}",
+                                      "tl.float64" if self.compute == torch.float64 else "")
                 w(f"p{rid} = p{rid} * {inv}")
             self._atomic(r, "tl.atomic_add", f"p{rid}", kmask)
         else:

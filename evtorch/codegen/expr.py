@@ -7,6 +7,7 @@ for fp64 epilogues), so operands are converted on use and results rounded back w
 from __future__ import annotations
 
 import math
+import struct
 
 import torch
 
@@ -21,8 +22,11 @@ TL_DTYPE = {
 }
 
 
-def literal(value) -> str:
-    """A Triton-source literal for a Python constant."""
+def literal(value, compute: torch.dtype | None = None) -> str:
+    """A Triton-source literal for a Python constant. In a float64 computation (``compute``) a float that float32
+    cannot hold exactly is a float64 scalar, ``tl.full((), value, tl.float64)``: Triton 3.6 rounds a bare Python
+    float to float32 in some builtins (``tl.fma``'s operands: gelu's 0.044715 came out 6e-10 off on an H200,
+    2026-11-29), where eager keeps the double. Other literals stay bare, so float32 kernels read as written."""
     if isinstance(value, bool):
         return "True" if value else "False"
     if isinstance(value, int):
@@ -32,7 +36,17 @@ def literal(value) -> str:
         return 'float("nan")'
     if math.isinf(value):
         return 'float("inf")' if value > 0 else 'float("-inf")'
+    if compute == torch.float64 and not _float32_exact(value):
+        return f"tl.full((), {value!r}, tl.float64)"
     return repr(value)
+
+
+def _float32_exact(value: float) -> bool:
+    """Whether float32 holds ``value`` exactly (beyond its range Triton types a literal float64 itself)."""
+    try:
+        return struct.unpack("f", struct.pack("f", value))[0] == value
+    except OverflowError:
+        return True
 
 
 def _convert(expr: str, node: Node, compute: torch.dtype) -> str:
@@ -66,7 +80,7 @@ def compute_expr(node: Node, operands: list[str], compute: torch.dtype, fast: bo
     template = emission(**node.attrs) if callable(emission) else emission
     if template is None:
         raise NotImplementedError(f"op {op.name!r} has no Triton emission and no decomposition")
-    expr = template.format(*conv, **{k: literal(v) if isinstance(v, (int, float)) else v
+    expr = template.format(*conv, **{k: literal(v, compute) if isinstance(v, (int, float)) else v
                                      for k, v in node.attrs.items()})
     if node.dtype.is_floating_point and node.dtype != compute and not op.has(COMPARE):
         expr = f"({expr}).to({TL_DTYPE[node.dtype]})"

@@ -174,7 +174,7 @@ class VectorEmitter:
         if id(n) in env:
             return env[id(n)]
         if n.op == "const":
-            env[id(n)] = literal(n.target)
+            env[id(n)] = literal(n.target, self.compute)
             return env[id(n)]
         if n.op == "scalar":
             env[id(n)] = self.params.scalar(n)

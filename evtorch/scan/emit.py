@@ -84,7 +84,7 @@ def compute_expr(n: Node, operands: list, compute) -> tuple[str, object]:
     template = op.triton(**n.attrs) if callable(op.triton) else op.triton
     if template is None:
         raise NotImplementedError(f"op {op.name!r} has no Triton emission")
-    attrs = {k: literal(v) if isinstance(v, (int, float)) else v for k, v in n.attrs.items()}
+    attrs = {k: literal(v, compute) if isinstance(v, (int, float)) else v for k, v in n.attrs.items()}
     expr = template.format(*conv, **attrs)
     return expr, (compute if floating else n.dtype)
 
@@ -96,7 +96,7 @@ def emit_graph(w: Writer, graph: Graph, leaf_value, compute, prefix: str) -> dic
         if n.op == "input":
             values[id(n)] = leaf_value(n)
         elif n.op == "const":
-            values[id(n)] = (literal(n.target), "const")
+            values[id(n)] = (literal(n.target, compute), "const")
         elif n.op == "compute":
             expr, dtype = compute_expr(n, [values[id(a)] for a in n.args], compute)
             name = f"{prefix}{count}"
