@@ -24,9 +24,10 @@ TL_DTYPE = {
 
 def literal(value, compute: torch.dtype | None = None) -> str:
     """A Triton-source literal for a Python constant. In a float64 computation (``compute``) a float that float32
-    cannot hold exactly is a float64 scalar, ``tl.full((), value, tl.float64)``: Triton 3.6 rounds a bare Python
-    float to float32 in some builtins (``tl.fma``'s operands: gelu's 0.044715 came out 6e-10 off on an H200,
-    2026-11-29), where eager keeps the double. Other literals stay bare, so float32 kernels read as written."""
+    cannot hold exactly is a float64 scalar, ``tl.full((), value, tl.float64)``: on an H200 with Triton 3.6 a
+    float64 gelu (tanh form) came out 6e-10 off with bare literals and exact with typed ones (2026-11-29; the
+    likely culprit is ``tl.fma``, which takes gelu's 0.044715, not isolated), where eager keeps the double and the
+    interpreter's Triton 3.9 did too. Other literals stay bare, so float32 kernels read as written."""
     if isinstance(value, bool):
         return "True" if value else "False"
     if isinstance(value, int):
