@@ -105,6 +105,9 @@ def gemm(A: torch.Tensor, B: torch.Tensor, epilogue: Callable | Epilogue | None 
     Differentiable with respect to A, B and every tensor input, compilable with torch.compile and autocast-aware:
     in those cases the call goes through ``torch.ops.evtorch.gemm`` (``evtorch.integration``).
     """
+    if _integration.transforms_active() and not torch.compiler.is_compiling():
+        _integration.check_transforms("evt.gemm", (A, B, *inputs.values()),
+                                      backend == "triton" or (backend is None and getattr(A, "is_cuda", False)))
     if _integration.wanted(A, B, inputs):
         return _integration.gemm(A, B, epilogue, out_dtype=out_dtype, backend=backend, deterministic=deterministic,
                                  allow_tf32=allow_tf32, outputs=outputs, config=config, **inputs)

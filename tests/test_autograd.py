@@ -422,3 +422,63 @@ def test_builtin_epilogue_and_builtin_torch_fn():
     check(torch.sigmoid, A, B)
     with pytest.raises(evt.EpilogueTypeError, match=r"pass a Python function, e.g. lambda x: torch.cos\(x\)"):
         evt.register_op("cos_builtin_test", torch.cos, _triple_jit())
+
+
+@pytest.mark.parametrize("backend", ["reference", pytest.param("triton", marks=pytest.mark.interpreter)])
+def test_outputs_may_be_modified_in_place(backend):
+    """A residual ``h += x`` on a fused layer's output, as on F.linear's: the outputs are not views made inside
+    the autograd Function (autograd refused in-place ops on them: "Output 0 of FusedGemm is a view and is being
+    modified inplace"), and the gradients are those of the modified value."""
+    import os
+    if backend == "triton" and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("needs TRITON_INTERPRET=1")
+    A, B = operands()
+    x = rand(M, N)
+    h, s = evt.gemm(A, B, lambda acc: (torch.exp(acc), acc.sum(1)), backend=backend)
+    h += x
+    h.mul_(2)
+    (h.square().sum() + s.sum()).backward()
+    A2, B2, x2 = (t.detach().clone().requires_grad_() for t in (A, B, x))
+    acc = A2 @ B2
+    ((2 * (torch.exp(acc) + x2)).square().sum() + acc.sum(1).sum()).backward()
+    for got, want in ((A.grad, A2.grad), (B.grad, B2.grad), (x.grad, x2.grad)):
+        torch.testing.assert_close(got, want)
+    y = evt.linear(A, B.T.detach().requires_grad_(), F.gelu)
+    y.add_(1)
+    y.sum().backward()
+
+
+def test_gradient_penalty_through_autograd_grad_is_a_clear_error():
+    """``torch.autograd.grad(loss, [A])`` of a loss holding a create_graph gradient (a gradient penalty) must reach
+    the refusing node: it hung off a fresh leaf that autograd.grad never visits, and the second-order term was
+    silently dropped. Tied to the saved operands that require grad, it raises."""
+    A, B = operands()
+    out = evt.gemm(A, B, lambda acc: torch.tanh(acc))
+    gA, = torch.autograd.grad(out.sum(), A, create_graph=True)
+    with pytest.raises(evt.EpilogueError, match="double backward"):
+        torch.autograd.grad(out.sum() + gA.square().sum(), [A])
+    x, W = rand(3, K), rand(N, K)
+    y = evt.linear(x, W, torch.tanh)
+    gx, = torch.autograd.grad(y.sum(), x, create_graph=True)
+    with pytest.raises(evt.EpilogueError, match="double backward"):
+        torch.autograd.grad(y.sum() + gx.square().sum(), [x])
+    # frozen weights: nothing the backward saved requires grad, and a non-leaf x (a layer inside a model); the
+    # node's own anchor output still ties the gradient to x
+    W.requires_grad_(False)
+    x0 = rand(3, K)
+    x = torch.sin(x0)
+    y = evt.linear(x, W, torch.tanh)
+    gx, = torch.autograd.grad(y.sum(), x, create_graph=True)
+    with pytest.raises(evt.EpilogueError, match="double backward"):
+        torch.autograd.grad(y.sum() + gx.square().sum(), [x0])
+    # an epilogue input's own penalty (C is not among what the backward saves)
+    A, B = operands()
+    C = rand(M, N)
+    out = evt.gemm(A.detach(), B.detach(), lambda acc, C: torch.tanh(acc * C), C=C)
+    gC, = torch.autograd.grad(out.sum(), C, create_graph=True)
+    with pytest.raises(evt.EpilogueError, match="double backward"):
+        torch.autograd.grad(gC.square().sum(), [C])
+    # a create_graph backward that is not differentiated again still runs and matches eager
+    gx, = torch.autograd.grad(evt.linear(x0, W, torch.tanh).sum(), x0, create_graph=True)
+    want, = torch.autograd.grad(torch.tanh(x0 @ W.T).sum(), x0)
+    torch.testing.assert_close(gx.detach(), want, rtol=1e-5, atol=1e-5)

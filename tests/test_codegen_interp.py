@@ -108,6 +108,20 @@ def test_constant_outputs_and_reductions_of_constants(fn):
 
 
 @pytest.mark.interpreter
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64], ids=["f32", "f16", "f64"])
+def test_scalar_input_returned_as_an_output(dtype):
+    """A Python-number input returned as is (``return D, scale``) is stored like a constant, through tl.cast: a
+    scalar argument is a bare Python float in the interpreter, which has no .to (an InterpreterError before)."""
+    A, B = torch.randn(8, 5, dtype=dtype), torch.randn(5, 6, dtype=dtype)
+    fn = lambda acc, s, i: (acc * s, s, i)  # noqa: E731
+    got = evt.gemm(A, B, fn, s=2.5, i=3, backend="triton")
+    want = evt.gemm(A, B, fn, s=2.5, i=3, backend="reference")
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        torch.testing.assert_close(g, w)
+
+
+@pytest.mark.interpreter
 def test_float64_epilogue_takes_python_float_scalars_as_float64():
     """A Python float meets a float64 accumulator as a float64, as in eager (acc * 0.1 with the double 0.1): the IR
     types the scalar f64 and the kernel signature declares it tl.float64, where Triton would pass a Python float as

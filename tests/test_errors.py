@@ -369,3 +369,9 @@ def test_an_epilogue_traced_with_keep_keeps_its_pruning_in_gemm():
     A2, C2 = torch.randn(2 * M, A.shape[1]), torch.randn(2 * M, N)
     assert evt.gemm(A2, B, ep, C=C2)[0] is None
     assert evt.gemm(A, B, ep, C=C, outputs=[0])[1] is None
+
+
+def test_linear_fn_not_callable():
+    """evt.linear(x, w, "gelu") said "'str' object is not callable" from inside linear_epilogue."""
+    with pytest.raises(EpilogueTypeError, match="fn"):
+        evt.linear(torch.randn(3, 4), torch.randn(5, 4), "gelu")

@@ -403,3 +403,32 @@ def test_linear_refuses_an_input_shaped_like_the_3d_output():
     """The epilogue sees y as (rows, N); an input shaped like the 3-D output gets an error that says so."""
     with pytest.raises(evt.ShapeError, match=r"inputs shaped like the output must be \(12, 6\)"):
         evt.linear(torch.randn(3, 4, 8), torch.randn(6, 8), lambda y, C: y + C, C=torch.randn(3, 4, 6))
+
+
+@pytest.mark.interpreter
+def test_func_transforms_and_forward_ad_are_clear_errors():
+    """torch.vmap and torch.func.grad crashed inside torch (an in-place vmap error in the reference executor, a
+    missing setup_context); forward-mode AD on the triton backend returned outputs without tangents, silently.
+    They are EpilogueErrors naming the transform; forward AD on the reference backend (torch ops) still works."""
+    import os
+    import torch.autograd.forward_ad as fwAD
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("needs TRITON_INTERPRET=1")
+    A, B = torch.randn(6, 4), torch.randn(4, 5)
+    with pytest.raises(evt.EpilogueError, match="vmap"):
+        torch.vmap(lambda a: evt.gemm(a, B, torch.tanh))(torch.randn(2, 6, 4))
+    with pytest.raises(evt.EpilogueError, match="vmap"):
+        torch.vmap(lambda a: evt.linear(a, B.T, torch.tanh))(torch.randn(2, 6, 4))
+    with pytest.raises(evt.EpilogueError, match="torch.func.grad"):
+        torch.func.grad(lambda a: evt.gemm(a, B, torch.tanh).sum())(A)
+    with pytest.raises(evt.EpilogueError, match="forward-mode AD"):
+        torch.func.jvp(lambda a: evt.gemm(a, B, torch.tanh, backend="triton"), (A,), (torch.ones_like(A),))
+    with pytest.raises(evt.EpilogueError, match="forward-mode AD"):
+        torch.func.jvp(lambda x: evt.scan(lambda h, x: h + x, x, backend="triton"), (A,), (torch.ones_like(A),))
+    with fwAD.dual_level():
+        a = fwAD.make_dual(A, torch.ones_like(A))
+        with pytest.raises(evt.EpilogueError, match="forward-mode AD"):
+            evt.gemm(a, B, torch.tanh, backend="triton")
+        tangent = fwAD.unpack_dual(evt.gemm(a, B, torch.tanh, backend="reference")).tangent
+    want = (1 - torch.tanh(A @ B) ** 2) * (torch.ones_like(A) @ B)
+    torch.testing.assert_close(tangent, want)

@@ -573,3 +573,32 @@ def test_registered_op_in_a_scan_body_on_the_triton_backend():
     for body in (lambda h, x: softsign(h) + x, lambda h, x: h + softsign(x)):
         want = evt.scan(body, X, backend="reference")
         torch.testing.assert_close(evt.scan(body, X, backend="triton"), want, rtol=1e-5, atol=1e-5)
+
+
+def test_bound_method_bodies_of_different_instances_are_traced_apart():
+    """A bound method's __code__ is every instance's: the body cache keys on its __self__ too (Cell(2.0).step
+    returned Cell(0.5).step's scan before)."""
+    class Cell:
+        def __init__(self, a):
+            self.a = a
+
+        def step(self, h, x):
+            return self.a * h + x
+
+    X = torch.randn(5, 3, dtype=torch.float64)
+    for a in (0.5, 2.0):
+        h = [X[0]]
+        for t in range(1, X.shape[0]):
+            h.append(a * h[-1] + X[t])
+        torch.testing.assert_close(evt.scan(Cell(a).step, X, backend="reference"), torch.stack(h))
+
+
+def test_scan_inside_torch_compile():
+    """A compiled function calling evt.scan: Dynamo traced into the body's tracing and raised an
+    InternalTorchDynamoError (even without fullgraph); evt.scan now runs eagerly from compiled code."""
+    X = torch.randn(6, 3, requires_grad=True)
+    fn = lambda X: evt.scan(lambda h, x: torch.tanh(h * 0.5 + x), X, backend="reference").sum() * 2  # noqa: E731
+    torch.compile(fn, backend="aot_eager")(X).backward()
+    got, X.grad = X.grad, None
+    fn(X).backward()
+    torch.testing.assert_close(got, X.grad)

@@ -78,3 +78,20 @@ def test_backward_matches_loop_in_float32():
         hs.append(h)
     (torch.stack(hs) * torch.linspace(0, 1, n)).sum().backward()
     assert torch.allclose(ga, A.grad, atol=1e-5) and torch.allclose(gx, X.grad, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["reference", "triton"])
+def test_double_backward_is_a_clear_error(backend):
+    """A gradient taken with create_graph=True (a gradient penalty) must not be a silent constant: the parallel
+    backward has no derivative, so differentiating its result raises, also through torch.autograd.grad with
+    respect to the input alone (before, once_differentiable let the gradient through as a constant and the
+    penalty's second-order term was dropped without a word)."""
+    x = rand(6, 3)
+    y = evt.scan(lambda h, x: torch.tanh(h + x), x, backend=backend)
+    (g,) = torch.autograd.grad(y.sum(), x, create_graph=True)
+    assert g.requires_grad
+    with pytest.raises(evt.EpilogueError, match="double backward"):
+        torch.autograd.grad(y.sum() + g.square().sum(), x)
+    # first-order gradients with create_graph=True are unchanged
+    (g1,) = torch.autograd.grad(evt.scan(lambda h, x: torch.tanh(h + x), x, backend=backend).sum(), x)
+    torch.testing.assert_close(g.detach(), g1)

@@ -106,3 +106,8 @@ def test_bad_arguments():
         evt.scan(lambda h: h, init=X[:1])
     with raises(EpilogueError, "input 1 is a float"):
         evt.scan(lambda h, x, y: h + x, X, 2.0)
+
+
+def test_config_of_the_wrong_type():
+    with pytest.raises(evt.EpilogueTypeError, match="ScanConfig"):
+        evt.scan(lambda h, x: h + x, torch.randn(4, 2), config="fast", backend="triton")

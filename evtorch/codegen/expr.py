@@ -92,4 +92,4 @@ def converted(expr: str, node: Node, dtype: str) -> str:
     """``expr`` (the value of ``node``) converted to the Triton dtype ``dtype``. A constant is a Python literal in the
     generated source, which has no ``.to`` (a constant output: a zero gradient, a sum of zeros): ``tl.cast``
     takes both."""
-    return f"tl.cast({expr}, {dtype})" if node.op == "const" else f"{expr}.to({dtype})"
+    return f"tl.cast({expr}, {dtype})" if node.op in ("const", "scalar") else f"{expr}.to({dtype})"

@@ -12,6 +12,8 @@ import contextlib
 import threading
 
 import torch
+import torch.autograd.forward_ad as _fwad
+from torch._C._functorch import peek_interpreter_stack as _peek_transform
 
 _state = threading.local()
 
@@ -32,6 +34,38 @@ def autocast_dtype(device_type: str) -> torch.dtype | None:
     if device_type not in ("cuda", "cpu") or not torch.is_autocast_enabled(device_type):
         return None
     return torch.get_autocast_dtype(device_type)
+
+
+def transforms_active() -> bool:
+    """Whether a torch.func transform (vmap, grad, jvp) or a forward-mode AD level is active (cheap: checked on
+    every call before ``check_transforms``)."""
+    return _fwad._current_level >= 0 or _peek_transform() is not None
+
+
+def check_transforms(what: str, tensors, triton: bool, vmap_on_reference: bool = False,
+                     grad: bool = True) -> None:
+    """Refuse the transforms a call cannot honour with a clear error, instead of a crash inside torch or, worse,
+    results without their tangents: ``torch.vmap`` (the kernels take real storage), ``torch.func.grad`` / ``vjp``
+    / ``jacrev`` (the autograd Functions have no ``setup_context``), and on the Triton backend forward-mode AD
+    (``torch.func.jvp``, dual tensors: the kernel's outputs would come back without tangents). The reference
+    backend runs torch ops, which carry forward-mode tangents (and, for evt.scan, vmap's batch dim)."""
+    from torch._C._functorch import TransformType
+    from ..errors import EpilogueError
+    top = _peek_transform()
+    kind = None if top is None else top.key()
+    if kind == TransformType.Vmap and (triton or not vmap_on_reference):
+        raise EpilogueError(f"{what} does not support torch.vmap"
+                            + ("; batch the GEMM instead: A of shape (L, M, K) with B (L, K, N) or (K, N)"
+                               if what == "evt.gemm" else "") + (" on the triton backend (backend='reference' runs "
+                                                                 "under vmap)" if vmap_on_reference else ""))
+    if kind == TransformType.Grad and grad:
+        raise EpilogueError(f"{what} does not support torch.func.grad / vjp / jacrev: its backward is a torch.autograd"
+                            ".Function without setup_context; use torch.autograd.grad or .backward()")
+    if triton and (kind == TransformType.Jvp or (_fwad._current_level >= 0 and any(
+            isinstance(t, torch.Tensor) and _fwad.unpack_dual(t).tangent is not None for t in tensors))):
+        raise EpilogueError(f"{what} does not support forward-mode AD (torch.func.jvp / jacfwd, "
+                            "torch.autograd.forward_ad dual tensors) on the triton backend: the kernel's outputs "
+                            "would have no tangents. Use backend='reference' or reverse mode")
 
 
 def wanted(A, B, inputs: dict) -> bool:

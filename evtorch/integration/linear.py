@@ -20,7 +20,7 @@ import torch
 from ..errors import EpilogueTypeError, ShapeError
 from ..frontend.signature import epilogue_params
 from ..runtime import knobs
-from .dispatch import autocast_dtype
+from .dispatch import autocast_dtype, check_transforms, transforms_active
 
 BIAS = "linear_bias"
 
@@ -74,6 +74,11 @@ def linear(x: torch.Tensor, weight: torch.Tensor, fn: Callable | None = None, bi
         Other options as in ``evt.gemm``.
     """
     from .function import _calls, _eager_call, fused_gemm
+    if fn is not None and not callable(fn):
+        raise EpilogueTypeError(f"evt.linear: fn (the epilogue) must be a function or None, got {type(fn).__name__}")
+    if transforms_active() and not torch.compiler.is_compiling():
+        check_transforms("evt.linear", (x, weight, bias, *inputs.values()),
+                         backend == "triton" or (backend is None and getattr(x, "is_cuda", False)))
     if bias is not None:
         inputs[BIAS] = bias
     if not torch.compiler.is_compiling():

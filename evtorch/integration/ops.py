@@ -45,6 +45,7 @@ from .deferred import DeferredGrad, producer
 from .deferred import enabled as deferred_enabled
 from .deferred import mode as deferred_mode
 from .dispatch import running_op
+from .nodouble import refuse_double_backward
 
 _lock = threading.Lock()
 _plans: dict[str, "Entry"] = {}
@@ -358,19 +359,25 @@ class FusedGemm(torch.autograd.Function):
         out = call.forward(A, B, tensors, scalars)
         keep_A, keep_B, used, n_user = call.entry.saves
         ctx.call, ctx.scalars = call, scalars
+        # the last output, empty, is this node's anchor (``ANCHOR``): saved, it comes back in the backward with
+        # this node as its grad_fn, so gradients made with create_graph=True can lead back to A, B and the inputs
+        anchor = A.new_empty(0)
         ctx.save_for_backward(*([A] if keep_A else []), *([B] if keep_B else []), *[tensors[i] for i in used],
-                              *out[n_user:])
+                              *out[n_user:], anchor)
         ctx.set_materialize_grads(False)
         if len(out) > n_user:
             ctx.mark_non_differentiable(*out[n_user:])
-        return out
+        return (*out, anchor)
 
     @staticmethod
     def backward(ctx, *grads):
+        grads = grads[:-1]  # the anchor's, never used
         if torch.is_grad_enabled():  # create_graph=True: the gradients must refuse to be differentiated
             with torch.no_grad():
                 dA, dB, dtensors = ctx.call.backward(ctx, grads, hand_on=False)
-            dA, dB, *dtensors = _no_double_backward(dA, dB, *dtensors)
+            # tied to this node (the anchor), so a second derivative with respect to anything upstream (a
+            # gradient penalty's torch.autograd.grad(loss, [x]), weights frozen or not) reaches the raising node
+            dA, dB, *dtensors = _no_double_backward(dA, dB, *dtensors, anchors=ctx.saved_tensors[-1:])
         else:
             dA, dB, dtensors = ctx.call.backward(ctx, grads)
         return (dA, dB, None, None, *dtensors)
@@ -456,7 +463,7 @@ class EagerCall:
         tensors = [inputs[name] for name in self.names]
         scalars = [float(inputs[name]) for name in self.scalar_names] if self.scalar_names else []
         if self.autograd:
-            results = FusedGemm.apply(A, B, scalars, self, *tensors)
+            results = FusedGemm.apply(A, B, scalars, self, *tensors)[:-1]  # less the anchor (FusedGemm.forward)
         else:
             A, B, tensors = self.operands(A, B, tensors)
             results = self.forward(A, B, tensors, scalars)
@@ -496,7 +503,7 @@ class EagerCall:
         """(dA, dB, input gradients) for the output gradients ``grads`` (``_backward``), in the caller's shapes.
         ``hand_on``: A's gradient may be handed to its producer unmultiplied (``integration.deferred``)."""
         keep_A, keep_B, used, _ = self.entry.saves
-        saved = ctx.saved_tensors
+        saved = ctx.saved_tensors[:-1]  # less FusedGemm's anchor
         i = 0
         A = B = None
         if keep_A:
@@ -797,26 +804,6 @@ class EagerBackward:
         return ops
 
 
-class _NoDoubleBackward(torch.autograd.Function):
-    """Identity on gradients made with create_graph=True whose own backward raises (the gradients of a fused
-    GEMM are computed without a graph; without this they would silently be constants)."""
-
-    @staticmethod
-    def forward(ctx, anchor, *grads):
-        return tuple(g.view_as(g) for g in grads)
-
-    @staticmethod
-    def backward(ctx, *_):
-        _double_backward(ctx, _)
-
-
-def _no_double_backward(*grads):
-    present = [g for g in grads if g is not None]
-    anchor = torch.empty(0, requires_grad=True)  # makes the outputs part of the graph
-    wrapped = iter(_NoDoubleBackward.apply(anchor, *present)) if present else iter(())
-    return [next(wrapped) if g is not None else None for g in grads]
-
-
 # ---------------------------------------------------------------------------------------------------- backward
 def col_major(t: Tensor) -> bool:
     """Whether a 2-D operand is column-major (``weight.t()``): its gradient is then produced column-major."""
@@ -945,10 +932,14 @@ def _gemm_backward_fake(A, B, tensors, saved, grads, scalars, sizes, plan):
 torch.library.register_fake("evtorch::gemm_backward", _gemm_backward_fake, lib=_lib)
 
 
-def _double_backward(ctx, grads):
-    raise EpilogueError("double backward through evt.gemm is not supported: the backward of a fused GEMM is "
-                        "itself fused and has no derivative. Compute higher-order gradients with the eager "
-                        "epilogue (fn(A @ B, **inputs)) instead")
+_DOUBLE_BACKWARD = ("double backward through evt.gemm is not supported: the backward of a fused GEMM is itself "
+                    "fused and has no derivative. Compute higher-order gradients with the eager epilogue "
+                    "(fn(A @ B, **inputs)) instead")
+
+
+def _no_double_backward(*grads, anchors=()):
+    """``grads`` refusing a second differentiation (``nodouble``), tied to ``anchors``."""
+    return refuse_double_backward(grads, anchors, _DOUBLE_BACKWARD)
 
 
 def _gemm_backward_autograd(A, B, tensors, saved, grads, scalars, sizes, plan):
@@ -957,7 +948,7 @@ def _gemm_backward_autograd(A, B, tensors, saved, grads, scalars, sizes, plan):
     with torch._C._AutoDispatchBelowAutograd():
         out = gemm_backward_op(A, B, tensors, saved, grads, scalars, sizes, plan)
     if _requires_grad(A, B, *tensors, *saved, *grads):
-        return _no_double_backward(*out)
+        return _no_double_backward(*out, anchors=(A, B, *tensors, *saved, *grads))
     return out
 
 

@@ -82,4 +82,9 @@ def make_output(dims, sizes: dict, dtype: torch.dtype, device, fill=None):
     base_shape, base_axes, vs, vst = output_view(dims, sizes)
     base = torch.empty(base_shape, dtype=dtype, device=device) if fill is None else \
         torch.full(base_shape, fill, dtype=dtype, device=device)
+    if list(vs) == list(base.shape) and tuple(vst) == base.stride():
+        # the whole base as it is: return it rather than a view of it, so that the caller may modify it in
+        # place (autograd refuses in-place ops on a view made inside a custom Function: ``h += x`` on a layer's
+        # output would raise)
+        return base, base_axes, base
     return base, base_axes, base.as_strided(vs, vst)

@@ -18,6 +18,7 @@ from typing import Callable
 import torch
 
 from ..errors import EpilogueError, EpilogueTypeError
+from ..integration.dispatch import check_transforms, transforms_active
 from .autograd import differentiable
 from .body import RowSpec, ScanBody
 from .errors import ScanError, ScanShapeError
@@ -41,7 +42,8 @@ def _fn_key(fn):
     seen = tuple((name, glob[name]) for name in code.co_names if name in glob)
     cells = tuple(c.cell_contents for c in (fn.__closure__ or ()))
     kw = tuple(sorted(fn.__kwdefaults__.items())) if fn.__kwdefaults__ else None
-    key = (code, cells, fn.__defaults__, kw, seen)
+    # a bound method (``cell.step``) shares its __code__ with every instance's: its ``self`` is part of the key
+    key = (code, getattr(fn, "__self__", None), cells, fn.__defaults__, kw, seen)
     try:
         hash(key)
     except TypeError:  # an unhashable captured value: no caching for this body
@@ -82,6 +84,9 @@ def _time_major(x: torch.Tensor, dim: int, what: str) -> tuple[torch.Tensor, int
     return x.movedim(d, 0), d
 
 
+# Dynamo must not trace into evt.scan: it would trace the body's tracing (proxies, registry lookups) and fail inside
+# its own machinery (InternalTorchDynamoError even without fullgraph). Compiled code calls it eagerly (a graph break)
+@torch.compiler.disable(reason="evt.scan traces its body and launches its kernels outside torch.compile")
 def scan(body: Callable, *inputs: torch.Tensor, init=None, dim: int = 0, post: Callable | None = None,
          backend: str | None = None, config: ScanConfig | None = None, length: int | None = None):
     """Run the recurrence ``state[t] = body(state[t-1], ..., inputs[t]...)`` over ``dim``.
@@ -166,7 +171,12 @@ def scan(body: Callable, *inputs: torch.Tensor, init=None, dim: int = 0, post: C
         backend = "triton" if device.type == "cuda" else "reference"
     if backend not in BACKENDS:
         raise EpilogueError(f"evt.scan: backend must be one of {BACKENDS}, got {backend!r}")
+    if config is not None and not isinstance(config, ScanConfig):
+        raise EpilogueTypeError(f"evt.scan: config must be an evtorch.scan.ScanConfig or None, got "
+                                f"{type(config).__name__}")
 
+    if transforms_active() and not torch.compiler.is_compiling():
+        check_transforms("evt.scan", inits + xs, backend == "triton", vmap_on_reference=True, grad=False)
     states = [RowSpec(f"s{j}", tuple(t.shape[1:]), t.dtype) for j, t in enumerate(inits)]
     specs = [RowSpec(f"x{i}", tuple(x.shape[1:]), x.dtype) for i, x in enumerate(xs)]
     traced = get_body(body, post, states, specs, k)

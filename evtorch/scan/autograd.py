@@ -14,8 +14,8 @@ of earlier steps than t-1) differentiate through the reference executor, step by
 from __future__ import annotations
 
 import torch
-from torch.autograd.function import once_differentiable
 
+from ..integration.nodouble import refuse_double_backward
 from .reference import as_rows, evaluate, run_post, run_reference
 from .plan import state_of
 
@@ -27,6 +27,11 @@ def parallel_backward_ok(body) -> bool:
     return g.mode in ("assoc", "lanes") and g.lags[0] == 1 and body.states[0].dtype.is_floating_point
 
 
+_DOUBLE_BACKWARD = ("double backward through evt.scan is not supported for this recurrence (a single first-order "
+                    "lane-wise state, whose backward is itself a scan): compute higher-order gradients with an "
+                    "eager loop over the steps instead")
+
+
 class _ScanFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, body, run, T, init, *inputs):
@@ -36,8 +41,19 @@ class _ScanFunction(torch.autograd.Function):
         return y
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, grad):
+        if not torch.is_grad_enabled():
+            return _ScanFunction._backward(ctx, grad)
+        # create_graph=True: the gradients are computed without a graph, so they must refuse to be differentiated
+        # (once_differentiable only does so when an incoming gradient requires grad: a gradient penalty on
+        # torch.autograd.grad(y.sum(), x, create_graph=True) silently lost its second-order term)
+        with torch.no_grad():
+            res = _ScanFunction._backward(ctx, grad)
+        y = ctx.saved_tensors[0]  # this node's output: its graph leads back to init and the inputs
+        return tuple(refuse_double_backward(res, (y,), _DOUBLE_BACKWARD))
+
+    @staticmethod
+    def _backward(ctx, grad):
         body, T = ctx.body, ctx.T
         y, init, *inputs = ctx.saved_tensors
         k, cd, shape = body.k, body.compute_dtype, body.states[0].shape
