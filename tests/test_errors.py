@@ -375,3 +375,17 @@ def test_linear_fn_not_callable():
     """evt.linear(x, w, "gelu") said "'str' object is not callable" from inside linear_epilogue."""
     with pytest.raises(EpilogueTypeError, match="fn"):
         evt.linear(torch.randn(3, 4), torch.randn(5, 4), "gelu")
+
+
+def test_epilogue_parameter_kinds_and_sparse_tensors_are_named():
+    """A keyword-only acc raised Python's "takes 0 positional arguments"; a positional-only input could never be
+    passed; a sparse input failed in aten::as_strided and a sparse operand inside the GEMM."""
+    A, B = torch.randn(6, 4), torch.randn(4, 5)
+    with pytest.raises(EpilogueTypeError, match="'acc' is keyword-only"):
+        evt.gemm(A, B, lambda *, acc: acc)
+    with pytest.raises(EpilogueTypeError, match="'C' is positional-only"):
+        evt.gemm(A, B, eval("lambda acc, C, /: acc + C"), C=torch.randn(6, 5))  # noqa: S307 - a fixed lambda
+    with pytest.raises(EpilogueTypeError, match="input 'C' is a torch.sparse_coo tensor.*C.to_dense"):
+        evt.gemm(A, B, lambda acc, C: acc + C, C=torch.randn(6, 5).to_sparse())
+    with pytest.raises(EpilogueTypeError, match="B is a torch.sparse_coo tensor"):
+        evt.gemm(A, B.to_sparse())

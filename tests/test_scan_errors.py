@@ -8,7 +8,7 @@ import torch
 
 import evtorch as evt
 from evtorch.errors import EpilogueError, ShapeError
-from evtorch.scan import (ScanControlFlowError, ScanShapeError, ScanStepError, ScanTraceError,
+from evtorch.scan import (ScanControlFlowError, ScanError, ScanShapeError, ScanStepError, ScanTraceError,
                           ScanUnsupportedOpError)
 
 X = torch.randn(10, 4)
@@ -111,3 +111,18 @@ def test_bad_arguments():
 def test_config_of_the_wrong_type():
     with pytest.raises(evt.EpilogueTypeError, match="ScanConfig"):
         evt.scan(lambda h, x: h + x, torch.randn(4, 2), config="fast", backend="triton")
+
+
+def test_length_must_be_a_non_negative_integer():
+    """length=3.7 silently ran 3 steps and length=-1 blamed init; an integer-like (numpy, 0-d tensor) is accepted."""
+    init = torch.zeros(1, 2)
+    for bad in (3.7, -1, True, "3"):
+        with pytest.raises(ScanError, match="length must be a non-negative int"):
+            evt.scan(lambda h: h + 1, init=init, length=bad)
+    assert evt.scan(lambda h: h + 1, init=init, length=torch.tensor(3)).shape == (3, 2)
+
+
+def test_no_steps_and_no_init_says_so():
+    """T = 0 with no init said "init has no steps" although no init was given."""
+    with pytest.raises(ScanShapeError, match=r"no steps along dim 0 \(T = 0\) and no init"):
+        evt.scan(lambda h, x: h + x, torch.randn(0, 2))

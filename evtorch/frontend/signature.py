@@ -44,6 +44,14 @@ def epilogue_params(fn: Callable) -> tuple[str, list[str]]:
     if not params:
         raise EpilogueTypeError(f"epilogue {getattr(fn, '__name__', fn)} takes no parameters; its first parameter "
                                 "receives the accumulator acc = A @ B")
+    fname = getattr(fn, "__name__", "epilogue")
+    if params[0].kind == params[0].KEYWORD_ONLY:
+        raise EpilogueTypeError(f"epilogue {fname}'s first parameter {params[0].name!r} is keyword-only; it receives "
+                                f"the accumulator acc = A @ B positionally: def {fname}({params[0].name}, ...)")
+    for p in params[1:]:
+        if p.kind == p.POSITIONAL_ONLY:
+            raise EpilogueTypeError(f"epilogue {fname}'s input {p.name!r} is positional-only; inputs are passed by "
+                                    "keyword (evt.gemm(A, B, fn, name=value)): drop the '/'")
     for p in params:
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             raise EpilogueTypeError(f"epilogue parameter *{p.name} / **{p.name} is not supported; name every input")
@@ -78,6 +86,9 @@ def input_spec(name: str, value) -> InputSpec:
         return InputSpec(name, "number", dtype=torch.bool if isinstance(value, bool) else torch.int64)
     if isinstance(value, float):
         return InputSpec(name, "number", dtype=torch.float32)
+    if isinstance(value, torch.Tensor) and value.layout != torch.strided:
+        raise EpilogueTypeError(f"input {name!r} is a {value.layout} tensor; expected a dense (torch.strided) one: "
+                                f"pass {name}.to_dense()")
     if isinstance(value, (torch.Tensor, Spec)):
         dtype = value.dtype
         if dtype.is_complex or dtype not in SUPPORTED_DTYPES:

@@ -13,6 +13,7 @@ rows) to the outputs returned instead of the states, fused into the same kernel 
 """
 from __future__ import annotations
 
+import operator
 from typing import Callable
 
 import torch
@@ -127,6 +128,14 @@ def scan(body: Callable, *inputs: torch.Tensor, init=None, dim: int = 0, post: C
         raise EpilogueTypeError("evt.scan: init must be a tensor or a non-empty tuple of tensors (one per state), "
                                 f"got {type(init).__name__}")
 
+    if length is not None:  # an integer (numpy's and 0-d integer tensors too, operator.index), not 3.7 floored
+        try:
+            steps = None if isinstance(length, bool) else operator.index(length)
+        except TypeError:
+            steps = None
+        if steps is None or steps < 0:
+            raise ScanError(f"evt.scan: length must be a non-negative int (the number of steps T), got {length!r}")
+        length = steps
     xs, ts = [], set()
     for i, x in enumerate(inputs):
         xt, _ = _time_major(x, dim, f"input {i}")
@@ -147,6 +156,9 @@ def scan(body: Callable, *inputs: torch.Tensor, init=None, dim: int = 0, post: C
 
     inits, out_dims, ks = [], [], set()
     if init is None:  # the default: one state starting at input 0's first step
+        if T == 0:
+            raise ScanShapeError(f"evt.scan: the inputs have no steps along dim {dim} (T = 0) and no init was given: "
+                                 "the first state is input 0's first step; pass init= or at least one step")
         inits.append(xs[0][:1])
         out_dims.append(dim % inputs[0].dim())
         ks.add(1)
