@@ -117,7 +117,8 @@ def op_cases() -> list[Case]:
         Case("op_pow", lambda acc: (acc ** 2, acc ** 3, acc.abs() ** 0.5, (acc.abs() + 1) ** -1, acc.abs() ** 1.7,
                                     torch.pow(acc, 4)), lambda M, N, L, d, t: {}),
         Case("op_casts", lambda acc, C: (acc.half().float() + C, (acc > 0).float() * C, acc.to(torch.float16),
-                                         (acc > 0.5).to(torch.int32) + 1), lambda M, N, L, d, t: dict(C=_r(M, N, device=d)),
+                                         (acc > 0.5).to(torch.int32) + 1),
+             lambda M, N, L, d, t: dict(C=_r(M, N, device=d)),
              # fp16-rounded values against a reference rounded from fp64: 1-ulp differences
              tol=1e-3, step=True),
         Case("op_cast_bf16", lambda acc, C: (acc.bfloat16(), acc.bfloat16().float() * C),

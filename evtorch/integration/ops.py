@@ -654,7 +654,8 @@ class EagerBackward:
                 return pass_fn(acc, **kw, **{gname: acc})
             fn = signature_fn(f"{main.name}_from_{gname}", params, body)
             specs = [s for s in main.input_specs if s.name != gname]
-            ep = self.fused[gname] = (Epilogue(fn, main.acc_shape, main.acc_dtype, specs, intermediates="eager"), params)
+            ep = self.fused[gname] = (Epilogue(fn, main.acc_shape, main.acc_dtype, specs, intermediates="eager"),
+                                      params)
         return ep
 
     def choose(self, gname: str, g: DeferredGrad, X: Tensor, Y: Tensor, kw: dict, opA, opB) -> bool:
