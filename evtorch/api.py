@@ -133,6 +133,10 @@ def gemm(A: torch.Tensor, B: torch.Tensor, epilogue: Callable | Epilogue | None 
         if res is not None:
             return res
     if backend == "reference":
+        if config is not None:  # no kernel to configure, but a config of the wrong kind is still a mistake
+            from .codegen.configs import GemmConfig
+            if not isinstance(config, GemmConfig):
+                raise EpilogueTypeError(f"config must be an evtorch GemmConfig or None, got {type(config).__name__}")
         acc = torch.matmul(A.to(ep.acc_dtype), B.to(ep.acc_dtype))
         return ep.reference(acc, out_dtype=out_dtype, **inputs)
     return _run_gemm(ep, A, B, inputs, out_dtype=out_dtype, deterministic=deterministic, allow_tf32=allow_tf32,

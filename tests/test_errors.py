@@ -389,3 +389,10 @@ def test_epilogue_parameter_kinds_and_sparse_tensors_are_named():
         evt.gemm(A, B, lambda acc, C: acc + C, C=torch.randn(6, 5).to_sparse())
     with pytest.raises(EpilogueTypeError, match="B is a torch.sparse_coo tensor"):
         evt.gemm(A, B.to_sparse())
+
+
+def test_config_of_the_wrong_kind_on_the_reference_backend():
+    """The reference backend has no kernel to configure, and took config="fast" silently; the triton backend
+    refuses it."""
+    with pytest.raises(EpilogueTypeError, match="config must be an evtorch GemmConfig or None, got str"):
+        evt.gemm(torch.randn(6, 4), torch.randn(4, 5), config="fast", backend="reference")
