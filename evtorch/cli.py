@@ -43,14 +43,15 @@ def parse_dtype(text: str) -> torch.dtype:
         raise argparse.ArgumentTypeError(f"unknown dtype {text!r}; use one of f16, bf16, f32, f64") from None
 
 
-def parse_ints(text: str, lengths=(2, 3)) -> tuple[int, ...]:
+def parse_ints(text: str, lengths=(2, 3), minimum: int = 0) -> tuple[int, ...]:
     try:
         values = tuple(int(v) for v in text.replace("x", ",").split(","))
     except ValueError:
         values = ()
-    if len(values) not in lengths or any(v < 0 for v in values):
+    if len(values) not in lengths or any(v < minimum for v in values):
         want = " or ".join(",".join("MNK"[:n]) for n in lengths)
-        raise argparse.ArgumentTypeError(f"expected {want} as non-negative integers, got {text!r}")
+        what = "non-negative integers" if minimum == 0 else f"integers >= {minimum}"
+        raise argparse.ArgumentTypeError(f"expected {want} as {what}, got {text!r}")
     return values
 
 
@@ -446,7 +447,8 @@ def build_parser() -> argparse.ArgumentParser:
                           description="Run the example epilogues (evtorch.examples) through evt.gemm on fresh "
                           "random data and check each against fn(A.float() @ B.float(), **inputs).")
     demo.add_argument("--device", help="cpu or cuda (default: cuda when available)")
-    demo.add_argument("--size", type=functools.partial(parse_ints, lengths=(3,)), metavar="M,N,K",
+    # sizes >= 1: the examples' eager references reduce over rows and columns (amax of an empty axis fails)
+    demo.add_argument("--size", type=functools.partial(parse_ints, lengths=(3,), minimum=1), metavar="M,N,K",
                       help="problem size (default 4096,4096,4096 on CUDA, 512,384,256 on CPU)")
     demo.add_argument("--dtype", type=parse_dtype, default=torch.float16, help="A and B dtype (default f16)")
     demo.add_argument("--backend", choices=("reference", "triton"),

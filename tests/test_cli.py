@@ -112,6 +112,7 @@ def test_demo_cuda_without_gpu_is_a_usage_error(capsys):
 
 
 @pytest.mark.parametrize("argv", [["demo", "--size", "1,2"], ["demo", "--dtype", "int8"],
+                                  ["demo", "--size", "0,4,4"],  # reported mixed_dag failing (eager's empty amax)
                                   ["show", "x.py:f", "--shape", "7"], ["nonsense"]])
 def test_bad_command_lines_exit_2(capsys, argv):
     with pytest.raises(SystemExit) as e:
