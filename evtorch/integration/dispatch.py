@@ -13,7 +13,12 @@ import threading
 
 import torch
 import torch.autograd.forward_ad as _fwad
-from torch._C._functorch import peek_interpreter_stack as _peek_transform
+
+try:  # torch-private (2.0 to 2.13 at least): without it the transform checks below are skipped, never import errors
+    from torch._C._functorch import peek_interpreter_stack as _peek_transform
+except ImportError:  # pragma: no cover - a torch that moved it
+    def _peek_transform():
+        return None
 
 _state = threading.local()
 
@@ -39,7 +44,7 @@ def autocast_dtype(device_type: str) -> torch.dtype | None:
 def transforms_active() -> bool:
     """Whether a torch.func transform (vmap, grad, jvp) or a forward-mode AD level is active (cheap: checked on
     every call before ``check_transforms``)."""
-    return _fwad._current_level >= 0 or _peek_transform() is not None
+    return getattr(_fwad, "_current_level", -1) >= 0 or _peek_transform() is not None
 
 
 def check_transforms(what: str, tensors, triton: bool, vmap_on_reference: bool = False,
@@ -61,7 +66,7 @@ def check_transforms(what: str, tensors, triton: bool, vmap_on_reference: bool =
     if kind == TransformType.Grad and grad:
         raise EpilogueError(f"{what} does not support torch.func.grad / vjp / jacrev: its backward is a torch.autograd"
                             ".Function without setup_context; use torch.autograd.grad or .backward()")
-    if triton and (kind == TransformType.Jvp or (_fwad._current_level >= 0 and any(
+    if triton and (kind == TransformType.Jvp or (getattr(_fwad, "_current_level", -1) >= 0 and any(
             isinstance(t, torch.Tensor) and _fwad.unpack_dual(t).tangent is not None for t in tensors))):
         raise EpilogueError(f"{what} does not support forward-mode AD (torch.func.jvp / jacfwd, "
                             "torch.autograd.forward_ad dual tensors) on the triton backend: the kernel's outputs "
