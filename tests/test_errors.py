@@ -396,3 +396,15 @@ def test_config_of_the_wrong_kind_on_the_reference_backend():
     refuses it."""
     with pytest.raises(EpilogueTypeError, match="config must be an evtorch GemmConfig or None, got str"):
         evt.gemm(torch.randn(6, 4), torch.randn(4, 5), config="fast", backend="reference")
+
+
+def test_integer_constant_outside_the_tensor_dtype_is_named():
+    """``C + 2**31`` on int32 C: eager wraps the constant (and a comparison refuses it); the triton backend failed
+    inside Triton's compiler ("out of range"). Both backends now name the constant and the dtype."""
+    A, B = torch.randn(6, 4), torch.randn(4, 5)
+    C = torch.ones(6, 5, dtype=torch.int32)
+    for backend in ("reference", "triton"):
+        with pytest.raises(EpilogueTypeError, match=r"add: the constant 2147483648 does not fit torch.int32"):
+            evt.gemm(A, B, lambda acc, C: C + 2 ** 31, C=C, backend=backend)
+    got = evt.gemm(A, B, lambda acc, C: C.long() + 2 ** 31, C=C, backend="reference")
+    assert torch.equal(got, C.long() + 2 ** 31)

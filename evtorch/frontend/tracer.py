@@ -31,6 +31,10 @@ _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 
 
+# integer dtypes narrower than a Python int's int64 (a constant outside them is refused in ``Tracer.apply``)
+_NARROW_INTS = (torch.int8, torch.uint8, torch.int16, torch.int32)
+
+
 @dataclass(frozen=True)
 class InputSpec:
     """What the tracer knows of one keyword input: a tensor's shape and dtype, or a Python number."""
@@ -215,6 +219,15 @@ class Tracer:
         self._check_dtypes(op, operands, spelled)
         meta = self._meta_eval(op, operands, attrs, spelled)
         out_dtype = meta.dtype if isinstance(meta, torch.Tensor) else _py_dtype(meta)
+        if out_dtype in _NARROW_INTS:
+            info = torch.iinfo(out_dtype)
+            for v in operands:
+                if isinstance(v, int) and not isinstance(v, bool) and not info.min <= v <= info.max:
+                    # eager wraps such a constant modulo 2**bits (a comparison refuses it); a kernel's typed
+                    # constant cannot hold it (Triton: "out of range" inside its compiler)
+                    raise self._err(EpilogueTypeError, f"{spelled}: the constant {v} does not fit {out_dtype}, the "
+                                                       f"dtype it meets ({info.min} to {info.max}; eager would wrap "
+                                                       "it); widen the tensor first, e.g. .long()")
         out_shape = tuple(meta.shape) if isinstance(meta, torch.Tensor) else ()
         rank = len(out_shape)
         aligned = [(p, (None,) * (rank - p.ndim) + p.dims) for p in proxies]
