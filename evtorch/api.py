@@ -109,8 +109,7 @@ def gemm(A: torch.Tensor, B: torch.Tensor, epilogue: Callable | Epilogue | None 
     in those cases the call goes through ``torch.ops.evtorch.gemm`` (``evtorch.integration``).
     """
     if _integration.transforms_active() and not torch.compiler.is_compiling():
-        _integration.check_transforms("evt.gemm", (A, B, *inputs.values()),
-                                      backend == "triton" or (backend is None and getattr(A, "is_cuda", False)))
+        _integration.check_transforms("evt.gemm", (A, B, *inputs.values()), backend)
     if _integration.wanted(A, B, inputs):
         return _integration.gemm(A, B, epilogue, out_dtype=out_dtype, backend=backend, deterministic=deterministic,
                                  allow_tf32=allow_tf32, outputs=outputs, config=config, **inputs)

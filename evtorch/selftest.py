@@ -189,7 +189,7 @@ def template_check(case, cfg, M: int, N: int, K: int, device, dtype: torch.dtype
     says."""
     import evtorch as evt
     from .runtime.gemm_launch import resolve_config
-    from .testing import operands, rel_error, tolerance
+    from .testing import operands, reference_device, rel_error, tolerance
 
     A, B = operands(case, M, N, K, 1, device, dtype)
     if a_col:
@@ -200,8 +200,7 @@ def template_check(case, cfg, M: int, N: int, K: int, device, dtype: torch.dtype
         assert resolve_config(A, B, cfg).template == cfg.template, f"{cfg.short()} falls back on these operands"
     kw = case.make_inputs(M, N, 1, device, dtype)
     out = evt.gemm(A, B, case.fn, config=cfg, **({"backend": backend} if backend else {}), **kw)
-    # float64: the reference on the CPU, as in testing.check
-    ref_device = "cpu" if dtype == torch.float64 else A.device
+    ref_device = reference_device(dtype, A.device)
     ref = case.fn(A.to(ref_device).double() @ B.to(ref_device).double(),
                   **{k: v.to(ref_device).double() if torch.is_tensor(v) and v.is_floating_point() else v
                      for k, v in kw.items()})

@@ -265,6 +265,13 @@ def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     return ((o - r).norm() / r.norm().clamp_min(1e-30)).item() if r.numel() else 0.0
 
 
+def reference_device(dtype: torch.dtype, device):
+    """Where the float64 reference of a run on ``dtype`` operands computes: a float64 run's on the CPU, since some
+    of torch's CUDA kernels compute float64 with float constants (hardswish's and hardsigmoid's 1/6 is
+    1.0f / 6.0f: 3e-8 off, where a float64 run's tolerance is 1e-10); others beside the operands."""
+    return "cpu" if dtype == torch.float64 else device
+
+
 def tolerance(dtype: torch.dtype, inputs: dict) -> float:
     """The relative error allowed a run on ``dtype`` operands with epilogue ``inputs``. Inputs narrower than the
     operands keep their own precision, as in eager (a float64 run's float32 ``v * s`` is rounded to float32
@@ -283,9 +290,7 @@ def check(case: Case, *, M=37, N=45, K=29, L=3, device="cpu", dtype=torch.float3
     A, B = operands(case, M, N, K, L, device, dtype)
     inputs = case.make_inputs(M, N, L, device, dtype)
     out = evt.gemm(A, B, case.fn, backend=backend, deterministic=deterministic, allow_tf32=allow_tf32, **inputs)
-    # A float64 run's reference runs on the CPU: some of torch's CUDA kernels compute float64 with float constants
-    # (hardswish's and hardsigmoid's 1/6 is 1.0f / 6.0f: 3e-8 off, where a float64 run's tolerance is 1e-10)
-    ref_device = "cpu" if dtype == torch.float64 else A.device
+    ref_device = reference_device(dtype, A.device)
     A, B = A.to(ref_device), B.to(ref_device)
     ref_inputs = {k: (v.double() if v.dtype == torch.float32 else v).to(ref_device) if isinstance(v, torch.Tensor)
                   else v for k, v in inputs.items()}

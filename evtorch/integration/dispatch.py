@@ -47,15 +47,17 @@ def transforms_active() -> bool:
     return getattr(_fwad, "_current_level", -1) >= 0 or _peek_transform() is not None
 
 
-def check_transforms(what: str, tensors, triton: bool, vmap_on_reference: bool = False,
+def check_transforms(what: str, tensors, backend: str | None, vmap_on_reference: bool = False,
                      grad: bool = True) -> None:
     """Refuse the transforms a call cannot honour with a clear error, instead of a crash inside torch or, worse,
     results without their tangents: ``torch.vmap`` (the kernels take real storage), ``torch.func.grad`` / ``vjp``
     / ``jacrev`` (the autograd Functions have no ``setup_context``), and on the Triton backend forward-mode AD
     (``torch.func.jvp``, dual tensors: the kernel's outputs would come back without tangents). The reference
-    backend runs torch ops, which carry forward-mode tangents (and, for evt.scan, vmap's batch dim)."""
+    backend runs torch ops, which carry forward-mode tangents (and, for evt.scan, vmap's batch dim). ``backend``
+    as the caller was given it: None is the device's default, triton for CUDA ``tensors[0]``."""
     from torch._C._functorch import TransformType
     from ..errors import EpilogueError
+    triton = backend == "triton" or (backend is None and getattr(tensors[0], "is_cuda", False))
     top = _peek_transform()
     kind = None if top is None else top.key()
     if kind == TransformType.Vmap and (triton or not vmap_on_reference):

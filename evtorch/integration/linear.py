@@ -77,8 +77,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, fn: Callable | None = None, bi
     if fn is not None and not callable(fn):
         raise EpilogueTypeError(f"evt.linear: fn (the epilogue) must be a function or None, got {type(fn).__name__}")
     if transforms_active() and not torch.compiler.is_compiling():
-        check_transforms("evt.linear", (x, weight, bias, *inputs.values()),
-                         backend == "triton" or (backend is None and getattr(x, "is_cuda", False)))
+        check_transforms("evt.linear", (x, weight, bias, *inputs.values()), backend)
     if bias is not None:
         inputs[BIAS] = bias
     if not torch.compiler.is_compiling():

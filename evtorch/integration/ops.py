@@ -359,7 +359,7 @@ class FusedGemm(torch.autograd.Function):
         out = call.forward(A, B, tensors, scalars)
         keep_A, keep_B, used, n_user = call.entry.saves
         ctx.call, ctx.scalars = call, scalars
-        # the last output, empty, is this node's anchor (``ANCHOR``): saved, it comes back in the backward with
+        # the last output, empty, is this node's anchor: saved, it comes back in the backward with
         # this node as its grad_fn, so gradients made with create_graph=True can lead back to A, B and the inputs
         anchor = A.new_empty(0)
         ctx.save_for_backward(*([A] if keep_A else []), *([B] if keep_B else []), *[tensors[i] for i in used],

@@ -188,7 +188,7 @@ def scan(body: Callable, *inputs: torch.Tensor, init=None, dim: int = 0, post: C
                                 f"{type(config).__name__}")
 
     if transforms_active() and not torch.compiler.is_compiling():
-        check_transforms("evt.scan", inits + xs, backend == "triton", vmap_on_reference=True, grad=False)
+        check_transforms("evt.scan", inits + xs, backend, vmap_on_reference=True, grad=False)
     states = [RowSpec(f"s{j}", tuple(t.shape[1:]), t.dtype) for j, t in enumerate(inits)]
     specs = [RowSpec(f"x{i}", tuple(x.shape[1:]), x.dtype) for i, x in enumerate(xs)]
     traced = get_body(body, post, states, specs, k)
