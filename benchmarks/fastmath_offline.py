@@ -185,8 +185,8 @@ def compile_workload(name: str, mode: str, config: str, out_dtype=torch.bfloat16
     inputs = mk(M, N, "cpu", torch.bfloat16)
     ep = get_epilogue(fn, (M, N), torch.float32, inputs)
     prog = build_program(ep, out_dtype=out_dtype, fast_math=mode)
-    graph, approximated = plan(ep, out_dtype, mode)  # the graph the program is emitted from
-    fast = [graph.nodes[i].target for i in sorted(approximated)]
+    graph, emissions = plan(ep, out_dtype, mode)  # the graph the program is emitted from
+    fast = [graph.nodes[i].target for i in sorted(emissions.fast)]
     sig = _signature(prog, ep, inputs)
     base = dict(GROUP_M=8, ALLOW_TF32=False, ACC_DTYPE=triton.language.float32, DOT_UPCAST=False, NUM_PROGRAMS=132,
                 EVEN_M=even, EVEN_N=even, INDEX_DTYPE=triton.language.int32,
@@ -221,6 +221,7 @@ def compile_workload(name: str, mode: str, config: str, out_dtype=torch.bfloat16
                        options=options)
     st = sass_stats(c.asm["cubin"])
     st.update(workload=name, mode=mode, config=config, fast_nodes=fast, program=prog.key[0],
+              exact_nodes=[graph.nodes[i].target for i in sorted(emissions.exact)],
               shared=c.metadata.shared, even=even)
     return st
 

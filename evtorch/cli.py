@@ -163,11 +163,12 @@ def format_codegen_plan(ep, out_dtype: torch.dtype, full: bool = False) -> str:
     from .codegen import fastmath
 
     mode = fastmath.resolve_mode(None)
-    graph, approximated = fastmath.plan(ep, out_dtype, mode)
+    graph, emissions = fastmath.plan(ep, out_dtype, mode)
     head = f"== reassociate == (code generation, fast math {mode!r}, outputs in {str(out_dtype).replace('torch.', '')})"
     body = " (unchanged)" if graph is ep.graph and not full else "\n" + str(graph)
-    names = fastmath.node_names(graph, approximated)
-    return head + body + (f"\n# hardware approximations: {names}" if names else "")
+    notes = [(f"# hardware approximations: {fastmath.node_names(graph, emissions.fast)}", emissions.fast),
+             (f"# exact GPU forms: {fastmath.node_names(graph, emissions.exact)}", emissions.exact)]
+    return head + body + "".join("\n" + line for line, nodes in notes if nodes)
 
 
 def trace_target(target: str, shape, batch, dtype: torch.dtype, inputs: list[str], debug=None):

@@ -58,6 +58,7 @@ def _gelu_ep():
 # ------------------------------------------------------------------------------------------------ the registry
 def test_registry_declares_fast_emissions():
     assert REGISTRY["tanh"].triton_fast == "tlmath.tanh_approx({0})" and not REGISTRY["tanh"].fast_exact
+    assert REGISTRY["tanh"].triton_gpu == "tlmath.tanh_gpu({0})" and REGISTRY["sigmoid"].triton_gpu is None
     assert REGISTRY["sigmoid"].triton_fast == "tlmath.sigmoid_approx({0})" and REGISTRY["sigmoid"].fast_exact
     assert REGISTRY["exp"].triton_fast is None and REGISTRY["erf"].triton_fast is None
 
@@ -131,6 +132,31 @@ def test_rule_continuous_chain_to_16bit_output():
 def test_rule_fp64_never():
     ep = _ep(lambda acc: torch.tanh(acc), acc_dtype=torch.float64)
     assert _fast_targets(ep, BF16, "always") == []
+    assert not fastmath.plan(ep, BF16, "always")[1]
+
+
+def _plan_targets(ep, out_dtype, mode):
+    graph, emissions = fastmath.plan(ep, out_dtype, mode)
+    return ([graph.nodes[i].target for i in sorted(emissions.fast)],
+            [graph.nodes[i].target for i in sorted(emissions.exact)])
+
+
+def test_rule_exact_gpu_forms_where_no_approximation_is_allowed():
+    """A tanh kept accurate (a float32 output, a sum, a comparison) takes its exact GPU form, which computes the
+    accurate bits; an approximated one does not; 'never' and float64 keep the portable emission."""
+    ep = _gelu_ep()
+    assert _plan_targets(ep, BF16, "auto") == (["tanh"], [])
+    assert _plan_targets(ep, F32, "auto") == ([], ["tanh"])
+    assert _plan_targets(ep, F32, "always") == (["tanh"], [])
+    assert _plan_targets(ep, F32, "never") == ([], [])
+    # GELU's derivative ahead of the bias gradient's float32 sum (the backward's epilogue-only pass), beside a tanh
+    # rounded to bf16: one of each
+    ep = _ep(lambda acc, pre: dgelu(acc, pre) + (torch.tanh(acc),), pre=evt.spec((64, 48), F32))
+    assert _plan_targets(ep, BF16, "auto") == (["tanh"], ["tanh"])
+    # a comparison downstream: the exact form gives the same bits, so it may feed one
+    ep = _ep(lambda acc: torch.where(torch.tanh(acc) > 0.5, acc, 0.0))
+    assert _plan_targets(ep, BF16, "auto") == ([], ["tanh"])
+    assert _plan_targets(_ep(lambda acc: torch.tanh(acc), acc_dtype=torch.float64), F32, "auto") == ([], [])
 
 
 # ------------------------------------------------------------------------------------------------ the source
@@ -140,11 +166,18 @@ def test_source_shows_fast_emission_exactly_when_the_rule_says():
     body = _epilogue_src(fast)
     assert "tlmath.tanh_approx(" in body and "tlmath.tanh(" not in body
     assert "fast math: hardware approximation (tlmath.*_approx) at %" in fast.source
-    for out_dtype, mode in ((F32, "auto"), (BF16, "never")):
-        acc = build_program(ep, out_dtype=out_dtype, fast_math=mode)
-        assert "_approx(" not in _epilogue_src(acc) and "tlmath.tanh(" in _epilogue_src(acc)
-        assert "fast math: none" in acc.source
-        assert acc.key[0] == ep.graph.structural_hash()       # the accurate program keeps its hash
+    acc = build_program(ep, out_dtype=BF16, fast_math="never")
+    assert "_approx(" not in _epilogue_src(acc) and "tlmath.tanh(" in _epilogue_src(acc)
+    assert "fast math: none" in acc.source
+    assert acc.key[0] == ep.graph.structural_hash()       # the portable program keeps its hash
+    # a float32 output keeps tanh accurate: on a GPU in its exact form (the same bits, fewer instructions), a program
+    # of its own
+    exact = build_program(ep, out_dtype=F32, fast_math="auto")
+    body = _epilogue_src(exact)
+    assert "_approx(" not in body and "tlmath.tanh(" not in body and "tlmath.tanh_gpu(" in body
+    assert "fast math: exact GPU form (tlmath.*_gpu, the accurate values) at %" in exact.source
+    assert "hardware approximation" not in exact.source
+    assert exact.key[0] not in (acc.key[0], fast.key[0]) and exact.key[0].startswith(ep.graph.structural_hash())
     # the fast program: its own hash, that of the graph it is emitted from (reassociated: passes/reassociate.py)
     graph, nodes = fastmath.plan(ep, BF16, "auto")
     assert graph is not ep.graph and "reassociated" in fast.source
@@ -163,6 +196,9 @@ def test_never_under_the_interpreter(monkeypatch):
     monkeypatch.setenv("EVTORCH_FAST_MATH", "auto")
     assert "tlmath.tanh_approx(" in ep.source(BF16)
     assert "_approx(" not in ep.source(F32)                     # fp32 outputs: accurate (auto needs 16-bit)
+    assert "tlmath.tanh_gpu(" in ep.source(F32)                 # in its exact GPU form
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert "_gpu(" not in ep.source(F32)                        # which the interpreter cannot run either
     monkeypatch.setenv("EVTORCH_FAST_MATH", "0")
     assert "_approx(" not in ep.source(BF16)
 
@@ -248,3 +284,34 @@ def test_gpu_fast_math_matches_reference():
         ref = gelu_aux(A.float() @ B.float(), bias)[0]
         errs[mode] = ((g.float() - ref).abs().max() / ref.abs().max()).item()
     assert errs["auto"] < 8e-3 and errs["never"] < 8e-3, errs
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_tanh_exact_form_gives_the_accurate_bits():
+    """tlmath.tanh_gpu leaves out range fix-ups its operands never need, so it must return tlmath.tanh's bits: on a
+    dense grid over every branch (the series, the two quotients, saturation past |x| = 43.6 where exp(-2|x|)
+    flushes to 0), the extremes, infinities and NaN."""
+    import triton
+    import triton.language as tl
+
+    from evtorch.codegen import tlmath
+
+    @triton.jit
+    def _both(x_ptr, a_ptr, b_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+        tl.store(a_ptr + offs, tlmath.tanh(x), mask=offs < n)
+        tl.store(b_ptr + offs, tlmath.tanh_gpu(x), mask=offs < n)
+
+    grid = torch.linspace(-60, 60, 1 << 22, device="cuda")
+    f32 = torch.finfo(torch.float32)
+    special = torch.tensor([0.0, -0.0, 0.1, -0.1, 0.55, -0.55, 43.6, 43.7, f32.tiny, -f32.tiny, f32.max, -f32.max,
+                            1e-40, float("inf"), float("-inf"), float("nan")], device="cuda")
+    x = torch.cat([grid, torch.randn(1 << 20, device="cuda") * 0.5, special])
+    a, b = torch.full_like(x, 7.0), torch.full_like(x, -7.0)
+    _both[(triton.cdiv(x.numel(), 1024),)](x, a, b, x.numel(), BLOCK=1024)
+    same = (a.view(torch.int32) == b.view(torch.int32)) | (a.isnan() & b.isnan())
+    assert bool(same.all()), x[~same][:8].tolist()
+    ref = torch.tanh(x.double())
+    assert ((b.double() - ref).abs() / ref.abs().clamp_min(1e-30))[x.abs() < 60].max().item() < 1e-6

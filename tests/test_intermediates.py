@@ -139,8 +139,8 @@ def test_fast_math_still_counts_eager_roundings():
     for mode in ("eager", "float32"):
         ep = evt.trace(row_reduction, acc=evt.spec((M, N)), C=evt.spec((M, N), BF16), alpha=0.5, beta=1.25,
                        intermediates=mode)
-        graph, fast = fastmath.plan(ep, BF16, "auto")
-        assert [graph.nodes[i].target for i in fast] == ["tanh"], mode
+        graph, emissions = fastmath.plan(ep, BF16, "auto")
+        assert [graph.nodes[i].target for i in emissions.fast] == ["tanh"], mode
 
 
 def test_products_of_16_bit_values_fuse_into_fma():

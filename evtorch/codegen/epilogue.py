@@ -108,10 +108,12 @@ class EpilogueCode:
 
 class EpilogueEmitter:
     def __init__(self, graph: Graph, acc_dtype: torch.dtype, deterministic: bool, batched: bool,
-                 fn_name: str = "epilogue", params: ParamList | None = None, fast: frozenset = frozenset()):
+                 fn_name: str = "epilogue", params: ParamList | None = None, emissions=None):
         self.graph = graph
-        # nodes (indices in graph.nodes) emitted with their op's hardware approximation (codegen/fastmath.py)
-        self.fast = {id(graph.nodes[i]) for i in fast}
+        # node -> 'fast' / 'exact': emitted with its op's hardware approximation or exact GPU form
+        # (``emissions``: a codegen/fastmath.py ``Emissions``; None, the portable emissions)
+        self.emission = {} if emissions is None else {
+            id(n): emissions.of(i) for i, n in enumerate(graph.nodes) if emissions.of(i) is not None}
         self.compute = acc_dtype
         self.deterministic = deterministic
         self.batched = batched
@@ -237,7 +239,7 @@ class EpilogueEmitter:
             if op.user_defined is not None:
                 self.user_ops[op.name] = op.user_defined
             return self._assign(n, compute_expr(n, [self.var[id(a)] for a in n.args], self.compute,
-                                                fast=id(n) in self.fast))
+                                                self.emission.get(id(n))))
         raise AssertionError(f"unexpected tile node {n.format()}")
 
     def _emit_load(self, n: Node) -> str:

@@ -56,10 +56,11 @@ def _convert(expr: str, node: Node, compute: torch.dtype) -> str:
     return f"{expr}.to({TL_DTYPE[compute]})"
 
 
-def compute_expr(node: Node, operands: list[str], compute: torch.dtype, fast: bool = False) -> str:
-    """Triton expression computing ``node`` from operand expressions (held in their IR dtypes). ``fast``: use the
-    op's hardware approximation (``OpDef.triton_fast``) where it has one; the caller (``codegen/fastmath.py``'s
-    rule) decides where that is acceptable."""
+def compute_expr(node: Node, operands: list[str], compute: torch.dtype, emission: str | None = None) -> str:
+    """Triton expression computing ``node`` from operand expressions (held in their IR dtypes). ``emission``:
+    'fast' uses the op's hardware approximation (``OpDef.triton_fast``), 'exact' its exact GPU form
+    (``OpDef.triton_gpu``), where it has one; the caller (``codegen/fastmath.py``'s rule) decides where either is
+    acceptable."""
     op = REGISTRY[node.target]
     args = node.args
     if op.has(CAST):
@@ -77,8 +78,8 @@ def compute_expr(node: Node, operands: list[str], compute: torch.dtype, fast: bo
                                 for e, a in zip(operands[1:], args[1:])]
     else:
         conv = [_convert(e, a, compute) if node.dtype.is_floating_point else e for e, a in zip(operands, args)]
-    emission = op.triton_fast if fast and op.triton_fast is not None else op.triton
-    template = emission(**node.attrs) if callable(emission) else emission
+    chosen = {"fast": op.triton_fast, "exact": op.triton_gpu}.get(emission) or op.triton
+    template = chosen(**node.attrs) if callable(chosen) else chosen
     if template is None:
         raise NotImplementedError(f"op {op.name!r} has no Triton emission and no decomposition")
     expr = template.format(*conv, **{k: literal(v, compute) if isinstance(v, (int, float)) else v

@@ -27,6 +27,12 @@ shows as more values rounding one ulp the other way: on the H200, dgelu_bgrad's 
 7.6e-3 (torch.compile: 8.0e-3; one bf16 ulp of gelu' in [1, 2) is 7.8e-3) and its fp32 column sum from 1e-6 to
 4.8e-4 of its largest value, about the noise that the program's own bf16 rounding of gelu' puts there.
 
+**Exact GPU forms.** An op may also have an ``OpDef.triton_gpu`` emission: its accurate computation with the range
+fix-ups its operands never need left out, in inline PTX (``tlmath.tanh_gpu``: ``tanh``'s ex2 and reciprocal as bare
+MUFU ops, 27 -> 21 SASS instructions a value, the same bits). Being no approximation, it is used on every node of
+such an op that does not take ``triton_fast``, in ``auto`` and ``always``: a tanh that feeds a float32 output or a
+sum (the backward's GELU derivative ahead of the bias gradient). ``never`` keeps the portable emissions.
+
 Modes (``EVTORCH_FAST_MATH``): ``auto`` (the rule, default), ``always`` (every op with a fast emission, whatever
 the output precision), ``never``. Whatever the mode: only fp32 compute (not fp64 epilogues), and the runtime asks
 for it only for CUDA tensors on an NVIDIA GPU of compute capability >= 7.5 and never under the interpreter
@@ -36,6 +42,7 @@ file, its autotuning key and its launches are never shared between the two emiss
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 
 import torch
 
@@ -64,11 +71,12 @@ def resolve_mode(fast_math) -> str:
     return fast_math
 
 
-def _has_fast(n) -> bool:
+def _has(n, emission: str) -> bool:
+    """Whether tile node ``n``'s op has the GPU-only emission ``emission`` (an ``OpDef`` field)."""
     if n.op != "compute" or n.stage != Stage.TILE or n.target not in REGISTRY:
         return False
     op = REGISTRY[n.target]
-    return op.triton_fast is not None and op.user_defined is None
+    return getattr(op, emission) is not None and op.user_defined is None
 
 
 def rounded_nodes(graph: Graph, output_dtypes: dict, any_precision: bool = False) -> frozenset:
@@ -119,12 +127,36 @@ def select(graph: Graph, output_dtypes: dict, compute: torch.dtype, mode: str) -
     position -> the dtype it is stored in."""
     if not _active(mode, compute):
         return frozenset()
-    candidates = [i for i, n in enumerate(graph.nodes) if _has_fast(n)]
+    candidates = [i for i, n in enumerate(graph.nodes) if _has(n, "triton_fast")]
     if mode == "always" or not candidates:
         return frozenset(candidates)
     exact = {i for i in candidates if REGISTRY[graph.nodes[i].target].fast_exact}
     rounded = rounded_nodes(graph, output_dtypes)
     return frozenset(i for i in candidates if i in exact or i in rounded)
+
+
+def exact_nodes(graph: Graph, compute: torch.dtype, mode: str, fast: frozenset) -> frozenset:
+    """Indices of the nodes to emit with their exact GPU form (``OpDef.triton_gpu``): every node of an op that has
+    one, outside ``fast``, wherever ``mode`` is active."""
+    if not _active(mode, compute):
+        return frozenset()
+    return frozenset(i for i, n in enumerate(graph.nodes) if i not in fast and _has(n, "triton_gpu"))
+
+
+@dataclass(frozen=True)
+class Emissions:
+    """Which nodes (indices in the emitted graph) a program emits with a GPU-only emission: ``fast`` with their op's
+    hardware approximation (``OpDef.triton_fast``), ``exact`` with its exact GPU form (``OpDef.triton_gpu``).
+    Empty (false) for the portable program, which the interpreter runs."""
+    fast: frozenset = frozenset()
+    exact: frozenset = frozenset()
+
+    def __bool__(self) -> bool:
+        return bool(self.fast or self.exact)
+
+    def of(self, i: int) -> str | None:
+        """'fast', 'exact' or None (the op's ``triton`` emission) for node ``i``."""
+        return "fast" if i in self.fast else "exact" if i in self.exact else None
 
 
 def reassociated(graph: Graph, output_dtypes: dict, compute: torch.dtype, mode: str) -> Graph:
@@ -158,34 +190,42 @@ def select_for(ep, out_dtype: torch.dtype, mode: str) -> frozenset:
     return select(ep.graph, output_dtypes(ep, out_dtype), ep.acc_dtype, mode)
 
 
-def plan(ep, out_dtype: torch.dtype, mode: str) -> tuple[Graph, frozenset]:
+def plan(ep, out_dtype: torch.dtype, mode: str) -> tuple[Graph, Emissions]:
     """The graph a program is emitted from (``ep.graph``, reassociated where ``mode`` allows) and its nodes to emit
-    with their fast emission, for full-size outputs stored in ``out_dtype``."""
+    with GPU-only emissions, for full-size outputs stored in ``out_dtype``."""
     if mode == "never":
-        return ep.graph, frozenset()
+        return ep.graph, Emissions()
     dtypes = output_dtypes(ep, out_dtype)
     graph = reassociated(ep.graph, dtypes, ep.acc_dtype, mode) if ep.reassociate else ep.graph
-    return graph, select(graph, dtypes, ep.acc_dtype, mode)
+    fast = select(graph, dtypes, ep.acc_dtype, mode)
+    return graph, Emissions(fast, exact_nodes(graph, ep.acc_dtype, mode, fast))
 
 
-def program_hash(ir_hash: str, fast: frozenset) -> str:
-    """The program's identity: the IR hash, extended by the approximated nodes when there are any (so the accurate
-    program keeps its hash, module file and tuning key)."""
-    if not fast:
+def program_hash(ir_hash: str, emissions: Emissions) -> str:
+    """The program's identity: the IR hash, extended by the nodes with GPU-only emissions when there are any (so
+    the portable program keeps its hash, module file and tuning key)."""
+    if not emissions:
         return ir_hash
-    tag = hashlib.sha256(",".join(map(str, sorted(fast))).encode()).hexdigest()[:6]
-    return f"{ir_hash}fm{tag}"
+    text = ",".join(map(str, sorted(emissions.fast)))
+    if emissions.exact:
+        text += "|" + ",".join(map(str, sorted(emissions.exact)))
+    return f"{ir_hash}fm{hashlib.sha256(text.encode()).hexdigest()[:6]}"
 
 
-def describe(graph: Graph, fast: frozenset, reassociated: bool = False) -> list[str]:
-    """Lines for the generated module's docstring: which nodes use a hardware approximation, and whether the graph
-    above is the epilogue's reassociated (a function of the program key alone, so equal keys give equal
-    sources)."""
+def describe(graph: Graph, emissions: Emissions, reassociated: bool = False) -> list[str]:
+    """Lines for the generated module's docstring: which nodes use a hardware approximation or an exact GPU form,
+    and whether the graph above is the epilogue's reassociated (a function of the program key alone, so equal keys
+    give equal sources)."""
     lines = ["fast math: reassociated (the float32 arithmetic rounded to 16 bits, passes/reassociate.py)"
              ] if reassociated else []
-    if not fast:
+    if not emissions:
         return lines + ["fast math: none (accurate tlmath emissions)"]
-    return lines + ["fast math: hardware approximation (tlmath.*_approx) at " + node_names(graph, fast)]
+    if emissions.fast:
+        lines.append("fast math: hardware approximation (tlmath.*_approx) at " + node_names(graph, emissions.fast))
+    if emissions.exact:
+        lines.append("fast math: exact GPU form (tlmath.*_gpu, the accurate values) at "
+                     + node_names(graph, emissions.exact))
+    return lines
 
 
 def node_names(graph: Graph, nodes: frozenset) -> str:

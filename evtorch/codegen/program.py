@@ -80,13 +80,13 @@ def build_program(ep, dtype=None, *, deterministic: bool = False, templates=TEMP
     None decides as the runtime does on a GPU (``EVTORCH_FAST_MATH``, 'never' under the interpreter), or a mode
     ('auto', 'always', 'never') / bool for inspection."""
     mode = fastmath.resolve_mode(fast_math)
-    graph, fast = fastmath.plan(ep, out_dtype or dtype or torch.float16, mode)
-    key = (fastmath.program_hash(graph.structural_hash(), fast), str(ep.acc_dtype), bool(deterministic),
+    graph, emissions = fastmath.plan(ep, out_dtype or dtype or torch.float16, mode)
+    key = (fastmath.program_hash(graph.structural_hash(), emissions), str(ep.acc_dtype), bool(deterministic),
            ep.batched, tuple(templates))
     prog = _programs.get(key)
     if prog is not None:
         return prog
-    epi = EpilogueEmitter(graph, ep.acc_dtype, deterministic, ep.batched, fast=fast).emit()
+    epi = EpilogueEmitter(graph, ep.acc_dtype, deterministic, ep.batched, emissions=emissions).emit()
     vec_emitter = VectorEmitter(graph, epi.reductions, ep.acc_dtype)
     vec = None if vec_emitter.empty() else vec_emitter.emit()
     pingpong = "pingpong" in templates
@@ -95,7 +95,7 @@ def build_program(ep, dtype=None, *, deterministic: bool = False, templates=TEMP
         HEADER + (gluon_template.HEADER if pingpong else "") + "from evtorch.codegen import tlmath\n",
         f'"""evtorch generated kernels for epilogue {ep.name!r} (IR hash {key[0]}).\n\n'
         + "\n".join(f"    {line}" for line in str(graph).splitlines() + [""]
-                     + fastmath.describe(graph, fast, reassociated=graph is not ep.graph)) + '\n"""\n',
+                     + fastmath.describe(graph, emissions, reassociated=graph is not ep.graph)) + '\n"""\n',
         epi.source,
         render_gemm_kernels(kernel_base(key), epi.fn_name, epi.params.names(),
                             tuple(t for t in templates if t != "pingpong"), epi.prefetch, scalars,

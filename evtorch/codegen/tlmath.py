@@ -199,6 +199,27 @@ def _rcp_ftz(x):
 
 
 @triton.jit
+def tanh_gpu(x):
+    # `tanh` for float32 with its exp and reciprocal as bare MUFU ops: the same values in fewer instructions, not an
+    # approximation of it. On sm_90, `tanh` compiles to ex2.approx behind a range fix-up for results below 2^-126
+    # (a compare and two predicated multiplies) and its divides to one rcp.approx behind div.full's fix-up for
+    # divisors above 2^126 (a compare and three predicated multiplies). Neither range is reached here: 1 + e lies in
+    # (1, 2], and e = exp(-2|x|) is below 2^-126 only where |x| > 43.6, whose tanh is 1 in float32 whether e
+    # flushes to 0 or not. 27 -> 21 SASS instructions a value (Triton 3.9, sm_90, offline), and the same bits as
+    # `tanh` (checked on an H200: benchmarks/fastmath_check.py)
+    x = x.to(tl.float32)
+    ax = tl.abs(x)
+    e = _ex2_ftz(ax * -2.0 * 1.4426950408889634)
+    x2 = ax * ax
+    small = ax * (1.0 + x2 * (-1.0 / 3.0 + x2 * (2.0 / 15.0 + x2 * (-17.0 / 315.0))))
+    r = _rcp_ftz(1.0 + e)
+    mid = (1.0 - e) * r
+    big = 1.0 - (2.0 * e) * r
+    t = tl.where(ax < 0.1, small, tl.where(ax < 0.55, mid, big))
+    return tl.where(x < 0, -t, t)
+
+
+@triton.jit
 def sigmoid_approx(x):
     # 1 / (1 + 2^(-x log2 e)) with ex2.approx and rcp.approx (2 MUFU ops + 2): max relative error 1.79e-6 measured on
     # an H200 for x in [-30, 30], as `sigmoid` (1.75e-6), also where sigmoid is tiny; 0.5 * tanh.approx(x / 2) + 0.5

@@ -161,8 +161,10 @@ define("minimum", _binary, operands=("input", "other"), torch_ref=torch.minimum,
 
 
 # ----------------------------------------------------------------------------------------------- transcendental
-def _float_unary(name, fn, triton, derivative, methods=None, extra_fns=(), triton_fast=None, fast_exact=False):
+def _float_unary(name, fn, triton, derivative, methods=None, extra_fns=(), triton_fast=None, fast_exact=False,
+                 triton_gpu=None):
     define(name, _unary, torch_ref=fn, triton=triton, triton_fast=triton_fast, fast_exact=fast_exact,
+           triton_gpu=triton_gpu,
            derivative=derivative,
            torch_fns=(fn,) + tuple(extra_fns), methods=methods or (name,), traits=frozenset({FLOAT_ONLY}))
 
@@ -178,9 +180,11 @@ _float_unary("rsqrt", torch.rsqrt, "tlmath.rsqrt({0})", lambda g, x, out: (g * -
 # tanh / sigmoid: accurate sequences (tlmath, interpreter-safe) and, for the fast-math path on a GPU
 # (codegen/fastmath.py), the hardware approximations. Measured on an H200 (benchmarks/fastmath_check.py, 8M points in
 # [-30, 30] against float64): tanh_approx max relative error 1.1e-5 (tlmath.tanh 6.1e-7), so only before a 16-bit
-# rounding; sigmoid_approx 1.79e-6, as tlmath.sigmoid (1.75e-6), so wherever fast math is on (fast_exact).
+# rounding; sigmoid_approx 1.79e-6, as tlmath.sigmoid (1.75e-6), so wherever fast math is on (fast_exact). Where
+# tanh stays accurate on a GPU (a float32 output, a sum), tlmath.tanh_gpu computes tlmath.tanh's bits with 6 fewer
+# instructions (triton_gpu).
 _float_unary("tanh", torch.tanh, "tlmath.tanh({0})", lambda g, x, out: (g * (1.0 - out * out),),
-             extra_fns=(F.tanh,), triton_fast="tlmath.tanh_approx({0})")
+             extra_fns=(F.tanh,), triton_fast="tlmath.tanh_approx({0})", triton_gpu="tlmath.tanh_gpu({0})")
 _float_unary("sigmoid", torch.sigmoid, "tlmath.sigmoid({0})", lambda g, x, out: (g * out * (1.0 - out),),
              extra_fns=(F.sigmoid,), triton_fast="tlmath.sigmoid_approx({0})", fast_exact=True)
 # log(sigmoid(x)) as one op: F.logsigmoid, and what passes/stable.py turns log(sigmoid(x)) / log(1 - sigmoid(x)) into

@@ -17,6 +17,10 @@ An ``OpDef`` says everything evtorch knows about an op, in one place:
   told to approximate this node (``codegen/fastmath.py``: 16-bit outputs, a real GPU, ``EVTORCH_FAST_MATH``): it
   may use inline PTX (``tanh.approx.f32``), so it never runs under the interpreter; ``fast_exact`` says it measured
   as accurate as ``triton`` on a GPU, so the rule may use it whatever the output precision;
+- ``triton_gpu``: optional exact GPU form (same format): ``triton``'s own computation with the range fix-ups that
+  its operands never need left out, in inline PTX, so it never runs under the interpreter either; the same bits
+  as ``triton`` (checked on a GPU), fewer instructions. Used on a GPU wherever fast math is on and the node does
+  not take ``triton_fast`` (``codegen/fastmath.py``);
 - ``decompose``: instead of an emission, a composite written in other ops (few primitives, many composites);
 - ``derivative``: reverse-mode rule ``(ctx, grad, *operands, out, **attrs) -> tuple of grads`` written with
   ctx's builder ops (see ``evtorch.autodiff``);
@@ -50,6 +54,7 @@ class OpDef:
     triton: str | Callable | None = None
     triton_fast: str | Callable | None = None  # hardware approximation (fast-math path; see codegen/fastmath.py)
     fast_exact: bool = False   # triton_fast measured as accurate as triton (then not limited to 16-bit outputs)
+    triton_gpu: str | Callable | None = None  # triton's values in inline PTX, fewer instructions (GPU only)
     decompose: Callable | None = None
     derivative: Callable | None = None
     torch_fns: tuple = ()
