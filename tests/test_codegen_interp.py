@@ -5,6 +5,7 @@ source documents' examples) runs in fp32 and fp16 with outputs poisoned, in both
 match eager PyTorch on the float64 product. bf16 runs on the GPU only (the interpreter's bf16 dot and casts
 are wrong).
 """
+import math
 import os
 
 import pytest
@@ -440,3 +441,29 @@ def test_float64_tanh_is_float64_accurate():
                    backend="triton")[:, 0]
     want = torch.tanh(x)
     assert ((got - want).abs() / want.abs()).max() < 1e-15
+
+
+
+_EDGES = [-3.0, -1.5, -1.0, -0.5, -0.0, 0.0, 0.5, 2.0, math.inf, -math.inf, math.nan]
+
+
+def _edge_gemm(fn, dtype, **inputs):
+    """fn's outputs through the generated kernel and eagerly, on x = _EDGES broadcast along the rows."""
+    x = torch.tensor(_EDGES, dtype=dtype)
+    ones = torch.ones(len(x), 1, dtype=dtype)
+    got = evt.gemm(ones, ones.T, fn, x=x, backend="triton", **inputs)
+    return got, fn(ones @ ones.T, x, **inputs)
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+def test_integer_exponents_keep_negative_bases(dtype):
+    """Found 2026-11-30 on the triton backend: x ** 5 (every integer exponent outside -4..4) was NaN for every
+    negative x, and so the gradient of x ** 6, which computes x ** 5 (tlmath.powf took every such exponent for a
+    non-integer), and (-inf) ** 2.5 NaN instead of inf. torch.pow's values, the sign of zero included."""
+    def fn(acc, x):
+        return x ** 5, x ** 6, x ** -5, x ** -6, x ** 2.5, x ** -1.5, x ** 7.0, torch.pow(x, 12), acc
+
+    for i, (g, w) in enumerate(zip(*_edge_gemm(fn, dtype))):
+        torch.testing.assert_close(g, w, equal_nan=True, rtol=1e-6, atol=0, msg=lambda m, i=i: f"output {i}: {m}")
+        assert torch.equal(torch.signbit(g[g == 0]), torch.signbit(w[g == 0])), f"output {i}: sign of zero"

@@ -144,14 +144,17 @@ def round_half_even(x):
 
 
 @triton.jit
-def powf(x, p: tl.constexpr):
-    # x ** p for a non-integer constant p (x < 0 gives NaN, as in torch); 0 ** p = 0 for p > 0
+def powf(x, p: tl.constexpr, PARITY: tl.constexpr):
+    # x ** p for a constant p other than 0, as exp2(p * log2|x|) with the sign and edge values of torch.pow:
+    # PARITY is 1 for an odd integer p (the result takes x's sign, -0.0 and -inf included), 2 for an even one
+    # (|x| ** p), 0 otherwise (a finite x < 0 gives NaN; -inf gives +inf or +0 as |x| does). |x| = 0 and inf
+    # need no case of their own: exp2 of -inf / +inf is 0 / inf.
     y = tl.exp2(p * tl.log2(tl.abs(x)))
-    y = tl.where(x < 0, float("nan"), y)
-    if p > 0:
-        y = tl.where(x == 0.0, 0.0, y)
-    else:
-        y = tl.where(x == 0.0, float("inf"), y)
+    if PARITY == 1:
+        negative = (x < 0) | ((x == 0.0) & (1.0 / x < 0))
+        y = tl.where(negative, -y, y)
+    elif PARITY == 0:
+        y = tl.where((x < 0) & (x != float("-inf")), float("nan"), y)
     return y
 
 

@@ -78,7 +78,9 @@ def _pow_emission(exponent) -> str:
         return "tl.sqrt({0})"
     if exponent == -0.5:
         return "tlmath.rsqrt({0})"
-    return f"tlmath.powf({{0}}, {float(exponent)!r})"
+    # an integer exponent keeps negative bases (x ** 5 of a negative x is negative, not NaN): powf's PARITY
+    parity = (1 if int(exponent) % 2 else 2) if float(exponent).is_integer() else 0
+    return f"tlmath.powf({{0}}, {float(exponent)!r}, {parity})"
 
 
 define("square", _unary, decompose=lambda x: x * x, torch_fns=(torch.square,), methods=("square",))
