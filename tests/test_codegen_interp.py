@@ -467,3 +467,18 @@ def test_integer_exponents_keep_negative_bases(dtype):
     for i, (g, w) in enumerate(zip(*_edge_gemm(fn, dtype))):
         torch.testing.assert_close(g, w, equal_nan=True, rtol=1e-6, atol=0, msg=lambda m, i=i: f"output {i}: {m}")
         assert torch.equal(torch.signbit(g[g == 0]), torch.signbit(w[g == 0])), f"output {i}: sign of zero"
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+def test_clamp_nan_bounds_and_log1p_of_inf(dtype):
+    """Found 2026-11-30 on the triton backend: clamp ignored a NaN bound (torch.clamp(x, nan) is NaN, a tensor
+    bound's NaN elements too) and log1p(inf) was NaN (Goldberg's correction inf / inf)."""
+    lo = torch.tensor([math.nan, -1.0, 0.0, math.nan, -2.0, 1.0, 0.0, math.nan, 0.0, 0.0, 0.0], dtype=dtype)[:, None]
+
+    def fn(acc, x, lo, s):
+        return (torch.clamp(x, lo), torch.clamp(x, max=lo), torch.clamp(x, s), torch.clamp(x, -1.0, s),
+                torch.log1p(x))
+
+    for i, (g, w) in enumerate(zip(*_edge_gemm(fn, dtype, lo=lo, s=math.nan))):
+        torch.testing.assert_close(g, w, equal_nan=True, rtol=1e-6, atol=0, msg=lambda m, i=i: f"output {i}: {m}")

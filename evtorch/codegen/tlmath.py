@@ -44,11 +44,12 @@ def tanh(x):
 
 @triton.jit
 def log1p(x):
-    # Goldberg's trick: log(u) * x / (u - 1) with u = 1 + x corrects the rounding of 1 + x
+    # Goldberg's trick: log(u) * x / (u - 1) with u = 1 + x corrects the rounding of 1 + x. At x = +inf the
+    # correction factor is inf / inf = NaN, so an infinite u takes log(u) = inf uncorrected (torch.log1p(inf))
     u = 1.0 + x
     d = u - 1.0
-    safe = tl.where(d == 0.0, 1.0, d)
-    return tl.where(d == 0.0, x, tl.log(u) * (x / safe))
+    safe = tl.where((d == 0.0) | (d == float("inf")), 1.0, d)
+    return tl.where(d == 0.0, x, tl.where(d == float("inf"), u, tl.log(u) * (x / safe)))
 
 
 @triton.jit
@@ -124,9 +125,12 @@ def min_nan(a, b):
 
 @triton.jit
 def clamp(x, lo, hi):
-    # torch.clamp: min(max(x, lo), hi); NaN in x propagates
+    # torch.clamp: min(max(x, lo), hi), NaN propagating from x and from either bound (torch.clamp(x, nan) is
+    # NaN everywhere, also for a tensor bound's NaN elements); a constant bound's NaN test folds away
+    # (selects, not an | of the masks: Triton's interpreter cannot or a tile's mask with a loaded scalar's)
     y = tl.where(x < lo, lo, x)
-    return tl.where(y > hi, hi, y)
+    y = tl.where(y > hi, hi, y)
+    return tl.where(lo != lo, lo, tl.where(hi != hi, hi, y))
 
 
 @triton.jit
