@@ -145,11 +145,24 @@ def _clamp_ref(x, lo, hi):
     return torch.clamp(x, lo, hi)
 
 
+def _clamp_derivative(g, x, lo, hi):
+    # torch's clamp_backward_min_max: where lo > hi every element is hi, so hi takes the gradient and lo none
+    # (x < lo and x > hi can both hold there). A missing max is the constant +inf: min's gradient is then
+    # clamp_min's, x < lo alone (lo < inf would drop a +inf lo's). The masks are combined by nested selects, not
+    # & / |: Triton's interpreter cannot combine a tile's mask with a 0-d input's
+    def select(c, a, b):  # two constant bounds compare to a Python bool
+        return (a if c else b) if isinstance(c, bool) else torch.where(c, a, b)
+
+    d_lo = torch.where(x < lo, g, 0.0)
+    if not (isinstance(hi, float) and hi == math.inf):
+        d_lo = select(lo < hi, d_lo, 0.0)
+    return (torch.where((x >= lo) & (x <= hi), g, 0.0), d_lo, torch.where(x > hi, g, select(hi < lo, g, 0.0)))
+
+
 define("clamp", _clamp, operands=("input", "min", "max"),
        torch_ref=lambda x, lo, hi: _clamp_ref(x, lo, hi),
        triton="tlmath.clamp({0}, {1}, {2})",
-       derivative=lambda g, x, lo, hi, out: (
-           torch.where((x >= lo) & (x <= hi), g, 0.0), torch.where(x < lo, g, 0.0), torch.where(x > hi, g, 0.0)),
+       derivative=lambda g, x, lo, hi, out: _clamp_derivative(g, x, lo, hi),
        torch_fns=(torch.clamp, torch.clip), methods=("clamp", "clip"),
        doc="min/max may be numbers, tensors or None (None becomes -inf/+inf)")
 define("maximum", _binary, operands=("input", "other"), torch_ref=torch.maximum, triton="tlmath.maximum({0}, {1})",
