@@ -204,6 +204,24 @@ def test_source_and_cache_dir(tmp_path, monkeypatch):
     assert files and any((tmp_path / "kernels").glob("*.ir.txt"))
 
 
+@pytest.mark.interpreter
+def test_cache_dir_that_cannot_be_written_still_runs(tmp_path, monkeypatch):
+    """EVTORCH_CACHE_DIR naming a file (or a read-only place) failed the first call with a raw NotADirectoryError
+    from writing the kernel's source (2026-11-30); the kernel is written to a private directory instead, once with
+    a warning naming the variable."""
+    from evtorch.runtime import source_cache
+
+    (tmp_path / "a_file").write_text("")
+    monkeypatch.setenv("EVTORCH_CACHE_DIR", str(tmp_path / "a_file"))
+    monkeypatch.setattr(source_cache, "_private_dir", None)  # the warning comes once a process: a fresh one
+    source_cache.clear_memory_cache()
+    A, B, C = torch.randn(8, 4), torch.randn(4, 8), torch.randn(8, 8)
+    fn = lambda acc, C: torch.sigmoid(acc * 0.25 - C)  # noqa: E731  (a kernel no other test loads)
+    with pytest.warns(UserWarning, match="EVTORCH_CACHE_DIR=.*a_file: cannot write generated kernels there"):
+        got = evt.gemm(A, B, fn, C=C, backend="triton")
+    torch.testing.assert_close(got, fn(A @ B, C))
+
+
 @triton.jit
 def _cube_plus_one(x):
     return x * x * x + 1.0

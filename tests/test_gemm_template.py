@@ -954,6 +954,31 @@ def test_autotune_picks_fastest_and_caches(tune_env):
     assert record["samples_ms"][cands[1].short()] == [None]  # the failed candidate: timed once, no time
 
 
+def test_autotune_cache_that_cannot_be_read_or_written(tune_env, monkeypatch):
+    """A stored file that is JSON but not an object, or a directory, is retuned with a warning (AttributeError /
+    IsADirectoryError escaped before); a cache directory that cannot be written keeps the pick for the process
+    with a warning naming EVTORCH_CACHE_DIR (the store's OSError failed the call after its tuning, 2026-11-30)."""
+    cands = candidate_configs(4096, 4096, 4096, torch.float16, A100)[:3]
+    key = autotune.tune_key(device_name=A100.name, M=4000, N=4096, K=4096, L=1, dtypes=[torch.float16],
+                            layout="A:row,B:row,bat:-", epilogue_hash="e2", templates=["portable"])
+    path = autotune._cache_file(key)
+    path.parent.mkdir(parents=True)
+    for text in ("[]", '"best"'):
+        path.write_text(text)
+        with pytest.warns(UserWarning, match="ignoring unreadable autotune cache"):
+            assert autotune.load_cached(key) is None
+    path.unlink()
+    path.mkdir()
+    with pytest.warns(UserWarning, match="IsADirectoryError"):
+        assert autotune.load_cached(key) is None
+    monkeypatch.setenv("EVTORCH_CACHE_DIR", str(tune_env / "a_file"))
+    (tune_env / "a_file").write_text("")
+    with pytest.warns(UserWarning, match="EVTORCH_CACHE_DIR=.*a_file: cannot store the autotune result"):
+        best = autotune.pick_config(cands, lambda c: 1.0 + cands.index(c), key=key, heuristic=cands[1], device=A100,
+                                    progress=False)
+    assert best == cands[0] and autotune.load_cached(key) == cands[0]
+
+
 def test_autotune_times_close_candidates_again_interleaved(tune_env):
     """Candidates within REFINE_MARGIN of the fastest first timing are timed REFINE_ROUNDS more times, interleaved,
     and the lowest median wins: a lucky first timing does not decide; a candidate far behind is not re-timed."""

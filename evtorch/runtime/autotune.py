@@ -359,8 +359,9 @@ def load_cached(key: str) -> GemmConfig | None:
         config = GemmConfig.from_dict(data["best"])
     except FileNotFoundError:
         return None
-    except (ValueError, KeyError, TypeError) as exc:  # corrupt or from an incompatible version: retune
-        warnings.warn(f"ignoring unreadable autotune cache {path}: {exc}", stacklevel=2)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        # corrupt (JSON that is not an object, too), from an incompatible version, or not a readable file: retune
+        warnings.warn(f"ignoring unreadable autotune cache {path}: {type(exc).__name__}: {exc}", stacklevel=2)
         return None
     with _lock:
         _memory[key] = config
@@ -392,9 +393,13 @@ def store(key: str, best: GemmConfig, timings: dict[str, float],
         "final_ms": final or {},
         "phases_s": {name: round(sec, 3) for name, sec in (phases or {}).items()},
     }
-    write_text_atomic(_cache_file(key), json.dumps(payload, indent=1, sort_keys=True))
     with _lock:
         _memory[key] = best
+    try:
+        write_text_atomic(_cache_file(key), json.dumps(payload, indent=1, sort_keys=True))
+    except OSError as exc:  # a cache that cannot be written costs the next process a retune, not this call its pick
+        warnings.warn(f"{knobs.CACHE_DIR.name}={knobs.cache_dir()}: cannot store the autotune result for "
+                      f"{label or key} ({type(exc).__name__}: {exc}); it is kept for this process only", stacklevel=2)
 
 
 def key_fields(key: str) -> dict[str, str]:

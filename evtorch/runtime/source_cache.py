@@ -90,6 +90,42 @@ def _ensure_file(path: Path, source: str) -> None:
     write_text_atomic(path, source)
 
 
+_private_dir: Path | None = None
+
+
+def _private_kernels_dir() -> Path:
+    """A directory of this process's own (created once, removed at exit), for when EVTORCH_CACHE_DIR cannot be
+    written: the kernels still need a real file (``inspect``), just not a shared one."""
+    global _private_dir
+    if _private_dir is None:
+        import atexit
+        import shutil
+
+        _private_dir = Path(tempfile.mkdtemp(prefix="evtorch-kernels-"))
+        atexit.register(shutil.rmtree, _private_dir, ignore_errors=True)
+    return _private_dir
+
+
+def _place(path: Path, source: str) -> Path:
+    """``path`` holding ``source``, or, where the cache directory cannot be written (read-only, not a directory,
+    a parent missing on a read-only file system), the same file in a private temporary directory, with a warning
+    (once a process) naming EVTORCH_CACHE_DIR: a cache that cannot be written must not stop a kernel from running."""
+    try:
+        _ensure_file(path, source)
+        return path
+    except OSError as exc:
+        first = _private_dir is None
+        fallback = _private_kernels_dir() / path.name
+        if first:
+            import warnings
+
+            warnings.warn(f"{knobs.CACHE_DIR.name}={knobs.cache_dir()}: cannot write generated kernels there "
+                          f"({type(exc).__name__}: {exc}); this process writes them under {fallback.parent}",
+                          stacklevel=4)
+        _ensure_file(fallback, source)
+        return fallback
+
+
 def load_module(source: str, name_hint: str) -> ModuleType:
     """Import generated ``source`` as a module, writing it under EVTORCH_CACHE_DIR/kernels/ first.
 
@@ -102,8 +138,7 @@ def load_module(source: str, name_hint: str) -> ModuleType:
         cached = _modules.get(digest)
         if cached is not None:
             return cached
-        path = kernel_path(source, name_hint)
-        _ensure_file(path, source)
+        path = _place(kernel_path(source, name_hint), source)
         module_name = f"{_MODULE_PREFIX}_{path.stem}"
         spec = importlib.util.spec_from_file_location(module_name, path)
         if spec is None or spec.loader is None:
