@@ -55,6 +55,18 @@ def parse_ints(text: str, lengths=(2, 3), minimum: int = 0) -> tuple[int, ...]:
     return values
 
 
+def parse_batch(text: str) -> int:
+    """--batch L: a count of problems >= 1 (a negative L reached torch.empty inside tracing as a RuntimeError
+    traceback; 0 was taken as unbatched by configs and as an empty batch by show)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a batch count L >= 1, got {text!r}")
+    return value
+
+
 # ---------------------------------------------------------------------------------------------------- show
 def load_function(target: str):
     """``path/to/file.py:FUNC`` or ``package.module:FUNC`` -> the function."""
@@ -130,13 +142,19 @@ def write_dot(dot: str, path: Path) -> str:
     """Write ``dot`` to ``path``: Graphviz source for ``.dot``/``.gv``, else rendered by the ``graphviz``
     package (format from the suffix). Without graphviz, writes the source beside it and says how to render."""
     fmt = path.suffix.lstrip(".").lower()
+    try:
+        return _write_dot(dot, path, fmt)
+    except OSError as e:  # a directory that does not exist or cannot be written: the argument's fault, named
+        raise UsageError(f"--dot {path}: cannot write it ({type(e).__name__}: {e.strerror or e})") from None
+
+
+def _write_dot(dot: str, path: Path, fmt: str) -> str:
     if fmt in ("dot", "gv", ""):
         path.write_text(dot + "\n")
         return f"wrote Graphviz source to {path} (render it with: dot -Tsvg {path} -o {path.with_suffix('.svg')})"
     try:
         import graphviz
-        path.write_bytes(graphviz.Source(dot).pipe(format=fmt))
-        return f"wrote {path}"
+        rendered = graphviz.Source(dot).pipe(format=fmt)
     except Exception as e:  # no package, no `dot` executable, or an unknown format: fall back to the source
         fallback = path.with_suffix(".dot")
         fallback.write_text(dot + "\n")
@@ -145,6 +163,8 @@ def write_dot(dot: str, path: Path) -> str:
         return (f"{why}; wrote Graphviz source to {fallback} instead. Render it with: "
                 f"dot -T{fmt} {fallback} -o {path} (pip install graphviz, and the Graphviz programs: "
                 "apt-get install graphviz)")
+    path.write_bytes(rendered)
+    return f"wrote {path}"
 
 
 def format_passes(log: list[tuple[str, str]]) -> str:
@@ -469,7 +489,7 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("target", metavar="FILE.py:FUNC", help="the epilogue function (or module:FUNC)")
     show.add_argument("--shape", type=parse_ints, required=True, metavar="M,N[,K]",
                       help="accumulator size (K is shown only: the epilogue does not depend on it)")
-    show.add_argument("--batch", type=int, metavar="L", help="batched: acc is (L, M, N)")
+    show.add_argument("--batch", type=parse_batch, metavar="L", help="batched: acc is (L, M, N)")
     show.add_argument("--dtype", type=parse_dtype, default=torch.float16,
                       help="A and B dtype, also the default for inputs (default f16)")
     show.add_argument("--input", action="append", default=[], metavar="NAME=SPEC",
@@ -501,7 +521,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "this machine's GPU or a named one, without running anything.")
     configs.add_argument("--shape", type=functools.partial(parse_ints, lengths=(3,)), required=True,
                          metavar="M,N,K", help="the GEMM: A (M, K) @ B (K, N)")
-    configs.add_argument("--batch", type=int, metavar="L", help="batched: L problems")
+    configs.add_argument("--batch", type=parse_batch, metavar="L", help="batched: L problems")
     configs.add_argument("--dtype", type=parse_dtype, default=torch.bfloat16, help="A and B dtype (default bf16)")
     configs.add_argument("--device", default="current",
                          help="current (default: this machine's GPU), hopper (or h100, h200) or a100")

@@ -234,6 +234,20 @@ def test_show_epilogue_error_names_the_input(capsys, epi_file):
 
 
 @pytest.mark.parametrize("extra, message", [
+    (["--batch", "-2"], "expected a batch count L >= 1, got '-2'"),  # was a RuntimeError traceback from tracing
+    (["--batch", "0"], "expected a batch count L >= 1, got '0'"),
+    (["--dot", "{tmp}/no/such/dir/g.dot"], "--dot {tmp}/no/such/dir/g.dot: cannot write it"),  # FileNotFoundError
+    (["--dot", "{tmp}/no/such/dir/g.svg"], "--dot {tmp}/no/such/dir/g.svg: cannot write it"),
+])
+def test_show_bad_batch_and_dot_name_the_option(capsys, epi_file, tmp_path, extra, message):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["show", f"{epi_file}:epi", "--shape", "8,4", "--input", "bias=M", "--input", "alpha=scalar",
+                  *[a.format(tmp=tmp_path) for a in extra]])
+    assert e.value.code == 2
+    assert message.format(tmp=tmp_path) in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra, message", [
     (["--input", "gamma=M"], "has no such keyword input"),
     (["--input", "bias=Q"], "cannot read 'Q'"),
     (["--input", "bias"], "NAME=SPEC"),
@@ -449,6 +463,7 @@ def test_configs_layouts_of_the_other_templates(capsys):
     (["--shape", "64,64,0"], "expected sizes >= 1, got M,N,K = 64,64,0"),
     (["--shape", "64,64,64", "--device", "v100"], "--device: expected current or one of"),
     (["--shape", "64,64,64", "--max", "0"], "--max: expected a count of candidates >= 1, got 0"),
+    (["--shape", "64,64,64", "--batch", "0"], "--batch: expected a batch count L >= 1, got '0'"),  # was unbatched
 ])
 def test_configs_bad_arguments_name_the_option(capsys, argv, message):
     with pytest.raises(SystemExit) as e:
