@@ -163,6 +163,27 @@ def _call_key(A, B, epilogue, out_dtype, backend, deterministic, allow_tf32, out
     return tuple(key)
 
 
+def check_backend(A, backend) -> str:
+    """The backend a call on ``A``'s device runs: ``backend``, or the device's default, checked before anything
+    runs (by evt.gemm and by the differentiable path, ``integration.function.prepare``). The triton backend runs
+    on CUDA tensors, and on CPU tensors through Triton's interpreter only: without it, or on another device
+    (meta), the launch failed inside Triton or torch ("0 active drivers", "Cannot copy out of meta tensor")."""
+    if backend is None:
+        backend = "triton" if A.is_cuda else "reference"
+    if backend not in BACKENDS:
+        raise EpilogueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "triton" and not A.is_cuda:
+        from .runtime import knobs
+        if A.device.type != "cpu":
+            raise EpilogueError(f"backend='triton' runs on CUDA tensors (or CPU tensors through Triton's "
+                                f"interpreter), got A and B on {A.device}; use backend='reference' there")
+        if not knobs.interpreter_active():
+            raise EpilogueError(f"backend='triton' on {A.device} tensors needs Triton's CPU interpreter: set "
+                                "TRITON_INTERPRET=1 in the environment before triton is imported, or use "
+                                "backend='reference' (the CPU default)")
+    return backend
+
+
 def _prepare(A, B, epilogue, out_dtype, backend, outputs, inputs) -> tuple:
     """Every check of a call and its traced epilogue: (epilogue, out_dtype, backend, its ``LaunchSite`` on the
     Triton backend, else None)."""
@@ -173,19 +194,10 @@ def _prepare(A, B, epilogue, out_dtype, backend, outputs, inputs) -> tuple:
     for name, v in inputs.items():
         if isinstance(v, torch.Tensor) and v.device != A.device:
             raise EpilogueError(f"input {name!r} is on {v.device} but A and B are on {A.device}; move it to {A.device}")
-    if backend is None:
-        backend = "triton" if A.is_cuda else "reference"
-    if backend not in BACKENDS:
-        raise EpilogueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    backend = check_backend(A, backend)
     acc_dtype = torch.float64 if A.dtype == torch.float64 else torch.float32
     acc_shape = (L, M, N) if batched else (M, N)
     ep = get_epilogue(epilogue, acc_shape, acc_dtype, inputs, keep=outputs)
-    if backend == "triton":
-        from .runtime import knobs
-        if not A.is_cuda and not knobs.interpreter_active():
-            raise EpilogueError(f"backend='triton' on {A.device} tensors needs Triton's CPU interpreter: set "
-                                "TRITON_INTERPRET=1 in the environment before triton is imported, or use "
-                                "backend='reference' (the CPU default)")
     site = None
     if backend == "triton":
         from .runtime.gemm import LaunchSite

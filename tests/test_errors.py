@@ -408,3 +408,22 @@ def test_integer_constant_outside_the_tensor_dtype_is_named():
             evt.gemm(A, B, lambda acc, C: C + 2 ** 31, C=C, backend=backend)
     got = evt.gemm(A, B, lambda acc, C: C.long() + 2 ** 31, C=C, backend="reference")
     assert torch.equal(got, C.long() + 2 ** 31)
+
+
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["plain", "differentiable"])
+def test_triton_backend_off_its_devices_is_named(requires_grad, monkeypatch):
+    """backend='triton' on meta tensors failed inside the interpreter ("Cannot copy out of meta tensor"), and on CPU
+    tensors without the interpreter through the differentiable path inside Triton ("0 active drivers"); both are
+    named before anything runs, for evt.gemm and evt.linear (the reference backend still gives meta shapes)."""
+    A, B = (t.to("meta").requires_grad_(requires_grad) for t in (torch.randn(6, 4), torch.randn(4, 5)))
+    with pytest.raises(EpilogueError, match="backend='triton' runs on CUDA tensors .*got A and B on meta"):
+        evt.gemm(A, B, lambda acc: acc.relu(), backend="triton")
+    with pytest.raises(EpilogueError, match="backend='triton' runs on CUDA tensors .*got A and B on meta"):
+        evt.linear(A, B.T, torch.relu, backend="triton")
+    assert evt.gemm(A, B, lambda acc: acc.relu(), backend="reference").shape == (6, 5)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    A, B = (torch.randn(6, 4, requires_grad=requires_grad), torch.randn(4, 5))
+    with pytest.raises(EpilogueError, match="backend='triton' on cpu tensors needs Triton's CPU interpreter"):
+        evt.gemm(A, B, lambda acc: acc.sigmoid(), backend="triton")
+    with pytest.raises(EpilogueError, match="backend='triton' on cpu tensors needs Triton's CPU interpreter"):
+        evt.linear(A, B.T, torch.sigmoid, backend="triton")

@@ -126,3 +126,13 @@ def test_no_steps_and_no_init_says_so():
     """T = 0 with no init said "init has no steps" although no init was given."""
     with pytest.raises(ScanShapeError, match=r"no steps along dim 0 \(T = 0\) and no init"):
         evt.scan(lambda h, x: h + x, torch.randn(0, 2))
+
+
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["plain", "differentiable"])
+def test_triton_backend_on_meta_tensors_is_named(requires_grad):
+    """backend='triton' on meta tensors failed inside the interpreter ("Cannot copy out of meta tensor"); the
+    reference backend gives the shapes."""
+    X = torch.randn(5, 3, device="meta", requires_grad=requires_grad)
+    with pytest.raises(evt.EpilogueError, match="backend='triton' runs on CUDA tensors .*got tensors on meta"):
+        evt.scan(lambda h, x: h + x, X, backend="triton")
+    assert evt.scan(lambda h, x: h + x, X, backend="reference").shape == (5, 3)

@@ -67,7 +67,7 @@ def prepare(A, B, epilogue=None, /, *, out_dtype=None, backend=None, determinist
             outputs=None, config=None, policy="save", **inputs):
     """The arguments of ``torch.ops.evtorch.gemm`` for this call and how to unpack its results:
     ((A, B, tensors, scalars, key), (outputs' (position, dims), number of outputs, returns_tuple, sizes))."""
-    from ..api import _identity
+    from ..api import _identity, check_backend
     from ..epilogue import Epilogue
     if not isinstance(A, torch.Tensor) or not isinstance(B, torch.Tensor):
         raise EpilogueError(f"A and B must be tensors, got {type(A).__name__} and {type(B).__name__}")
@@ -79,8 +79,7 @@ def prepare(A, B, epilogue=None, /, *, out_dtype=None, backend=None, determinist
         A, B = A.to(low), B.to(low)
     elif low is not None and B.dtype == torch.float32 and A.dtype == low:
         B = B.to(low)
-    if backend is None:
-        backend = "triton" if A.is_cuda else "reference"
+    backend = check_backend(A, backend)
     fn = epilogue.fn if isinstance(epilogue, Epilogue) else (epilogue if epilogue is not None else _identity)
     specs = tuple((name, "tensor", _static(v.shape), v.dtype) if isinstance(v, torch.Tensor) else
                   (name, _number_type(v), (), None) for name, v in inputs.items())

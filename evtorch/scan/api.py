@@ -183,6 +183,9 @@ def scan(body: Callable, *inputs: torch.Tensor, init=None, dim: int = 0, post: C
         backend = "triton" if device.type == "cuda" else "reference"
     if backend not in BACKENDS:
         raise EpilogueError(f"evt.scan: backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "triton" and device.type not in ("cuda", "cpu"):  # meta: the interpreter failed copying it out
+        raise EpilogueError(f"evt.scan: backend='triton' runs on CUDA tensors (or CPU tensors through Triton's "
+                            f"interpreter), got tensors on {device}; use backend='reference' there")
     if config is not None and not isinstance(config, ScanConfig):
         raise EpilogueTypeError(f"evt.scan: config must be an evtorch.scan.ScanConfig or None, got "
                                 f"{type(config).__name__}")
