@@ -427,3 +427,10 @@ def test_triton_backend_off_its_devices_is_named(requires_grad, monkeypatch):
         evt.gemm(A, B, lambda acc: acc.sigmoid(), backend="triton")
     with pytest.raises(EpilogueError, match="backend='triton' on cpu tensors needs Triton's CPU interpreter"):
         evt.linear(A, B.T, torch.sigmoid, backend="triton")
+
+
+def test_abs_of_a_bool_tensor_is_refused_like_eager():
+    """Eager PyTorch has no abs for bool tensors; the reference backend failed in its kernel with a raw
+    NotImplementedError while the triton backend returned the mask. Both refuse it at trace time now."""
+    for backend in ("reference", "triton"):
+        raises(EpilogueTypeError, lambda acc: (acc > 0).abs(), "abs is not defined on bool tensors", backend=backend)

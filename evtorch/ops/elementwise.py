@@ -52,7 +52,16 @@ define("div", _binary, operands=("input", "other"), torch_ref=lambda a, b: a / b
        torch_fns=(torch.div, torch.divide, torch.true_divide), methods=("div", "divide", "__truediv__"))
 define("neg", _unary, torch_ref=lambda x: -x, triton="(-{0})", derivative=lambda g, x, out: (-g,),
        torch_fns=(torch.neg, torch.negative), methods=("neg", "negative", "__neg__"))
-define("abs", _unary, torch_ref=abs, triton="tl.abs({0})",
+def _abs_ref(x):
+    # eager has no abs kernel for bool ("abs_cpu" not implemented for 'Bool'), but the meta tensors tracing
+    # evaluates on accept it: refused here, at trace time, instead of by the reference executor's kernel (a raw
+    # NotImplementedError) while the triton backend returned the mask
+    if isinstance(x, torch.Tensor) and x.dtype == torch.bool:
+        raise TypeError("abs is not defined on bool tensors in PyTorch; use the mask itself or x.float().abs()")
+    return abs(x)
+
+
+define("abs", _unary, torch_ref=_abs_ref, triton="tl.abs({0})",
        derivative=lambda g, x, out: (g * torch.sign(x),),
        torch_fns=(torch.abs, torch.absolute), methods=("abs", "absolute", "__abs__"))
 
