@@ -90,7 +90,7 @@ BINARY = {
     "minimum": lambda acc, C: torch.minimum(acc, C), "logaddexp": lambda acc, C: torch.logaddexp(acc, C), "where": lambda acc, C: torch.where(acc > C, acc * 2.0, C * C),
     "clamp_tensor": lambda acc, C: torch.clamp(acc, C - 0.5, C + 0.5),
     # min > max (everywhere, and where C > 0): every element is max, which takes the whole gradient (min took it
-    # too where x < min, and x none, until 2026-11-30)
+    # too where x < min, and x none, until 2026-11-29)
     "clamp_crossed": lambda acc, C: torch.clamp(acc, C + 0.5, C - 0.5),
     "clamp_crossing": lambda acc, C: acc.clamp(C, -C),
     "compare_mask": lambda acc, C: (acc > 0).to(acc.dtype) * C + acc,

@@ -93,7 +93,7 @@ def clamp_crossed(acc, lo, hi, lo_col, hi_row):
 @pytest.mark.parametrize("backend", ["reference", "triton"])
 def test_clamp_with_min_above_max_gives_max_the_gradient(backend):
     """torch.clamp with min > max returns max everywhere, and max takes the gradient; evtorch gave it to min as well
-    where x < min (2026-11-30). 0-d bounds (lo > hi), and a row / column pair that crosses where lo_col > hi_row."""
+    where x < min (2026-11-29). 0-d bounds (lo > hi), and a row / column pair that crosses where lo_col > hi_row."""
     run_case(clamp_crossed, lambda M, N, device, dtype: dict(
         lo=torch.tensor(0.5), hi=torch.tensor(-0.5), lo_col=torch.randn(M, 1), hi_row=torch.randn(N)),
         backend=backend)

@@ -207,7 +207,7 @@ def test_source_and_cache_dir(tmp_path, monkeypatch):
 @pytest.mark.interpreter
 def test_cache_dir_that_cannot_be_written_still_runs(tmp_path, monkeypatch):
     """EVTORCH_CACHE_DIR naming a file (or a read-only place) failed the first call with a raw NotADirectoryError
-    from writing the kernel's source (2026-11-30); the kernel is written to a private directory instead, once with
+    from writing the kernel's source (2026-11-29); the kernel is written to a private directory instead, once with
     a warning naming the variable."""
     from evtorch.runtime import source_cache
 
@@ -476,7 +476,7 @@ def _edge_gemm(fn, dtype, **inputs):
 @pytest.mark.interpreter
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
 def test_integer_exponents_keep_negative_bases(dtype):
-    """Found 2026-11-30 on the triton backend: x ** 5 (every integer exponent outside -4..4) was NaN for every
+    """Found 2026-11-29 on the triton backend: x ** 5 (every integer exponent outside -4..4) was NaN for every
     negative x, and so the gradient of x ** 6, which computes x ** 5 (tlmath.powf took every such exponent for a
     non-integer), and (-inf) ** 2.5 NaN instead of inf. torch.pow's values, the sign of zero included."""
     def fn(acc, x):
@@ -490,7 +490,7 @@ def test_integer_exponents_keep_negative_bases(dtype):
 @pytest.mark.interpreter
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
 def test_clamp_nan_bounds_and_log1p_of_inf(dtype):
-    """Found 2026-11-30 on the triton backend: clamp ignored a NaN bound (torch.clamp(x, nan) is NaN, a tensor
+    """Found 2026-11-29 on the triton backend: clamp ignored a NaN bound (torch.clamp(x, nan) is NaN, a tensor
     bound's NaN elements too) and log1p(inf) was NaN (Goldberg's correction inf / inf)."""
     lo = torch.tensor([math.nan, -1.0, 0.0, math.nan, -2.0, 1.0, 0.0, math.nan, 0.0, 0.0, 0.0], dtype=dtype)[:, None]
 

@@ -957,7 +957,7 @@ def test_autotune_picks_fastest_and_caches(tune_env):
 def test_autotune_cache_that_cannot_be_read_or_written(tune_env, monkeypatch):
     """A stored file that is JSON but not an object, or a directory, is retuned with a warning (AttributeError /
     IsADirectoryError escaped before); a cache directory that cannot be written keeps the pick for the process
-    with a warning naming EVTORCH_CACHE_DIR (the store's OSError failed the call after its tuning, 2026-11-30)."""
+    with a warning naming EVTORCH_CACHE_DIR (the store's OSError failed the call after its tuning, 2026-11-29)."""
     cands = candidate_configs(4096, 4096, 4096, torch.float16, A100)[:3]
     key = autotune.tune_key(device_name=A100.name, M=4000, N=4096, K=4096, L=1, dtypes=[torch.float16],
                             layout="A:row,B:row,bat:-", epilogue_hash="e2", templates=["portable"])
