@@ -487,6 +487,35 @@ def test_integer_exponents_keep_negative_bases(dtype):
         assert torch.equal(torch.signbit(g[g == 0]), torch.signbit(w[g == 0])), f"output {i}: sign of zero"
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+def test_gpu_integer_exponents_and_nan_bounds(dtype):
+    """The two tests around this one on CUDA, against CPU eager (the semantics the interpreter is held to): on the
+    H200 (2026-11-29) every nonzero value matched CUDA eager, while zeros' signs from odd powers and clamp with a NaN
+    scalar min and no max differed from CUDA eager (benchmarks/results/gpu_checks_h200_20261129_0744_probe4.txt)."""
+    lo = torch.tensor([math.nan, -1.0, 0.0, math.nan, -2.0, 1.0, 0.0, math.nan, 0.0, 0.0, 0.0], dtype=dtype)[:, None]
+
+    def powers(acc, x):
+        return x ** 5, x ** 6, x ** -5, x ** -6, x ** 2.5, x ** -1.5, x ** 7.0, torch.pow(x, 12)
+
+    def bounds(acc, x, lo, s):
+        return (torch.clamp(x, lo), torch.clamp(x, max=lo), torch.clamp(x, s), torch.clamp(x, -1.0, s),
+                torch.log1p(x))
+
+    x = torch.tensor(_EDGES, dtype=dtype)
+    ones = torch.ones(len(x), 1, dtype=dtype)
+    for fn, inputs, signs in ((powers, {}, True), (bounds, dict(lo=lo, s=math.nan), False)):
+        on_gpu = {k: v.cuda() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+        got = evt.gemm(ones.cuda(), ones.T.cuda(), fn, x=x.cuda(), **on_gpu)
+        for i, (g, w) in enumerate(zip(got, fn(ones @ ones.T, x, **inputs))):
+            g = g.cpu()
+            torch.testing.assert_close(g, w, equal_nan=True, rtol=1e-6, atol=0,
+                                       msg=lambda m, i=i: f"{fn.__name__} output {i}: {m}")
+            if signs:
+                assert torch.equal(torch.signbit(g[g == 0]), torch.signbit(w[g == 0])), f"output {i}: sign of zero"
+
+
 @pytest.mark.interpreter
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
 def test_clamp_nan_bounds_and_log1p_of_inf(dtype):

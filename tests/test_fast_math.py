@@ -5,6 +5,7 @@ interpreter cannot run inline PTX); the GPU test at the end checks numbers on CU
 gpu`)."""
 from __future__ import annotations
 
+import hashlib
 import os
 
 import pytest
@@ -157,6 +158,27 @@ def test_rule_exact_gpu_forms_where_no_approximation_is_allowed():
     ep = _ep(lambda acc: torch.where(torch.tanh(acc) > 0.5, acc, 0.0))
     assert _plan_targets(ep, BF16, "auto") == ([], ["tanh"])
     assert _plan_targets(_ep(lambda acc: torch.tanh(acc), acc_dtype=torch.float64), F32, "auto") == ([], [])
+
+
+def test_issue_workloads_take_no_exact_forms():
+    """Every tanh of the benchmark's workloads is approximated (each is rounded to bf16 first), so the exact GPU
+    forms leave their programs, hashes and tuning keys as they were (docs/benchmarks.md: "Last run" stands)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks.workloads import WORKLOADS
+
+    for name, w in WORKLOADS.items():
+        inputs = w.make_inputs(64, 48, "cpu", BF16)
+        specs = {k: evt.spec(tuple(v.shape), v.dtype) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+        ep = _ep(w.fn, **specs)
+        graph, emissions = fastmath.plan(ep, BF16, "auto")
+        assert not emissions.exact, name
+        # and a program without exact forms keeps the hash it had before they existed
+        h = graph.structural_hash()
+        tag = hashlib.sha256(",".join(map(str, sorted(emissions.fast))).encode()).hexdigest()[:6]
+        assert fastmath.program_hash(h, emissions) == (f"{h}fm{tag}" if emissions.fast else h), name
 
 
 # ------------------------------------------------------------------------------------------------ the source
