@@ -377,6 +377,41 @@ def test_linear_fn_not_callable():
         evt.linear(torch.randn(3, 4), torch.randn(5, 4), "gelu")
 
 
+def test_linear_bias_shape_and_dtypes_are_named_in_linear_terms():
+    """A bias of the wrong length said "add on acc(3, 6), linear_bias(5,): Attempting to broadcast..." and mixed x /
+    weight dtypes "A and B must have the same dtype"; F.linear's terms now (bias, out_features, x, weight). Shapes
+    that broadcast to (out_features,), as F.linear takes, still run; autocast still takes mixed dtypes."""
+    x, W = torch.randn(3, 4), torch.randn(6, 4)
+    for bad in (torch.randn(5), torch.randn(2, 6)):
+        with pytest.raises(ShapeError, match=r"bias has shape .*expected \(out_features,\) = \(6,\)"):
+            evt.linear(x, W, None, bad)
+    with pytest.raises(EpilogueTypeError, match="bias must be a tensor or None, got float"):
+        evt.linear(x, W, None, 1.0)
+    for ok in (torch.randn(1), torch.randn(()), torch.randn(1, 6)):
+        torch.testing.assert_close(evt.linear(x, W, None, ok), torch.nn.functional.linear(x, W, ok))
+    with pytest.raises(EpilogueTypeError, match=r"x is torch.float32 and weight torch.float16.*same dtype"):
+        evt.linear(x, W.half())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert evt.linear(x, W.to(torch.bfloat16), torch.relu).dtype == torch.bfloat16
+
+
+def test_linear_nd_precheck_evaluates_the_epilogue_once():
+    """evt.linear's check of an N-D x's epilogue (written for x's own dims?) ran the function twice on meta tensors
+    for every new call signature; once now where the flattened rows work, and it still names the flattening where
+    only x's own dims do."""
+    x, W = torch.randn(2, 3, 4), torch.randn(6, 4)
+    calls = []
+
+    def fn(y, s):
+        calls.append(y.device.type)
+        return y * s
+
+    evt.linear(x, W, fn, s=torch.randn(6))
+    assert calls.count("meta") == 1
+    with pytest.raises(ShapeError, match=r"flattens its leading dims into 6 rows.*\(6, 6\) \(reshape them\)"):
+        evt.linear(x, W, fn, s=torch.randn(2, 3, 6))
+
+
 def test_epilogue_parameter_kinds_and_sparse_tensors_are_named():
     """A keyword-only acc raised Python's "takes 0 positional arguments"; a positional-only input could never be
     passed; a sparse input failed in aten::as_strided and a sparse operand inside the GEMM."""

@@ -56,6 +56,10 @@ def test_at_on_a_computed_value():
 def test_init_and_state_shapes_disagree():
     with raises(ScanShapeError, "state 0 (h)", "(4, 4)", "init gives rows of shape (4,)"):
         evt.scan(lambda h, x: h[..., None] + x, X)
+    # a 1-D init is k steps of scalar rows (the message read "(init has shape (k, )) along the scan dim)")
+    with raises(ScanShapeError, "rows of shape (4,)", "init gives rows of shape ()", "init's shape is (k,)",
+                "init[None]"):
+        evt.scan(lambda h, x: h + x, X, init=torch.zeros(4))
     with raises(ShapeError, "h(3,)", "x(4,)"):
         evt.scan(lambda h, x: h + x, X, init=torch.zeros(1, 3))
 

@@ -94,7 +94,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, fn: Callable | None = None, bi
         except (AttributeError, TypeError):  # not tensors: the checks below say so
             key = call = None
         if call is None:
-            _check(x, weight)
+            _check(x, weight, bias)
             _check_flattening(fn, x, weight, bias, inputs)
             lead = tuple(x.shape[:-1])
             M = math.prod(lead)
@@ -103,7 +103,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, fn: Callable | None = None, bi
                                inputs, raw=((x, a_steps), (weight, (("permute", (1, 0)),))), out_dtype=out_dtype,
                                backend=backend, deterministic=deterministic, allow_tf32=allow_tf32, policy=policy)
         return call(x, weight, inputs)
-    _check(x, weight)
+    _check(x, weight, bias)
     _check_flattening(fn, x, weight, bias, inputs)
     lead = tuple(x.shape[:-1])
     A = x.reshape(-1, x.shape[-1])
@@ -111,7 +111,9 @@ def linear(x: torch.Tensor, weight: torch.Tensor, fn: Callable | None = None, bi
                       deterministic=deterministic, allow_tf32=allow_tf32, policy=policy, _lead_dims=lead, **inputs)
 
 
-def _check(x, weight) -> None:
+def _check(x, weight, bias) -> None:
+    """F.linear's own rules, named in its terms (x, weight, bias, in/out_features) before the GEMM's checks would
+    name A, B and an epilogue input."""
     if not isinstance(x, torch.Tensor) or not isinstance(weight, torch.Tensor):
         raise EpilogueTypeError("evt.linear: x and weight must be tensors")
     if weight.dim() != 2:
@@ -119,6 +121,22 @@ def _check(x, weight) -> None:
     if x.dim() == 0 or x.shape[-1] != weight.shape[1]:
         raise ShapeError(f"evt.linear: x {tuple(x.shape)} does not match weight {tuple(weight.shape)}: the last dim "
                          f"of x must be in_features = {weight.shape[1]}")
+    if x.dtype != weight.dtype and autocast_dtype(x.device.type) is None:
+        raise EpilogueTypeError(f"evt.linear: x is {x.dtype} and weight {weight.dtype}; they must have the same "
+                                f"dtype, as in F.linear (cast one, e.g. x.to({weight.dtype}), or run under "
+                                "torch.autocast)")
+    if bias is not None:
+        if not isinstance(bias, torch.Tensor):
+            raise EpilogueTypeError(f"evt.linear: bias must be a tensor or None, got {type(bias).__name__}")
+        out = (*x.shape[:-1], weight.shape[0])
+        try:
+            fits = tuple(torch.broadcast_shapes(bias.shape, out)) == out
+        except RuntimeError:
+            fits = False
+        if not fits:
+            raise ShapeError(f"evt.linear: bias has shape {tuple(bias.shape)}; expected (out_features,) = "
+                             f"({weight.shape[0]},), weight's first dim (or a shape that broadcasts to the output "
+                             f"{out}, as F.linear takes)")
 
 
 def _check_flattening(fn, x, weight, bias, inputs) -> None:
@@ -129,8 +147,9 @@ def _check_flattening(fn, x, weight, bias, inputs) -> None:
     ``dim=0`` runs over every row (``tests/test_integration.py::test_linear_epilogue_with_inputs_and_row_outputs``),
     ``dim=-1`` over the features. An input shaped like the N-D output, (..., N), does not broadcast against the
     (rows, N) matrix; evaluated on meta tensors (shapes only, once per call signature), such an epilogue gets an
-    error that says why instead of the tracer's shape mismatch. An epilogue that cannot run on meta tensors is
-    left to the trace."""
+    error that says why instead of the tracer's shape mismatch. The flattened call is evaluated first and, where it
+    runs, alone (one meta evaluation per call signature); x's own dims only where it fails. An epilogue that
+    cannot run on meta tensors either way is left to the trace."""
     if fn is None or x.dim() == 2:
         return
     lead, n = tuple(x.shape[:-1]), weight.shape[0]
@@ -141,17 +160,20 @@ def _check_flattening(fn, x, weight, bias, inputs) -> None:
 
     kw = {k: meta(v) for k, v in inputs.items() if k != BIAS}
     b = meta(bias) if bias is not None else 0.0
-    try:
+    try:  # what the trace will see: nothing to say where it runs (one evaluation in the common case)
+        fn(torch.empty(rows, n, device="meta") + b, **kw)
+        return
+    except Exception as e:  # noqa: BLE001
+        flat_error = e
+    try:  # written for x's own dims?
         fn(torch.empty(*lead, n, device="meta") + b, **kw)
     except Exception:  # noqa: BLE001 - evtorch-only helpers (evt.row_index) or a bad call: the trace reports it
         return
-    try:
-        fn(torch.empty(rows, n, device="meta") + b, **kw)
-    except Exception as e:  # noqa: BLE001
-        raise ShapeError(f"evt.linear: x has {x.dim()} dims {tuple(x.shape)}; the fused GEMM flattens its leading "
-                         f"dims into {rows} rows and the epilogue sees y as ({rows}, {n}), where it fails "
-                         f"({type(e).__name__}: {str(e).splitlines()[0][:200]}): inputs shaped like the output "
-                         f"must be ({rows}, {n}) (reshape them)") from None
+    e = flat_error
+    raise ShapeError(f"evt.linear: x has {x.dim()} dims {tuple(x.shape)}; the fused GEMM flattens its leading "
+                     f"dims into {rows} rows and the epilogue sees y as ({rows}, {n}), where it fails "
+                     f"({type(e).__name__}: {str(e).splitlines()[0][:200]}): inputs shaped like the output "
+                     f"must be ({rows}, {n}) (reshape them)") from None
 
 
 def _apply(t, steps):

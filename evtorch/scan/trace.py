@@ -298,11 +298,14 @@ class ScanTracer(Tracer):
                 except RuntimeError:
                     ok = False
                 if not ok:
+                    dims = ["k", *map(str, want)]
+                    init_shape = "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
+                    hint = (" (for one init step of rows shaped like these, give init a leading dim of 1: init[None])"
+                            if len(v.shape) > len(want) else "")
                     raise ScanShapeError(f"state {i} ({names[i]}): the {what} returned rows of shape "
-                                         f"{tuple(v.shape)}, but init gives rows of shape {want} (init has shape "
-                                         f"(k, {', '.join(map(str, want))}){',' if len(want) == 1 else ''}) along "
-                                         "the scan dim); the new rows must have the init rows' shape or broadcast "
-                                         "to it")
+                                         f"{tuple(v.shape)}, but init gives rows of shape {want}: init's shape is "
+                                         f"{init_shape}, its first dim the scan dim (k init steps); the new rows "
+                                         f"must have the init rows' shape or broadcast to it{hint}")
                 v = self.broadcast(v, want, f"state {i}")
             self.graph.add("output", i, (v.node,), {}, (), v.dtype, Stage.TILE, name=f"out{i}",
                            meta={"where": None, "shape": tuple(v.shape)})
