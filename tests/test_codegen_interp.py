@@ -487,6 +487,20 @@ def test_integer_exponents_keep_negative_bases(dtype):
         assert torch.equal(torch.signbit(g[g == 0]), torch.signbit(w[g == 0])), f"output {i}: sign of zero"
 
 
+@pytest.mark.interpreter
+def test_boolean_ops_with_a_compared_0d_input():
+    """(acc > 0) | (s > 0) with a 0-d tensor s failed in Triton's interpreter ("ufunc 'bitwise_or' not supported",
+    found 2026-11-29): a 0-d boolean operand of | & ~ is emitted as (b != 0)."""
+    torch.manual_seed(0)
+    A, B = torch.randn(8, 4), torch.randn(4, 8)
+    fns = (lambda acc, s: (acc > 0) | (s > 0), lambda acc, s: (s > 0) & (acc > 0),
+           lambda acc, s: ~((s > 0) | (acc > 1)), lambda acc, s: torch.where((s > 0) | (acc > 0.5), acc, 0.0))
+    for fn in fns:
+        for sv in (1.0, -1.0):
+            s = torch.tensor(sv)
+            assert torch.equal(evt.gemm(A, B, fn, s=s, backend="triton"), fn(A @ B, s))
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])

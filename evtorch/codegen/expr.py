@@ -69,7 +69,11 @@ def compute_expr(node: Node, operands: list[str], compute: torch.dtype, emission
             return f"({operands[0]} != 0)"
         return f"{operands[0]}.to({TL_DTYPE[target]})"
     if op.has(BOOL_ONLY):
-        conv = operands
+        # a 0-d boolean (a loaded scalar compared) as ``(b != 0)``: Triton's interpreter cannot combine the bare
+        # comparison of a loaded scalar with a tile's mask ("ufunc 'bitwise_or' not supported", Triton 3.9); the
+        # compiler folds the test away
+        conv = [f"({e} != 0)" if not a.axes and a.op == "compute" and len(args) > 1 else e
+                for e, a in zip(operands, args)]
     elif op.has(COMPARE):
         floating = any(a.dtype.is_floating_point for a in args)
         conv = [_convert(e, a, compute) if floating else e for e, a in zip(operands, args)]
