@@ -17,15 +17,18 @@ accept.
 """
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Callable
 
 import pytest
 import torch
-from hypothesis import HealthCheck, assume, given, note, settings
+from hypothesis import HealthCheck, assume, event, given, note, settings
 from hypothesis import strategies as st
 
 import evtorch as evt
+from evtorch.codegen import fastmath
+from evtorch.ir.types import Stage
 from evtorch.ops import REGISTRY
 from evtorch.ops.registry import BOOL_ONLY, CAST, COMPARE, FLOAT_ONLY, REDUCTION
 
@@ -386,6 +389,41 @@ def test_random_dag_with_edge_values_debug_pipeline(case):
                    **case.inputs)
     assert ep.graph.nodes
     case.check()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(case=dag_cases(dtypes=(torch.float32, torch.bfloat16)), out=st.sampled_from([torch.bfloat16, torch.float32]),
+       mode=st.sampled_from(["never", "auto", "always"]))
+def test_random_dag_gpu_emission_plan(case, out, mode):
+    """codegen/fastmath.py's plan on random DAGs: a node takes at most one GPU-only emission, of its own op;
+    every tile node with an exact GPU form takes one of the two wherever the mode is on (an exact form gives the
+    accurate bits, so nothing limits it); 'never' takes none; a plan without exact forms keeps the approximation
+    rule's choice (``select``)."""
+    note(repr(case))
+
+    def with_tanh(acc, **inputs):  # the DAG, and a tanh stored (rounded to `out`) and summed (kept accurate)
+        outs = case.fn(acc, **inputs)
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        return (*outs, torch.tanh(acc * 0.5), torch.tanh(acc).sum(-1))
+
+    with_tanh.__signature__ = inspect.signature(case.fn)  # the DAG's named inputs (evtorch reads them)
+
+    ep = evt.trace(with_tanh, acc=evt.spec(tuple(case.A.shape[:-1]) + (case.B.shape[-1],)), **case.inputs)
+    graph, emissions = fastmath.plan(ep, out, mode)
+    assert not emissions.fast & emissions.exact
+    for i in emissions.fast:
+        assert REGISTRY[graph.nodes[i].target].triton_fast is not None
+    for i in emissions.exact:
+        assert REGISTRY[graph.nodes[i].target].triton_gpu is not None
+    with_form = {i for i, n in enumerate(graph.nodes) if n.op == "compute" and n.stage == Stage.TILE
+                 and n.target in REGISTRY.ops and REGISTRY[n.target].triton_gpu is not None}
+    event(f"mode {mode}, exact forms: {len(emissions.exact)}, approximations: {len(emissions.fast)}")
+    if mode == "never" or ep.acc_dtype != torch.float32:
+        assert not emissions
+    else:
+        assert with_form and with_form <= emissions.fast | emissions.exact
+        assert emissions.fast == fastmath.select(graph, fastmath.output_dtypes(ep, out), ep.acc_dtype, mode)
+        assert bool(emissions.exact) == (mode == "auto")  # the summed tanh: approximated only in 'always'
 
 
 def test_generator_covers_the_registry():
