@@ -14,9 +14,12 @@ import threading
 import torch
 import torch.autograd.forward_ad as _fwad
 
-try:  # torch-private (2.0 to 2.13 at least): without it the transform checks below are skipped, never import errors
+try:  # torch-private (2.0 to 2.13 at least): without them the transform checks below are skipped, never errors
+    from torch._C._functorch import TransformType as _Transform
     from torch._C._functorch import peek_interpreter_stack as _peek_transform
-except ImportError:  # pragma: no cover - a torch that moved it
+except ImportError:  # pragma: no cover - a torch that moved them
+    _Transform = None
+
     def _peek_transform():
         return None
 
@@ -55,20 +58,19 @@ def check_transforms(what: str, tensors, backend: str | None, vmap_on_reference:
     (``torch.func.jvp``, dual tensors: the kernel's outputs would come back without tangents). The reference
     backend runs torch ops, which carry forward-mode tangents (and, for evt.scan, vmap's batch dim). ``backend``
     as the caller was given it: None is the device's default, triton for CUDA ``tensors[0]``."""
-    from torch._C._functorch import TransformType
     from ..errors import EpilogueError
     triton = backend == "triton" or (backend is None and getattr(tensors[0], "is_cuda", False))
-    top = _peek_transform()
+    top = _peek_transform()  # None where torch has no such stack (then _Transform is None too)
     kind = None if top is None else top.key()
-    if kind == TransformType.Vmap and (triton or not vmap_on_reference):
+    if kind is not None and kind == _Transform.Vmap and (triton or not vmap_on_reference):
         raise EpilogueError(f"{what} does not support torch.vmap"
                             + ("; batch the GEMM instead: A of shape (L, M, K) with B (L, K, N) or (K, N)"
                                if what == "evt.gemm" else "") + (" on the triton backend (backend='reference' runs "
                                                                  "under vmap)" if vmap_on_reference else ""))
-    if kind == TransformType.Grad and grad:
+    if kind is not None and kind == _Transform.Grad and grad:
         raise EpilogueError(f"{what} does not support torch.func.grad / vjp / jacrev: its backward is a torch.autograd"
                             ".Function without setup_context; use torch.autograd.grad or .backward()")
-    if triton and (kind == TransformType.Jvp or (getattr(_fwad, "_current_level", -1) >= 0 and any(
+    if triton and ((kind is not None and kind == _Transform.Jvp) or (getattr(_fwad, "_current_level", -1) >= 0 and any(
             isinstance(t, torch.Tensor) and _fwad.unpack_dual(t).tangent is not None for t in tensors))):
         raise EpilogueError(f"{what} does not support forward-mode AD (torch.func.jvp / jacfwd, "
                             "torch.autograd.forward_ad dual tensors) on the triton backend: the kernel's outputs "
