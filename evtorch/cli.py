@@ -2,6 +2,7 @@
 
     evtorch demo [--device cpu|cuda] [--size M,N,K] [--dtype f16] [--backend reference|triton]
     evtorch show FILE.py:FUNC --shape M,N[,K] [--batch L] [--input NAME=SPEC ...] [--dot out.svg] [--source]
+                 [--backward [WRT]] [--policy save|recompute]
     evtorch tuning [MATCH ...] [--top N] [--json] [--clear]
     evtorch configs --shape M,N,K [--device current|hopper|h100|h200|a100] [--epilogue FILE.py:FUNC] ...
     evtorch bench ...      (benchmarks.run:main)
@@ -191,6 +192,36 @@ def format_codegen_plan(ep, out_dtype: torch.dtype, full: bool = False) -> str:
     return head + body + "".join("\n" + line for line, nodes in notes if nodes)
 
 
+def format_backward(ep, wrt: str, out_dtype: torch.dtype, policy: str, source: bool) -> str:
+    """The backward evt.gemm builds for ``ep`` (``autodiff.GradPlan``) when every differentiable output gets a
+    gradient: what the forward saves, then each backward pass's IR after its passes, its code-generation plan
+    (GPU-only emissions) and, with ``source``, its generated source. ``wrt``: 'all' (acc and every floating-point
+    tensor input) or a comma-separated list of 'acc' and input names."""
+    from .autodiff.plan import GradPlan
+
+    floating = [s.name for s in ep.input_specs if s.kind == "tensor" and s.dtype.is_floating_point]
+    names = ["acc", *floating] if wrt == "all" else [w.strip() for w in wrt.split(",") if w.strip()]
+    unknown = [n for n in names if n != "acc" and n not in floating]
+    if unknown or not names:
+        raise UsageError(f"--backward {wrt}: expected 'all' or a comma-separated list of acc and floating-point "
+                         f"tensor inputs ({', '.join(['acc', *floating])}), got {', '.join(unknown) or 'nothing'}")
+    plan = GradPlan(ep, wrt_acc="acc" in names, wrt_inputs=set(names) - {"acc"}, out_dtype=out_dtype, policy=policy)
+    head = (f"== backward: gradients of outputs {', '.join(map(str, plan.seeds_all)) or '(none)'} with respect to "
+            f"{', '.join(names)} (policy {policy!r}) ==")
+    if not plan.requires_grad:
+        return head + "\nnothing to differentiate: no floating-point output depends on these"
+    program = plan.backward(plan.seeds_all)
+    lines = [head, plan.summary()]
+    lines += [f"# {k.param} = input {k.name}" for k in plan.keys if k.param in program.grads or any(
+        e.graph.find(k.param) for e in program.epilogues)]
+    for i, (p, bep) in enumerate(zip(program.passes, program.epilogues), 1):
+        lines += ["", f"== pass {i} of {len(program.passes)}: {bep.name} -> {', '.join(p.outputs)} ==", str(bep.graph),
+                  format_codegen_plan(bep, out_dtype)]
+        if source:
+            lines += ["", bep.source(out_dtype)]
+    return "\n".join(lines)
+
+
 def trace_target(target: str, shape, batch, dtype: torch.dtype, inputs: list[str], debug=None):
     """Trace ``target`` (FILE.py:FUNC or module:FUNC) for an accumulator of ``shape`` (M, N[, K]) and ``batch``,
     its inputs described by ``--input`` texts (a keyword input without one and without a default: full-size).
@@ -238,6 +269,13 @@ def cmd_show(args) -> int:
     print(format_codegen_plan(ep, args.dtype, args.full))
     print()
     print("# outputs: " + ", ".join(f"{o.position} ({o.kind})" for o in ep.outputs))
+    if args.backward is not None:
+        try:
+            print()
+            print(format_backward(ep, args.backward, args.dtype, args.policy, args.source))
+        except UsageError as e:
+            print(f"evtorch show: {e}", file=sys.stderr)
+            return 2
     if args.dot:
         print(write_dot(ep.to_dot(), Path(args.dot)))
     if args.source:
@@ -500,6 +538,12 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--source", action="store_true", help="print the generated Triton source")
     show.add_argument("--full", action="store_true", help="print the IR after every pass, even when unchanged")
     show.add_argument("--debug", action="store_true", help="run the IR verifier after every pass")
+    show.add_argument("--backward", nargs="?", const="all", metavar="WRT",
+                      help="also print the backward evt.gemm builds (what the forward saves, each backward pass's "
+                      "IR and code-generation plan; with --source its kernels) for gradients with respect to WRT: "
+                      "acc and input names, comma-separated (default: acc and every floating-point tensor input)")
+    show.add_argument("--policy", choices=("save", "recompute"), default="save",
+                      help="with --backward: keep the accumulator for the backward (save) or recompute A @ B")
     show.set_defaults(handler=cmd_show)
 
     tuning = sub.add_parser("tuning", help="list (or clear) the autotuner's stored results",

@@ -192,6 +192,29 @@ def test_show_prints_the_reassociated_graph_a_gpu_would_emit(capsys, monkeypatch
     assert "fma(" in plan and "# hardware approximations: %" in plan and "tanh" in plan
 
 
+def test_show_backward_prints_what_is_saved_and_each_pass(capsys, monkeypatch):
+    """--backward: the backward evt.gemm builds, as a GPU process would emit it (the bias gradient's fp32 sum keeps
+    GELU's tanh accurate: its exact GPU form); --policy recompute saves no accumulator; a WRT list narrows it."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.setenv("EVTORCH_FAST_MATH", "auto")
+    workloads = Path(__file__).resolve().parents[1] / "benchmarks" / "workloads.py"
+    base = ["show", f"{workloads}:bias_gelu_aux", "--shape", "32,16", "--dtype", "bf16", "--input", "bias=N"]
+    rc, out, _ = run(capsys, *base, "--backward")
+    assert rc == 0, out
+    back = out[out.index("== backward:"):]
+    assert back.startswith("== backward: gradients of outputs 0, 1 with respect to acc, bias (policy 'save') ==")
+    assert "the accumulator A @ B, saved by the forward" in back and "# x0 = input bias" in back
+    assert "== pass 1 of 1: bias_gelu_aux_bwd -> d_acc, x0 ==" in back
+    assert "reduce sum" in back and "# exact GPU forms: %" in back and "tanh" in back
+    rc, out, _ = run(capsys, *base, "--backward", "bias", "--policy", "recompute", "--source")
+    assert rc == 0, out
+    back = out[out.index("== backward:"):]
+    assert "with respect to bias (policy 'recompute')" in back and "to recompute the accumulator" in back
+    assert "tlmath.tanh_gpu(" in back                     # the pass's generated source
+    rc, _, err = run(capsys, *base, "--backward", "acc,C")
+    assert rc == 2 and "--backward acc,C" in err and "expected 'all' or" in err and "got C" in err
+
+
 def test_show_module_target(capsys):
     rc, out, _ = run(capsys, "show", "evtorch.examples:bce_loss", "--shape", "32,16", "--input", "b=M")
     assert rc == 0 and "reduce sum" in out and "over=(M,N)" in out
