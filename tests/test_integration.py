@@ -385,6 +385,45 @@ except evt.EpilogueError as e:
     assert "export it again in this process" in out.stdout
 
 
+@pytest.mark.parametrize("how", ["under_no_grad", "input_without_grad", "direct_operator_call"])
+def test_exported_program_differentiates_what_requires_grad_when_it_runs(how):
+    """A program names its plans by key, and a plan differentiates the leaves that required grad in the trace:
+    an exported module trained afterwards (exported under no_grad, or run on an input that requires grad where
+    the example did not) returned no gradient for those leaves, silently (the output required grad, backward
+    ran, the weights' or x's .grad stayed None). The operator's autograd kernel now runs the same call's plan
+    with the missing leaves added; gradients match the eager module's."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(evt.nn.Linear(12, 16, epilogue=F.gelu), evt.nn.Linear(16, 4))
+    ref = torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+    ref[0].load_state_dict(model[0].state_dict())
+    ref[2].load_state_dict(model[1].state_dict())
+    x = torch.randn(8, 12)
+    if how == "direct_operator_call":
+        A, B, bias = torch.randn(8, 12), torch.randn(12, 16), torch.randn(16)
+        args = op_arguments(A, B, bias_gelu, bias=bias)  # a plan without gradients
+        leaves = [t.clone().requires_grad_() for t in (A, B, bias)]
+        out = torch.ops.evtorch.gemm(leaves[0], leaves[1], [leaves[2][None, :]], *args[3:])[0]
+        got = torch.autograd.grad(out.square().sum(), leaves)
+        refs = [t.clone().requires_grad_() for t in (A, B, bias)]
+        want = torch.autograd.grad(bias_gelu(refs[0] @ refs[1], refs[2]).square().sum(), refs)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+        return
+    if how == "under_no_grad":
+        with torch.no_grad():
+            exported = torch.export.export(model, (x,)).module()
+    else:
+        exported = torch.export.export(model, (x,)).module()
+    x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
+    exported(x1).square().sum().backward()
+    ref(x2).square().sum().backward()
+    torch.testing.assert_close(x1.grad, x2.grad, rtol=1e-5, atol=1e-5)
+    got = dict(exported.named_parameters())
+    for (name, p), w in zip(model.named_parameters(), ref.parameters()):
+        assert got[name].grad is not None, name
+        torch.testing.assert_close(got[name].grad, w.grad, rtol=1e-5, atol=1e-5)
+
+
 # ------------------------------------------------------------------------------ evt.linear on x with lead dims
 @pytest.mark.parametrize("fn", [lambda y: y.sum(-1), lambda y: torch.logsumexp(y, dim=-1),
                                 lambda y: y.amax(dim=-1, keepdim=True), lambda y: (F.gelu(y), y.sum()),

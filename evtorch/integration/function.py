@@ -36,6 +36,17 @@ def _plan(fn, a_shape, a_dtype, b_shape, specs, wrt, out_dtype, backend, determi
 
     ``fn`` is the epilogue, or ("linear", fn, has_bias) for ``evt.linear``'s composed epilogue (built here, out
     of Dynamo's sight: a function created in a traced frame is not a constant)."""
+    key = plan_key(fn, a_shape, a_dtype, b_shape, specs, wrt, out_dtype, backend, deterministic, allow_tf32, keep,
+                   config, policy, layout)
+    from .ops import entry
+    return (key,) + entry(key).static
+
+
+def plan_key(fn, a_shape, a_dtype, b_shape, specs, wrt, out_dtype, backend, deterministic, allow_tf32, keep,
+             config, policy, layout) -> str:
+    """The key of the plan for these arguments (``_plan``'s), built and registered on first use. Its ``Entry``
+    can make the key of the same call differentiating more leaves (``Entry.widen``): a traced or exported
+    program names the plan of its trace, whose leaves needing gradients were those of the example inputs."""
     def build():
         from ..api import check_operands, get_epilogue
         from .linear import linear_epilogue
@@ -54,13 +65,14 @@ def _plan(fn, a_shape, a_dtype, b_shape, specs, wrt, out_dtype, backend, determi
                         policy=policy)
         kinds = {name: kind for name, kind, _, _ in specs}
         scalar_types = tuple(kinds[s.name] for _, s in plan.scalars)
+        def widen(wider):
+            return plan_key(fn, a_shape, a_dtype, b_shape, specs, wider, out_dtype, backend, deterministic,
+                            allow_tf32, keep, config, policy, layout)
         return Entry(plan, wrt_A, wrt_B, out_dtype or a_dtype, backend, deterministic, allow_tf32, config,
-                     scalar_types, a_dtype, layout[0], layout[1], len(b_shape) == 3)
+                     scalar_types, a_dtype, layout[0], layout[1], len(b_shape) == 3, widen)
     signature = (fn, a_shape, a_dtype, b_shape, specs, wrt, out_dtype, backend, deterministic, allow_tf32, keep,
                  config, policy, layout, knobs.trace_knobs_text())  # the traced epilogue depends on them
-    key = register(signature, build)
-    from .ops import entry
-    return (key,) + entry(key).static
+    return register(signature, build)
 
 
 def prepare(A, B, epilogue=None, /, *, out_dtype=None, backend=None, deterministic=False, allow_tf32=False,

@@ -73,6 +73,37 @@ class Entry:
     a_col: bool             # A / B column-major (x.t(), weight.t()): their gradients are made so too
     b_col: bool
     b_batched: bool
+    #: wrt (A, B, input names) -> the key of the same call's plan differentiating those leaves
+    #: (``function.plan_key``; see ``covering``)
+    widen: object = None
+
+    @functools.cached_property
+    def names(self) -> tuple:
+        """The user's input name of each canonical input (``tensors`` of the operator), in order."""
+        return tuple(k.name for k in self.plan.keys)
+
+    def covering(self, key: str, A: Tensor, B: Tensor, tensors) -> str:
+        """The key of a plan that differentiates every leaf of this call requiring grad: ``key`` itself, or the
+        plan of the same call with the missing leaves added.
+
+        A program that names a plan by key (``torch.export``'s graph, a direct operator call) was traced with
+        example inputs whose ``requires_grad`` decided which gradients the plan computes; run with other inputs
+        (an exported module trained, its input coming from a layer that requires grad, or a program exported under
+        ``torch.no_grad``), the plan would return no gradient for those leaves: parameters left without
+        ``.grad``, layers upstream without a gradient, silently. Eager calls and torch.compile key or guard on
+        ``requires_grad`` and never get here with a leaf missing."""
+        p = self.plan
+        want_A = self.wrt_A or A.requires_grad
+        want_B = self.wrt_B or B.requires_grad
+        extra = frozenset(name for name, t in zip(self.names, tensors)
+                          if t.requires_grad and name not in p.wrt_inputs)
+        if want_A == self.wrt_A and want_B == self.wrt_B and not extra:
+            return key
+        if self.widen is None:
+            missing = ["A"] * (want_A != self.wrt_A) + ["B"] * (want_B != self.wrt_B) + sorted(extra)
+            raise EpilogueError(f"evtorch::gemm: plan {key!r} computes no gradient for {', '.join(missing)}, "
+                                "which requires grad here")
+        return self.widen((want_A, want_B, p.wrt_inputs | extra))
 
     @functools.cached_property
     def static(self) -> tuple:
@@ -285,6 +316,7 @@ def _gemm_autograd(A, B, tensors, scalars, plan):
     """``evtorch::gemm``'s autograd kernel: the operator recorded as one ``_GemmOp`` node where an input requires
     grad (torch.compile's tracing of the step), else straight on to the implementation (the compiled step)."""
     if _requires_grad(A, B, *tensors):
+        plan = entry(plan).covering(plan, A, B, tensors)
         return list(_GemmOp.apply(A, B, scalars, plan, *tensors))
     with torch._C._AutoDispatchBelowAutograd():
         return gemm_op(A, B, tensors, scalars, plan)
