@@ -471,3 +471,27 @@ def test_func_transforms_and_forward_ad_are_clear_errors():
         tangent = fwAD.unpack_dual(evt.gemm(a, B, torch.tanh, backend="reference")).tangent
     want = (1 - torch.tanh(A @ B) ** 2) * (torch.ones_like(A) @ B)
     torch.testing.assert_close(tangent, want)
+
+
+@pytest.mark.interpreter
+def test_jit_trace_is_a_clear_error():
+    """torch.jit.trace hands sizes over as traced tensors and records no kernel launch: evt.gemm and evt.linear
+    failed deep inside (a setStorage out-of-bounds error from the reference executor's output strides, 'M must be
+    a non-negative int, got tensor(16)' from the triton runtime's size checks), evt.scan on the triton backend in
+    the interpreter. Now an EpilogueError names torch.jit.trace and the alternatives; evt.scan's reference
+    backend, whose torch ops trace, still traces."""
+    import os
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("needs TRITON_INTERPRET=1")
+    A, B = torch.randn(16, 16), torch.randn(16, 16)
+    for backend in ("reference", "triton"):
+        with pytest.raises(evt.EpilogueError, match="torch.jit.trace"):
+            torch.jit.trace(lambda a, b: evt.gemm(a, b, torch.tanh, backend=backend), (A, B), check_trace=False)
+    with pytest.raises(evt.EpilogueError, match="evt.linear does not support torch.jit.trace"):
+        torch.jit.trace(evt.nn.Linear(16, 8, epilogue=F.gelu), (A,), check_trace=False)
+    with pytest.raises(evt.EpilogueError, match="evt.scan does not support torch.jit.trace on the triton backend"):
+        torch.jit.trace(lambda x: evt.scan(lambda h, x: h * 0.5 + x, x, backend="triton"), (A,), check_trace=False)
+    traced = torch.jit.trace(lambda x: evt.scan(lambda h, x: h * 0.5 + x, x, backend="reference"), (A,),
+                             check_trace=False)
+    x = torch.randn(16, 16)
+    torch.testing.assert_close(traced(x), evt.scan(lambda h, x: h * 0.5 + x, x, backend="reference"))

@@ -45,21 +45,30 @@ def autocast_dtype(device_type: str) -> torch.dtype | None:
 
 
 def transforms_active() -> bool:
-    """Whether a torch.func transform (vmap, grad, jvp) or a forward-mode AD level is active (cheap: checked on
-    every call before ``check_transforms``)."""
-    return getattr(_fwad, "_current_level", -1) >= 0 or _peek_transform() is not None
+    """Whether a torch.func transform (vmap, grad, jvp), a forward-mode AD level or ``torch.jit.trace`` is active
+    (cheap: checked on every call before ``check_transforms``)."""
+    return getattr(_fwad, "_current_level", -1) >= 0 or _peek_transform() is not None or torch._C._is_tracing()
 
 
 def check_transforms(what: str, tensors, backend: str | None, vmap_on_reference: bool = False,
                      grad: bool = True) -> None:
     """Refuse the transforms a call cannot honour with a clear error, instead of a crash inside torch or, worse,
-    results without their tangents: ``torch.vmap`` (the kernels take real storage), ``torch.func.grad`` / ``vjp``
+    results without their tangents: ``torch.jit.trace`` (on the reference backend evt.scan's torch ops trace),
+    ``torch.vmap`` (the kernels take real storage), ``torch.func.grad`` / ``vjp``
     / ``jacrev`` (the autograd Functions have no ``setup_context``), and on the Triton backend forward-mode AD
     (``torch.func.jvp``, dual tensors: the kernel's outputs would come back without tangents). The reference
     backend runs torch ops, which carry forward-mode tangents (and, for evt.scan, vmap's batch dim). ``backend``
     as the caller was given it: None is the device's default, triton for CUDA ``tensors[0]``."""
     from ..errors import EpilogueError
     triton = backend == "triton" or (backend is None and getattr(tensors[0], "is_cuda", False))
+    if torch._C._is_tracing() and (triton or not vmap_on_reference):
+        # sizes arrive as traced tensors (the runtime's size checks, the reference executor's output strides
+        # failed deep inside with 'must be a non-negative int' or a setStorage out-of-bounds error) and a kernel
+        # launch is not recorded (the traced program would return its buffers unwritten)
+        raise EpilogueError(f"{what} does not support torch.jit.trace" + (
+            " on the triton backend: use backend='reference' (its torch ops trace) or torch.compile"
+            if vmap_on_reference else ": use torch.compile or torch.export.export, which record the evtorch "
+            "operators"))
     top = _peek_transform()  # None where torch has no such stack (then _Transform is None too)
     kind = None if top is None else top.key()
     if kind is not None and kind == _Transform.Vmap and (triton or not vmap_on_reference):
