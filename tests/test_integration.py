@@ -245,6 +245,35 @@ def test_autocast_evt_gemm():
     assert out.dtype == torch.bfloat16
 
 
+@pytest.mark.parametrize("dtypes", [(torch.bfloat16, torch.float32), (torch.float16, torch.bfloat16),
+                                    (torch.float16, torch.float32)], ids=["bf16_f32", "f16_bf16", "f16_f32"])
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
+def test_autocast_casts_every_16_and_32_bit_operand(dtypes, grad):
+    """Under torch.autocast eager casts every float32 / float16 / bfloat16 operand of a matmul or F.linear to the
+    autocast dtype. evtorch cast A (and B) only when A was float32: a bfloat16 x with a float32 weight, or a
+    float16 A with a bfloat16 B, raised 'A and B must have the same dtype' (only without grad: with an input
+    requiring grad a bfloat16 A with a float32 B went through; float16 with bfloat16 never did)."""
+    torch.manual_seed(0)
+    a_dtype, b_dtype = dtypes
+    A, B, bias = torch.randn(8, 16).to(a_dtype), torch.randn(16, 12).to(b_dtype), torch.randn(12)
+    leaves = [A.clone().requires_grad_(grad), B.clone().requires_grad_(grad)]
+    refs = [A.clone().requires_grad_(grad), B.clone().requires_grad_(grad)]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = evt.gemm(leaves[0], leaves[1], bias_gelu, bias=bias)
+        want = bias_gelu(refs[0] @ refs[1], bias)
+        lin = evt.linear(leaves[0], leaves[1].T, F.gelu, bias)
+        lin_want = F.gelu(F.linear(refs[0], refs[1].T, bias))
+    assert got.dtype == lin.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(lin.float(), lin_want.float(), rtol=2e-2, atol=2e-2)
+    if grad:
+        g = torch.autograd.grad((got.float().square().sum() + lin.float().sum()), leaves)
+        w = torch.autograd.grad((want.float().square().sum() + lin_want.float().sum()), refs)
+        for x, y in zip(g, w):
+            assert x.dtype == y.dtype
+            torch.testing.assert_close(x.float(), y.float(), rtol=5e-2, atol=5e-2 * y.abs().max().item())
+
+
 # ---------------------------------------------------------------------------------------------- saving
 def test_bias_gelu_saves_the_accumulator():
     A, B = torch.randn(5, 4, requires_grad=True), torch.randn(4, 6, requires_grad=True)

@@ -44,6 +44,17 @@ def autocast_dtype(device_type: str) -> torch.dtype | None:
     return torch.get_autocast_dtype(device_type)
 
 
+_AUTOCAST_ELIGIBLE = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def autocast_target(dtype: torch.dtype, low: torch.dtype | None) -> torch.dtype | None:
+    """The dtype a GEMM operand of ``dtype`` is cast to under an autocast to ``low`` (None: left as it is). As
+    ``torch.autocast`` casts ``torch.matmul``'s and ``F.linear``'s operands: every float32, float16 and bfloat16
+    operand goes to the autocast dtype, float64 (and anything else) is left alone. (Casting only float32 operands
+    refused a bfloat16 x with a float32 weight, or a float16 A with a bfloat16 B, that eager autocast runs.)"""
+    return low if low is not None and dtype != low and dtype in _AUTOCAST_ELIGIBLE else None
+
+
 def transforms_active() -> bool:
     """Whether a torch.func transform (vmap, grad, jvp), a forward-mode AD level or ``torch.jit.trace`` is active
     (cheap: checked on every call before ``check_transforms``)."""
@@ -95,7 +106,9 @@ def wanted(A, B, inputs: dict) -> bool:
     if torch.is_grad_enabled() and (A.requires_grad or B.requires_grad or any(
             isinstance(v, torch.Tensor) and v.requires_grad for v in inputs.values())):
         return True
-    return A.dtype == torch.float32 and autocast_dtype(A.device.type) is not None
+    low = autocast_dtype(A.device.type)
+    return low is not None and (autocast_target(A.dtype, low) is not None or
+                                autocast_target(B.dtype, low) is not None)
 
 
 def gemm(A, B, epilogue, /, **options):

@@ -15,7 +15,7 @@ import torch
 from ..autodiff.canonical import from_canonical, space, to_canonical
 from ..errors import EpilogueError
 from ..runtime import knobs
-from .dispatch import autocast_dtype
+from .dispatch import autocast_dtype, autocast_target
 from .ops import Entry, col_major, gemm_op, register
 
 
@@ -87,10 +87,10 @@ def prepare(A, B, epilogue=None, /, *, out_dtype=None, backend=None, determinist
         if isinstance(v, torch.Tensor) and v.device != A.device:
             raise EpilogueError(f"input {name!r} is on {v.device} but A and B are on {A.device}; move it to {A.device}")
     low = autocast_dtype(A.device.type)
-    if low is not None and A.dtype == torch.float32:  # like F.linear under autocast
-        A, B = A.to(low), B.to(low)
-    elif low is not None and B.dtype == torch.float32 and A.dtype == low:
-        B = B.to(low)
+    if low is not None:  # like F.linear under autocast (dispatch.autocast_target)
+        cast_A, cast_B = autocast_target(A.dtype, low), autocast_target(B.dtype, low)
+        A = A.to(cast_A) if cast_A is not None else A
+        B = B.to(cast_B) if cast_B is not None else B
     backend = check_backend(A, backend)
     fn = epilogue.fn if isinstance(epilogue, Epilogue) else (epilogue if epilogue is not None else _identity)
     specs = tuple((name, "tensor", _static(v.shape), v.dtype) if isinstance(v, torch.Tensor) else

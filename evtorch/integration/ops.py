@@ -448,16 +448,13 @@ class EagerCall:
 
     def __init__(self, key: str, A: Tensor, B: Tensor, inputs: dict, lead=None, raw=None):
         from ..autodiff.canonical import canonical_steps, inverse_steps, output_steps, space
-        from .dispatch import autocast_dtype
+        from .dispatch import autocast_dtype, autocast_target
         e = entry(key)
         p = e.plan
         self.key, self.entry, self.plan = key, e, p
         (raw_A, a_steps), (raw_B, b_steps) = raw if raw is not None else ((A, ()), (B, ()))
         low = autocast_dtype(A.device.type)  # as prepare casts A and B
-        cast_A = low if low is not None and A.dtype == torch.float32 else None
-        cast_B = low if low is not None and B.dtype != low and (A.dtype == torch.float32 or
-                                                                (B.dtype == torch.float32 and A.dtype == low)) \
-            else None
+        cast_A, cast_B = autocast_target(A.dtype, low), autocast_target(B.dtype, low)
         self.a_steps = a_steps + ((("to", cast_A),) if cast_A is not None else ())
         self.b_steps = b_steps + ((("to", cast_B),) if cast_B is not None else ())
         # gradients: back to the user's dtype (autocast), then through the inverse views; a column-major operand's
