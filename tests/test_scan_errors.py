@@ -140,3 +140,14 @@ def test_triton_backend_on_meta_tensors_is_named(requires_grad):
     with pytest.raises(evt.EpilogueError, match="backend='triton' runs on CUDA tensors .*got tensors on meta"):
         evt.scan(lambda h, x: h + x, X, backend="triton")
     assert evt.scan(lambda h, x: h + x, X, backend="reference").shape == (5, 3)
+
+
+def test_sparse_inputs_and_init_are_named():
+    """A sparse input (or init) failed inside torch's row views: a raw NotImplementedError "Could not run
+    'aten::as_strided' with arguments from the 'SparseCPU' backend"."""
+    X = torch.randn(6, 3)
+    for backend in ("reference", "triton"):
+        with pytest.raises(evt.EpilogueTypeError, match=r"input 0 has layout torch.sparse_coo.*to_dense"):
+            evt.scan(lambda h, x: h + x, X.to_sparse(), backend=backend)
+        with pytest.raises(evt.EpilogueTypeError, match=r"init 1 has layout torch.sparse_coo"):
+            evt.scan(lambda a, b, x: (a + x, b + x), X, init=(X[:1], X[:1].to_sparse()), backend=backend)

@@ -116,6 +116,14 @@ def scan(body: Callable, *inputs: torch.Tensor, init=None, dim: int = 0, post: C
         if not isinstance(x, torch.Tensor):
             raise EpilogueTypeError(f"evt.scan: input {i} is a {type(x).__name__}; inputs are tensors with a scan "
                                     "dim (use Python numbers directly inside the body)")
+    for what, t in [(f"input {i}", x) for i, x in enumerate(inputs)] + \
+            ([("init", init)] if isinstance(init, torch.Tensor) else
+             [(f"init {j}", t) for j, t in enumerate(init)] if isinstance(init, (tuple, list)) else []):
+        # sparse / mkldnn rows have no strides to scan: torch failed inside the row views ('aten::as_strided ...
+        # SparseCPU backend')
+        if isinstance(t, torch.Tensor) and t.layout != torch.strided:
+            raise EpilogueTypeError(f"evt.scan: {what} has layout {t.layout}; inputs and init must be dense "
+                                    "(strided) tensors: pass t.to_dense()")
     if init is None:
         if not inputs:
             raise ScanError("evt.scan: without inputs, init is required (the first k steps of each state)")
