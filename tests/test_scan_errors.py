@@ -151,3 +151,9 @@ def test_sparse_inputs_and_init_are_named():
             evt.scan(lambda h, x: h + x, X.to_sparse(), backend=backend)
         with pytest.raises(evt.EpilogueTypeError, match=r"init 1 has layout torch.sparse_coo"):
             evt.scan(lambda a, b, x: (a + x, b + x), X, init=(X[:1], X[:1].to_sparse()), backend=backend)
+
+
+def test_post_returning_nothing_is_named():
+    """post=lambda h, x: () made evt.scan return an empty tuple, silently, without running the scan."""
+    with raises(ScanTraceError, "post function returned an empty tuple"):
+        evt.scan(lambda h, x: h + x, X, post=lambda h, x: ())

@@ -285,6 +285,9 @@ class ScanTracer(Tracer):
             raise ScanShapeError(f"the {what} returned {len(outs)} value(s) but there are {len(shapes)} state(s) "
                                  f"({', '.join(names)}); return one new row per state, in the order of the "
                                  "body's state parameters (and of init)")
+        if shapes is None and not outs:  # post: an empty tuple made evt.scan return () without running anything
+            raise ScanTraceError(f"the {what} returned an empty {type(result).__name__}; it must return at least one "
+                                 "output row (a traced tensor, or a tuple of them)")
         nodes = []
         for i, v in enumerate(outs):
             if not isinstance(v, TracedTensor) or v.tracer is not self:
