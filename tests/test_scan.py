@@ -602,3 +602,23 @@ def test_scan_inside_torch_compile():
     got, X.grad = X.grad, None
     fn(X).backward()
     torch.testing.assert_close(got, X.grad)
+
+
+def test_integer_states_of_a_coupled_group_stay_exact():
+    """A coupled group's int64 state near 2**41 came back off by 4e11 on the triton backend (its float32 workspace
+    is exact below 2**24; found 2026-11-29): such a scan runs on the reference executor, with a warning."""
+    X = torch.randint(2 ** 40, 2 ** 41, (20, 3), generator=torch.Generator().manual_seed(0))
+    with pytest.warns(UserWarning, match=r"couples integer state\(s\) s0 \(torch.int64\).*reference executor"):
+        got = evt.scan(lambda h, x: h + h[..., :1] + x, X, backend="triton")
+    h, want = X[0], [X[0]]
+    for t in range(1, len(X)):
+        h = h + h[..., :1] + X[t]
+        want.append(h)
+    assert torch.equal(got, torch.stack(want))
+    # lane-wise integer states keep their kernels (no workspace), and so do float coupled ones: no warning
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert torch.equal(evt.scan(lambda h, x: h + x, X, backend="triton"), X.cumsum(0))
+        Xf = X.double() / 2 ** 40
+        evt.scan(lambda h, x: h + h[..., :1] + x, Xf, backend="triton")

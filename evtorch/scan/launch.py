@@ -276,8 +276,25 @@ def run_group(body, g, inits, inputs, outs, posts, T: int, config: ScanConfig):
         synced()
 
 
+def integer_coupled(body) -> list[int]:
+    """The integer states of ``body``'s coupled groups. ``scan_coupled`` carries a group's states in a workspace of
+    the compute dtype (float32, or float64), exact for integers only below 2**24 (2**53): an int64 state near
+    2**41 came back off by 4e11 on the triton backend (found 2026-11-29), so such scans run on the reference
+    executor instead (``run_forward``)."""
+    return [j for g in body.groups if g.mode == "coupled" for j in g.states
+            if not body.states[j].dtype.is_floating_point and body.states[j].dtype != torch.bool]
+
+
 def run_forward(body, inits, inputs, T: int, backend: str, config: ScanConfig | None = None) -> list:
     """Time-major results: the states' histories, or post's outputs when the scan has a post."""
+    if backend == "triton" and integer_coupled(body):
+        import warnings
+        warnings.warn(f"evt.scan: {body.name} couples integer state(s) "
+                      f"{', '.join(f's{j} ({body.states[j].dtype})' for j in integer_coupled(body))} with other "
+                      "lanes, which the triton kernels carry in a floating-point workspace (exact below 2**24); it "
+                      "runs on the reference executor instead (step by step): cast the states to float64 for "
+                      "the kernels", stacklevel=4)
+        backend = "reference"
     if backend == "reference":
         states, posts = run_reference(body, inits, inputs, T, want_states=body.post is None)
         return posts if body.post is not None else states
