@@ -15,7 +15,7 @@ import torch
 from .epilogue import Epilogue, normalize_keep
 from .errors import EpilogueError, EpilogueTypeError, ShapeError
 from .frontend.proxy import TracedTensor
-from .frontend.signature import check_keywords, input_spec
+from .frontend.signature import check_dense, check_keywords, input_spec
 from .integration import dispatch as _integration
 from .ops.registry import FLOAT_ONLY, REGISTRY, define
 from .runtime import knobs
@@ -65,9 +65,7 @@ def check_operands(A, B) -> tuple[int, int, int, int, bool]:
     for name, t in (("A", A), ("B", B)):
         if not isinstance(t, torch.Tensor):
             raise EpilogueTypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.layout != torch.strided:
-            raise EpilogueTypeError(f"{name} is a {t.layout} tensor; expected a dense (torch.strided) one: pass "
-                                    f"{name}.to_dense()")
+        check_dense(t, name, name)
         if t.dim() not in (2, 3):
             raise ShapeError(f"{name} must have 2 or 3 dims ((M, K) / (L, M, K) for A, (K, N) / (L, K, N) for B), "
                              f"got shape {tuple(t.shape)}")

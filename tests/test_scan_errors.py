@@ -147,9 +147,9 @@ def test_sparse_inputs_and_init_are_named():
     'aten::as_strided' with arguments from the 'SparseCPU' backend"."""
     X = torch.randn(6, 3)
     for backend in ("reference", "triton"):
-        with pytest.raises(evt.EpilogueTypeError, match=r"input 0 has layout torch.sparse_coo.*to_dense"):
+        with pytest.raises(evt.EpilogueTypeError, match=r"input 0 is a torch.sparse_coo tensor.*to_dense"):
             evt.scan(lambda h, x: h + x, X.to_sparse(), backend=backend)
-        with pytest.raises(evt.EpilogueTypeError, match=r"init 1 has layout torch.sparse_coo"):
+        with pytest.raises(evt.EpilogueTypeError, match=r"init 1 is a torch.sparse_coo tensor"):
             evt.scan(lambda a, b, x: (a + x, b + x), X, init=(X[:1], X[:1].to_sparse()), backend=backend)
 
 

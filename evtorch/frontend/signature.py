@@ -78,6 +78,15 @@ def check_keywords(fn: Callable, given: dict) -> list[str]:
     return names
 
 
+def check_dense(value, what: str, expr: str) -> None:
+    """Refuse a sparse (or other non-strided) tensor ``value``, named ``what``, suggesting ``expr.to_dense()``: a
+    kernel's pointer arithmetic and torch's row views need strides (a sparse input failed in ``aten::as_strided``,
+    a sparse operand inside the GEMM). For evt.gemm's operands and inputs and evt.scan's."""
+    if isinstance(value, torch.Tensor) and value.layout != torch.strided:
+        raise EpilogueTypeError(f"{what} is a {value.layout} tensor; expected a dense (torch.strided) one: pass "
+                                f"{expr}.to_dense()")
+
+
 def input_spec(name: str, value) -> InputSpec:
     if isinstance(value, int) and not isinstance(value, bool) and not -2 ** 63 <= value < 2 ** 63:
         raise EpilogueTypeError(f"input {name!r} is the int {value}, outside int64 (the kernel's integer scalars); "
@@ -86,9 +95,7 @@ def input_spec(name: str, value) -> InputSpec:
         return InputSpec(name, "number", dtype=torch.bool if isinstance(value, bool) else torch.int64)
     if isinstance(value, float):
         return InputSpec(name, "number", dtype=torch.float32)
-    if isinstance(value, torch.Tensor) and value.layout != torch.strided:
-        raise EpilogueTypeError(f"input {name!r} is a {value.layout} tensor; expected a dense (torch.strided) one: "
-                                f"pass {name}.to_dense()")
+    check_dense(value, f"input {name!r}", name)
     if isinstance(value, (torch.Tensor, Spec)):
         dtype = value.dtype
         if dtype.is_complex or dtype not in SUPPORTED_DTYPES:

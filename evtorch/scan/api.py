@@ -19,6 +19,7 @@ from typing import Callable
 import torch
 
 from ..errors import EpilogueError, EpilogueTypeError
+from ..frontend.signature import check_dense
 from ..integration.dispatch import check_transforms, transforms_active
 from .autograd import differentiable
 from .body import RowSpec, ScanBody
@@ -121,9 +122,7 @@ def scan(body: Callable, *inputs: torch.Tensor, init=None, dim: int = 0, post: C
              [(f"init {j}", t) for j, t in enumerate(init)] if isinstance(init, (tuple, list)) else []):
         # sparse / mkldnn rows have no strides to scan: torch failed inside the row views ('aten::as_strided ...
         # SparseCPU backend')
-        if isinstance(t, torch.Tensor) and t.layout != torch.strided:
-            raise EpilogueTypeError(f"evt.scan: {what} has layout {t.layout}; inputs and init must be dense "
-                                    "(strided) tensors: pass t.to_dense()")
+        check_dense(t, f"evt.scan: {what}", "it")
     if init is None:
         if not inputs:
             raise ScanError("evt.scan: without inputs, init is required (the first k steps of each state)")
