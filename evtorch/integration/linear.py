@@ -169,11 +169,10 @@ def _check_flattening(fn, x, weight, bias, inputs) -> None:
         fn(torch.empty(*lead, n, device="meta") + b, **kw)
     except Exception:  # noqa: BLE001 - evtorch-only helpers (evt.row_index) or a bad call: the trace reports it
         return
-    e = flat_error
     raise ShapeError(f"evt.linear: x has {x.dim()} dims {tuple(x.shape)}; the fused GEMM flattens its leading "
                      f"dims into {rows} rows and the epilogue sees y as ({rows}, {n}), where it fails "
-                     f"({type(e).__name__}: {str(e).splitlines()[0][:200]}): inputs shaped like the output "
-                     f"must be ({rows}, {n}) (reshape them)") from None
+                     f"({type(flat_error).__name__}: {str(flat_error).splitlines()[0][:200]}): inputs shaped like "
+                     f"the output must be ({rows}, {n}) (reshape them)") from None
 
 
 def _apply(t, steps):

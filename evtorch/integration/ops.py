@@ -75,7 +75,7 @@ class Entry:
     b_batched: bool
     #: wrt (A, B, input names) -> the key of the same call's plan differentiating those leaves
     #: (``function.plan_key``; see ``covering``)
-    widen: object = None
+    widen: object
 
     @functools.cached_property
     def names(self) -> tuple:
@@ -99,10 +99,6 @@ class Entry:
                           if t.requires_grad and name not in p.wrt_inputs)
         if want_A == self.wrt_A and want_B == self.wrt_B and not extra:
             return key
-        if self.widen is None:
-            missing = ["A"] * (want_A != self.wrt_A) + ["B"] * (want_B != self.wrt_B) + sorted(extra)
-            raise EpilogueError(f"evtorch::gemm: plan {key!r} computes no gradient for {', '.join(missing)}, "
-                                "which requires grad here")
         return self.widen((want_A, want_B, p.wrt_inputs | extra))
 
     @functools.cached_property
@@ -467,7 +463,7 @@ class EagerCall:
         self.sizes = {"L": A.shape[0] if batched else 1, "M": A.shape[-2], "N": B.shape[-1]}
         order = space(batched)
         self.device = A.device
-        self.names = [k.name for k in p.keys]
+        self.names = e.names
         self.inputs = [canonical_steps(tuple(inputs[k.name].shape), k.binding, order, self.sizes) for k in p.keys]
         self.backs = [inverse_steps(tuple(inputs[k.name].shape), steps) for k, steps in zip(p.keys, self.inputs)]
         self.params = [k.param for k in p.keys]

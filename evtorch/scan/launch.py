@@ -287,10 +287,11 @@ def integer_coupled(body) -> list[int]:
 
 def run_forward(body, inits, inputs, T: int, backend: str, config: ScanConfig | None = None) -> list:
     """Time-major results: the states' histories, or post's outputs when the scan has a post."""
-    if backend == "triton" and integer_coupled(body):
+    coupled_ints = integer_coupled(body) if backend == "triton" else []
+    if coupled_ints:
         import warnings
         warnings.warn(f"evt.scan: {body.name} couples integer state(s) "
-                      f"{', '.join(f's{j} ({body.states[j].dtype})' for j in integer_coupled(body))} with other "
+                      f"{', '.join(f's{j} ({body.states[j].dtype})' for j in coupled_ints)} with other "
                       "lanes, which the triton kernels carry in a floating-point workspace (exact below 2**24); it "
                       "runs on the reference executor instead (step by step): cast the states to float64 for "
                       "the kernels", stacklevel=4)
