@@ -148,6 +148,16 @@ def round_half_even(x):
 
 
 @triton.jit
+def signbit(x):
+    # x's sign bit, -0.0 included. Read from the bits: a test through 1 / x (-0.0 gives -inf) held on the CPU
+    # interpreter but not on an H200, where (-0.0) ** 5 came back +0.0 (Triton 3.6, 2026-11-29).
+    if x.dtype == tl.float64:
+        return x.to(tl.int64, bitcast=True) < 0
+    else:
+        return x.to(tl.float32).to(tl.int32, bitcast=True) < 0
+
+
+@triton.jit
 def powf(x, p: tl.constexpr, PARITY: tl.constexpr):
     # x ** p for a constant p other than 0, as exp2(p * log2|x|) with the sign and edge values of torch.pow:
     # PARITY is 1 for an odd integer p (the result takes x's sign, -0.0 and -inf included), 2 for an even one
@@ -155,8 +165,7 @@ def powf(x, p: tl.constexpr, PARITY: tl.constexpr):
     # need no case of their own: exp2 of -inf / +inf is 0 / inf.
     y = tl.exp2(p * tl.log2(tl.abs(x)))
     if PARITY == 1:
-        negative = (x < 0) | ((x == 0.0) & (1.0 / x < 0))
-        y = tl.where(negative, -y, y)
+        y = tl.where(signbit(x), -y, y)
     elif PARITY == 0:
         y = tl.where((x < 0) & (x != float("-inf")), float("nan"), y)
     return y
