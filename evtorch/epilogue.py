@@ -68,6 +68,8 @@ class Epilogue:
         #: whether programs built for this epilogue may reassociate (codegen/fastmath.py; read at trace time, as
         #: the pipeline reads EVTORCH_DISABLE_PASSES, so an A/B traces the epilogue once per setting)
         self.reassociate = "reassociate" not in knobs.disabled_passes()
+        #: whether the autodiff applies composites' own derivative rules (autodiff/reverse.py; read likewise)
+        self.composite_grads = "composite_grads" not in knobs.disabled_passes()
         self.outputs = [OutputInfo(n.target, n.attrs["dims"], n.attrs["kind"], n.dtype) for n in self.traced.outputs]
         for o in self.outputs:  # refuse views that need a copy now, at trace time, with the user's sizes
             output_view(o.dims, self.axis_sizes, what=f"output {o.position} of {self.name}")

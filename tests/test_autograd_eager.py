@@ -33,7 +33,17 @@ def row_max_and_scale(acc, s, C):
     return y, y.amax(1), (y * y).mean(0)
 
 
+def activations(acc, bias, s):
+    """The composites with derivative rules of their own (gelu both ways, silu), on a tile value, on a row
+    reduction's result (the vector stage) and on a value computed twice (one copy merged away by CSE)."""
+    pre = acc + bias
+    row = F.gelu(acc.amax(1) * s, approximate="tanh")
+    return F.gelu(pre) + F.silu(pre * s) * F.gelu(acc, approximate="tanh"), F.silu(acc + bias), row
+
+
 CASES = {name: ex for name, ex in EXAMPLES.items()}
+CASES["activations"] = (activations, lambda M, N, device, dtype: dict(
+    bias=torch.randn(N, device=device, dtype=dtype), s=torch.tensor(0.8, device=device, dtype=dtype)))
 CASES["bias_gelu"] = (bias_gelu, lambda M, N, device, dtype: dict(bias=torch.randn(N, device=device, dtype=dtype)))
 CASES["softmax_xent"] = (softmax_xent, lambda M, N, device, dtype: dict(
     target=torch.randint(0, N, (M,), device=device)))
@@ -80,7 +90,8 @@ def test_reference_backend_batched(name):
 
 
 @pytest.mark.interpreter
-@pytest.mark.parametrize("name", ["bias_gelu", "bce_loss", "mixed_dag", "row_max_and_scale", "softmax_xent"])
+@pytest.mark.parametrize("name", ["bias_gelu", "bce_loss", "mixed_dag", "row_max_and_scale", "softmax_xent",
+                                  "activations"])
 def test_triton_interpreter_fp32(name):
     run_case(*CASES[name], backend="triton")
 
@@ -123,7 +134,8 @@ def test_triton_interpreter_16bit(dtype):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("name", ["bias_gelu", "bce_loss", "mixed_dag", "row_max_and_scale", "softmax_xent"])
+@pytest.mark.parametrize("name", ["bias_gelu", "bce_loss", "mixed_dag", "row_max_and_scale", "softmax_xent",
+                                  "activations"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=["fp32", "bf16", "fp64"])
 def test_gpu_gradients(name, dtype):
     """The generated kernels on a GPU (TF32 off), against torch autograd of the eager epilogue in fp32 (float64:

@@ -41,6 +41,15 @@ from .staging import Pass, StagingTracer, passes, signature_fn
 POLICIES = ("save", "recompute")
 
 
+def _summed(space_: Space, frames: dict, axes):
+    """A leaf's gradient from its gradients per frame (autodiff/reverse.py): each summed down to ``axes``."""
+    total = None
+    for g in frames.values():
+        g = space_.sum_to(g, axes)
+        total = g if total is None else total + g
+    return total
+
+
 @dataclass(frozen=True)
 class InputKey:
     """One way a keyword input is loaded (an input bound twice, as ``v[:, None]`` and ``v``, has two keys)."""
@@ -244,22 +253,28 @@ class GradPlan:
                    and self._key_of[(n.target, n.attrs["binding"])] in wrt_keys}
             if self.wrt_acc and acc_node is not None:
                 wrt.add(id(acc_node))
-            grads = reverse(self.graph, values, {p: space_.bind(kw[f"g{p}"]) for p in seeds}, wrt)
-            per_key: dict[str, object] = {}
+            grads = reverse(self.graph, values, {p: space_.bind(kw[f"g{p}"]) for p in seeds}, wrt,
+                            composites=self.ep.composite_grads)
+            # a key's gradients come per frame (reverse's docstring), from each of its nodes (its tile load and
+            # the stage split's vector copy, say): (M, N) for acc * s, (M,) for acc.sum(1) * s. Those of one frame
+            # are added per element (one fused sum for them all); each frame is then summed down to the key (added
+            # per element, the (M,) one was broadcast over N and counted N times: found 2026-11-29)
+            frames: dict[str, dict[frozenset, object]] = {}
             for n in self.graph.nodes:
                 if id(n) in grads and n.op == "input":
-                    k = self._key_of[(n.target, n.attrs["binding"])]
-                    per_key[k.param] = grads[id(n)] if k.param not in per_key else per_key[k.param] + grads[id(n)]
+                    by_frame = frames.setdefault(self._key_of[(n.target, n.attrs["binding"])].param, {})
+                    for f, g in grads[id(n)].items():
+                        by_frame[f] = g if f not in by_frame else by_frame[f] + g
+            per_key = {k.param: _summed(space_, frames[k.param], k.axes) for k in wrt_keys if k.param in frames}
             outs = []
             if self.wrt_acc:
-                g = grads.get(id(acc_node))
-                if g is None:  # no output depends on acc: d(acc) = 0
-                    g = torch.zeros_like(acc)
+                # no output depends on acc: d(acc) = 0
+                g = _summed(space_, grads[id(acc_node)], self.order) if id(acc_node) in grads else torch.zeros_like(acc)
                 outs.append(space_.walk(g, self.order))
                 produced.append("d_acc")
             for k in wrt_keys:
                 if k.param in per_key:  # else no seeded output depends on it: its gradient is None
-                    outs.append(space_.walk(space_.sum_to(per_key[k.param], k.axes), k.axes))
+                    outs.append(space_.walk(per_key[k.param], k.axes))
                     produced.append(k.param)
             return tuple(outs)
         return body

@@ -31,15 +31,16 @@ def tanh(x):
     e = tl.exp(-2.0 * ax)
     x2 = ax * ax
     if x.dtype == tl.float64:
-        small = ax * (1.0 + x2 * (-1.0 / 3.0 + x2 * (2.0 / 15.0 + x2 * (-17.0 / 315.0 + x2 * (
+        small = x * (1.0 + x2 * (-1.0 / 3.0 + x2 * (2.0 / 15.0 + x2 * (-17.0 / 315.0 + x2 * (
             62.0 / 2835.0 + x2 * (-1382.0 / 155925.0 + x2 * (21844.0 / 6081075.0 + x2 * (
                 -929569.0 / 638512875.0))))))))
     else:
-        small = ax * (1.0 + x2 * (-1.0 / 3.0 + x2 * (2.0 / 15.0 + x2 * (-17.0 / 315.0))))
+        small = x * (1.0 + x2 * (-1.0 / 3.0 + x2 * (2.0 / 15.0 + x2 * (-17.0 / 315.0))))
     mid = (1.0 - e) / (1.0 + e)
     big = 1.0 - 2.0 * e / (1.0 + e)
-    t = tl.where(ax < 0.1, small, tl.where(ax < 0.55, mid, big))
-    return tl.where(x < 0, -t, t)
+    # the series carries x's sign itself, so tanh(-0.0) is -0.0 (as the sign select alone gave +0.0)
+    t = tl.where(ax < 0.55, mid, big)
+    return tl.where(ax < 0.1, small, tl.where(x < 0, -t, t))
 
 
 @triton.jit
@@ -144,7 +145,19 @@ def round_half_even(x):
     r = tl.floor(x + 0.5)
     tie = (r - x) == 0.5
     odd = (r - 2.0 * tl.floor(r * 0.5)) != 0.0
-    return tl.where(tie & odd, r - 1.0, r)
+    r = tl.where(tie & odd, r - 1.0, r)
+    return tl.where(r == 0.0, x * 0.0, r)  # x's sign on a zero: round(-0.5) and round(-0.0) are -0.0
+
+
+@triton.jit
+def neg(x):
+    # -x, -0.0 for +0.0 included: Triton 3.6 lowers a float's unary minus to 0 - x, which gives +0.0 there
+    # ((-0.0) ** 5 came back +0.0 on an H200, 2026-11-29); Triton 3.9 emits fneg. x * -1.0 is fneg on both
+    # (LLVM folds the product into the negation, so it costs nothing).
+    if x.dtype.is_floating():
+        return x * -1.0
+    else:
+        return -x
 
 
 @triton.jit
@@ -165,7 +178,7 @@ def powf(x, p: tl.constexpr, PARITY: tl.constexpr):
     # need no case of their own: exp2 of -inf / +inf is 0 / inf.
     y = tl.exp2(p * tl.log2(tl.abs(x)))
     if PARITY == 1:
-        y = tl.where(signbit(x), -y, y)
+        y = tl.where(signbit(x), neg(y), y)
     elif PARITY == 0:
         y = tl.where((x < 0) & (x != float("-inf")), float("nan"), y)
     return y
@@ -227,12 +240,12 @@ def tanh_gpu(x):
     ax = tl.abs(x)
     e = _ex2_ftz(ax * -2.0 * 1.4426950408889634)
     x2 = ax * ax
-    small = ax * (1.0 + x2 * (-1.0 / 3.0 + x2 * (2.0 / 15.0 + x2 * (-17.0 / 315.0))))
+    small = x * (1.0 + x2 * (-1.0 / 3.0 + x2 * (2.0 / 15.0 + x2 * (-17.0 / 315.0))))
     r = _rcp_ftz(1.0 + e)
     mid = (1.0 - e) * r
     big = 1.0 - (2.0 * e) * r
-    t = tl.where(ax < 0.1, small, tl.where(ax < 0.55, mid, big))
-    return tl.where(x < 0, -t, t)
+    t = tl.where(ax < 0.55, mid, big)
+    return tl.where(ax < 0.1, small, tl.where(x < 0, -t, t))
 
 
 @triton.jit

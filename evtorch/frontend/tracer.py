@@ -200,7 +200,7 @@ class Tracer:
         would be off by several ulps."""
         low = [v for v in operands if isinstance(v, TracedTensor) and v.dtype in HALF_DTYPES]
         if not low:
-            return op.decompose(*operands, **attrs)
+            return self._mark_composite(op, operands, attrs, op.decompose(*operands, **attrs))
         tensors = [v for v in operands if isinstance(v, TracedTensor)]
         self._check_dtypes(op, operands, op.name)
         out_dtype = tensors[0].dtype
@@ -208,8 +208,28 @@ class Tracer:
             out_dtype = torch.promote_types(out_dtype, v.dtype)
         up = [self.cast(v, torch.float32) if isinstance(v, TracedTensor) and v.dtype in (torch.float16,
               torch.bfloat16) else v for v in operands]
-        out = op.decompose(*up, **attrs)
+        out = self._mark_composite(op, operands, attrs, op.decompose(*up, **attrs))
         return self.cast(out, out_dtype) if out.dtype != out_dtype else out
+
+    @staticmethod
+    def _mark_composite(op: OpDef, operands, attrs, out: TracedTensor) -> TracedTensor:
+        """Record on a composite's output node that it is ``op(operands)``, for an op with a derivative rule of its
+        own (autodiff/reverse.py, "composites"). Operands are named, not referenced: passes copy graphs and merge
+        nodes, and a name that survives them still denotes the value it was given (a merged-away one just means
+        the decomposition is differentiated instead). The 16-bit operands, not their float32 casts, are named: the
+        rule upcasts them as the decomposition did. Values still pending (keyword inputs only) are not marked."""
+        if op.derivative is None or not isinstance(out, TracedTensor) or out.node is None:
+            return out
+        names = []
+        for v in operands:
+            if isinstance(v, TracedTensor):
+                if v.node is None or v.node is out.node:
+                    return out
+                names.append(("node", v.node.name))
+            else:
+                names.append(("const", v))
+        out.node.meta["composite"] = (op.name, tuple(names), tuple(sorted(attrs.items())))
+        return out
 
     # ------------------------------------------------------------------ elementwise
     def apply(self, op: OpDef, operands: list, attrs: dict, spelled: str) -> TracedTensor:

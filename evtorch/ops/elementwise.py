@@ -50,7 +50,7 @@ define("mul", _binary, operands=("input", "other"), torch_ref=lambda a, b: a * b
 define("div", _binary, operands=("input", "other"), torch_ref=lambda a, b: a / b, triton="({0} / {1})",
        derivative=lambda g, a, b, out: (g / b, -g * out / b),
        torch_fns=(torch.div, torch.divide, torch.true_divide), methods=("div", "divide", "__truediv__"))
-define("neg", _unary, torch_ref=lambda x: -x, triton="(-{0})", derivative=lambda g, x, out: (-g,),
+define("neg", _unary, torch_ref=lambda x: -x, triton="tlmath.neg({0})", derivative=lambda g, x, out: (-g,),
        torch_fns=(torch.neg, torch.negative), methods=("neg", "negative", "__neg__"))
 def _abs_ref(x):
     # eager has no abs kernel for bool ("abs_cpu" not implemented for 'Bool'), but the meta tensors tracing
@@ -174,13 +174,14 @@ define("clamp", _clamp, operands=("input", "min", "max"),
        derivative=lambda g, x, lo, hi, out: _clamp_derivative(g, x, lo, hi),
        torch_fns=(torch.clamp, torch.clip), methods=("clamp", "clip"),
        doc="min/max may be numbers, tensors or None (None becomes -inf/+inf)")
+# maximum / minimum: torch's max_min_backward, NaN operands included (a NaN on either side gives both g)
 define("maximum", _binary, operands=("input", "other"), torch_ref=torch.maximum, triton="tlmath.maximum({0}, {1})",
-       derivative=lambda g, a, b, out: (torch.where(a > b, g, torch.where(a == b, g * 0.5, 0.0)),
-                                         torch.where(b > a, g, torch.where(a == b, g * 0.5, 0.0))),
+       derivative=lambda g, a, b, out: (torch.where(a < b, 0.0, torch.where(a == b, g * 0.5, g)),
+                                         torch.where(a > b, 0.0, torch.where(a == b, g * 0.5, g))),
        torch_fns=(torch.maximum, torch.max), methods=("maximum",), traits=frozenset({COMMUTATIVE}))
 define("minimum", _binary, operands=("input", "other"), torch_ref=torch.minimum, triton="tlmath.minimum({0}, {1})",
-       derivative=lambda g, a, b, out: (torch.where(a < b, g, torch.where(a == b, g * 0.5, 0.0)),
-                                         torch.where(b < a, g, torch.where(a == b, g * 0.5, 0.0))),
+       derivative=lambda g, a, b, out: (torch.where(a > b, 0.0, torch.where(a == b, g * 0.5, g)),
+                                         torch.where(a < b, 0.0, torch.where(a == b, g * 0.5, g))),
        torch_fns=(torch.minimum, torch.min), methods=("minimum",), traits=frozenset({COMMUTATIVE}))
 
 
@@ -220,10 +221,13 @@ define("logsigmoid", _unary, torch_ref=F.logsigmoid, triton="tlmath.logsigmoid({
 _float_unary("erf", torch.erf, "tlmath.erf({0})",
              lambda g, x, out: (g * (2.0 / math.sqrt(math.pi)) * torch.exp(-x * x),),
              extra_fns=(torch.special.erf,))
-_float_unary("floor", torch.floor, "tl.floor({0})", lambda g, x, out: (g * 0.0,))
-_float_unary("ceil", torch.ceil, "tl.ceil({0})", lambda g, x, out: (g * 0.0,))
-_float_unary("round", torch.round, "tlmath.round_half_even({0})", lambda g, x, out: (g * 0.0,))
-define("sign", _unary, torch_ref=torch.sign, triton="tlmath.sign({0})", derivative=lambda g, x, out: (g * 0.0,),
+# piecewise-constant ops pass zeros, as eager's backward does, not g * 0.0: a NaN or inf g (sqrt's at a ceil's 0)
+# would make that NaN (found 2026-11-29 by the random-DAG gradient test)
+_float_unary("floor", torch.floor, "tl.floor({0})", lambda g, x, out: (torch.zeros_like(g),))
+_float_unary("ceil", torch.ceil, "tl.ceil({0})", lambda g, x, out: (torch.zeros_like(g),))
+_float_unary("round", torch.round, "tlmath.round_half_even({0})", lambda g, x, out: (torch.zeros_like(g),))
+define("sign", _unary, torch_ref=torch.sign, triton="tlmath.sign({0})",
+       derivative=lambda g, x, out: (torch.zeros_like(g),),
        torch_fns=(torch.sign,), methods=("sign",))
 
 
@@ -251,20 +255,70 @@ _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 define("leaky_relu", _leaky_relu,
        decompose=lambda x, negative_slope=0.01, inplace=False: torch.where(x > 0, x, x * negative_slope),
        torch_fns=(F.leaky_relu,), methods=(), traits=frozenset({FLOAT_ONLY}))
+def _f32_product(a: float, b: float, x) -> float:
+    """a * b as the compute dtype rounds it: torch's kernels fold such constant products in their opmath type."""
+    if x.dtype == torch.float64:
+        return a * b
+    return float(torch.tensor(a, dtype=torch.float32) * torch.tensor(b, dtype=torch.float32))
+
+
+def _gelu_derivative(g, x, out, approximate="none"):
+    """torch's GeluBackward, operation for operation (aten's GeluKernel): one expression of x where differentiating
+    the decomposition's primitives gives a longer one (the cube's product rule, tanh's 1 - t^2 on its own path):
+    11% fewer instructions in the backward's epilogue-only pass (sm_90, offline), and the rounding steps eager's
+    own backward takes."""
+    if approximate == "tanh":
+        x_sq = x * x
+        t = torch.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * (x_sq * x)))
+        left_derivative = 0.5 * (1.0 + t)
+        inner_derivative = _SQRT_2_OVER_PI * (1.0 + _f32_product(3.0, 0.044715, x) * x_sq)
+        right_derivative = 0.5 * x * (1.0 - t * t) * inner_derivative
+        return (g * (left_derivative + right_derivative),)
+    cdf = 0.5 * (1.0 + torch.erf(x * _SQRT1_2))
+    pdf = torch.exp(-0.5 * x * x) * (2.0 / math.sqrt(math.pi) * _SQRT1_2 * 0.5)
+    return (g * (cdf + x * pdf),)
+
+
+def _silu_derivative(g, x, out, inplace=False):
+    """torch's silu_backward: dy * s * (1 + x * (1 - s)), s = sigmoid(x)."""
+    s = torch.sigmoid(x)
+    return (g * s * (1.0 + x * (1.0 - s)),)
+
+
+# gelu, silu, softplus, elu, hardswish and hardsigmoid are composites with derivative rules of their own: the
+# autodiff applies the rule to the composite's output instead of walking its decomposition (autodiff/reverse.py)
 define("gelu", _gelu,
        decompose=lambda x, approximate="none": (
            0.5 * x * (1.0 + torch.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * (x * x * x))))
            if approximate == "tanh" else 0.5 * x * (1.0 + torch.erf(x * _SQRT1_2))),
-       torch_fns=(F.gelu,), traits=frozenset({FLOAT_ONLY}))
-define("silu", _silu, decompose=lambda x, inplace=False: x * torch.sigmoid(x),
+       derivative=_gelu_derivative, torch_fns=(F.gelu,), traits=frozenset({FLOAT_ONLY}))
+define("silu", _silu, decompose=lambda x, inplace=False: x * torch.sigmoid(x), derivative=_silu_derivative,
        torch_fns=(F.silu,), traits=frozenset({FLOAT_ONLY}))
+def _softplus_derivative(g, x, out, beta=1.0, threshold=20.0):
+    """torch's softplus_backward. The decomposition's own derivative is NaN above 88 / beta in float32: its
+    untaken branch's exp overflows and inf / inf reaches the gradient through the where (0 * NaN)."""
+    z = torch.exp(x * beta)
+    return (torch.where(x * beta > threshold, g, g * z / (z + 1.0)),)
+
+
+def _elu_derivative(g, x, out, alpha=1.0, inplace=False):
+    """torch's elu_backward (on the input). The decomposition's expm1 divides 0 by log(1) = 0 at x = 0 in its
+    untaken branch, a NaN gradient for an exact 0.0 (found 2026-11-29 by the random-DAG gradient test)."""
+    return (torch.where(x <= 0, g * alpha * torch.exp(x), g),)  # torch's test: a NaN x takes g
+
+
 define("softplus", _softplus,
        decompose=lambda x, beta=1.0, threshold=20.0: torch.where(
            x * beta > threshold, x, torch.log1p(torch.exp(x * beta)) / beta),
-       torch_fns=(F.softplus,), traits=frozenset({FLOAT_ONLY}))
+       derivative=_softplus_derivative, torch_fns=(F.softplus,), traits=frozenset({FLOAT_ONLY}))
+# hardswish / hardsigmoid: torch's backward formulas, which pick g or 0 by ranges of x (the clamp's own rule would
+# give 0 * g there, NaN for an infinite g, and its own choice at the kinks)
 define("hardswish", _hard, decompose=lambda x, inplace=False: x * torch.clamp(x + 3.0, 0.0, 6.0) / 6.0,
+       derivative=lambda g, x, out, inplace=False: (
+           torch.where(x < -3.0, 0.0, torch.where(x <= 3.0, g * (x / 3.0 + 0.5), g)),),
        torch_fns=(F.hardswish,), traits=frozenset({FLOAT_ONLY}))
 define("hardsigmoid", _hard, decompose=lambda x, inplace=False: torch.clamp(x / 6.0 + 0.5, 0.0, 1.0),
+       derivative=lambda g, x, out, inplace=False: (torch.where((x > -3.0) & (x < 3.0), g / 6.0, 0.0),),
        torch_fns=(F.hardsigmoid,), traits=frozenset({FLOAT_ONLY}))
 def _expm1(x):
     """exp(x) - 1 without its cancellation near 0, from primitives (Kahan): (u - 1) * x / log(u) with u = exp(x)
@@ -276,7 +330,7 @@ def _expm1(x):
 
 define("elu", _elu,
        decompose=lambda x, alpha=1.0, inplace=False: torch.where(x > 0, x, alpha * _expm1(x)),
-       torch_fns=(F.elu,), traits=frozenset({FLOAT_ONLY}))
+       derivative=_elu_derivative, torch_fns=(F.elu,), traits=frozenset({FLOAT_ONLY}))
 
 
 # ----------------------------------------------------------------------------------------------- casts

@@ -23,7 +23,8 @@ An ``OpDef`` says everything evtorch knows about an op, in one place:
   not take ``triton_fast`` (``codegen/fastmath.py``);
 - ``decompose``: instead of an emission, a composite written in other ops (few primitives, many composites);
 - ``derivative``: reverse-mode rule ``(ctx, grad, *operands, out, **attrs) -> tuple of grads`` written with
-  ctx's builder ops (see ``evtorch.autodiff``);
+  ctx's builder ops (see ``evtorch.autodiff``); a composite's, where given, replaces differentiating its
+  decomposition (torch's own backward formula: shorter, eager's roundings, no NaN from an untaken branch);
 - ``traits``: facts passes ask about instead of listing ops (commutative, float_only, bool_only, ...);
 - ``method_self``: the operand the tensor fills when the op is called as a Tensor method, where that is not the
   first one (``x.where(cond, y)``).

@@ -24,8 +24,9 @@ from .stages import SplitStages
 
 
 #: passes that only optimize: nothing after them requires their facts, so EVTORCH_DISABLE_PASSES may skip them
-#: ("reassociate" runs at code generation, where the fast-math rule allows it: codegen/fastmath.py)
-OPTIONAL = ("stable", "fuse_fma", "reassociate")
+#: ("reassociate" runs at code generation, where the fast-math rule allows it: codegen/fastmath.py;
+#: "composite_grads" in the autodiff, composites' own derivative rules: autodiff/reverse.py)
+OPTIONAL = ("stable", "fuse_fma", "reassociate", "composite_grads")
 
 
 def default_passes(keep=None, disabled=None, intermediates: str = "eager") -> list:

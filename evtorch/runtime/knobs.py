@@ -224,7 +224,8 @@ DISABLE_PASSES: Knob[frozenset] = Knob(
     "EVTORCH_DISABLE_PASSES",
     frozenset,
     _parse_names,
-    "comma-separated optimization passes to skip (passes/pipeline.py OPTIONAL: stable, fuse_fma, reassociate), for A/B "
+    "comma-separated optimization passes to skip (passes/pipeline.py OPTIONAL: stable, fuse_fma, reassociate, "
+    "composite_grads), for A/B "
     "measurements (benchmarks/ab_check.py) and for bisecting a numerical difference; read when an epilogue is traced",
 )
 ALL_KNOBS = ALL_KNOBS + (DISABLE_PASSES,)
