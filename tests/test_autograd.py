@@ -486,3 +486,31 @@ def test_gradient_penalty_through_autograd_grad_is_a_clear_error():
     gx, = torch.autograd.grad(evt.linear(x0, W, torch.tanh).sum(), x0, create_graph=True)
     want, = torch.autograd.grad(torch.tanh(x0 @ W.T).sum(), x0)
     torch.testing.assert_close(gx.detach(), want, rtol=1e-5, atol=1e-5)
+
+
+def _backward_ir(fn, **inputs):
+    from evtorch.integration import grad_plan
+    A = torch.randn(8, 4, requires_grad=True)
+    B = torch.randn(4, 16)
+    return grad_plan(A, B, fn, **inputs).backward((len(fn(A @ B, **inputs)) - 1,)).show()
+
+
+def test_composite_rules_apply_through_a_merged_operand_and_can_be_turned_off(monkeypatch):
+    """gelu / silu are differentiated by their registry rule (torch's formula), not their decomposition's
+    primitives, also when CSE merged their operand into an equal node (here ``pre``): the backward IR is the one of
+    the composite alone. EVTORCH_DISABLE_PASSES=composite_grads walks the primitives (longer, same values)."""
+    bias = torch.randn(16)
+
+    def alone(acc, bias):
+        return (F.silu(acc + bias),)
+
+    def merged(acc, bias):
+        pre = acc + bias
+        return pre, F.silu(acc + bias)
+
+    count = lambda ir: sum(" = compute " in line for line in ir.splitlines())  # noqa: E731
+    assert count(_backward_ir(merged, bias=bias)) == count(_backward_ir(alone, bias=bias))
+    assert "sigmoid" in _backward_ir(alone, bias=bias)
+    short = count(_backward_ir(alone, bias=bias))
+    monkeypatch.setenv("EVTORCH_DISABLE_PASSES", "composite_grads")
+    assert count(_backward_ir(alone, bias=bias)) > short

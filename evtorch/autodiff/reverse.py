@@ -12,9 +12,10 @@ ties and ``logsumexp`` becomes a softmax, exactly as their rules (and torch) say
 Composites: an op that the tracer decomposes (gelu, silu) may have a derivative rule of its own. The tracer names
 its operands on the decomposition's output node (``meta['composite']``), and where those nodes are still in the
 graph, ancestors of that output in its stage, the rule is applied there and the decomposition is not walked: one
-compact expression (torch's own backward formula) instead of the primitives' product rules. An operand merged
-away by a pass, or an output cloned into the vector stage, falls back to the decomposition, which is the same
-derivative written longer. ``composites=False`` (``EVTORCH_DISABLE_PASSES=composite_grads``) always walks it.
+compact expression (torch's own backward formula) instead of the primitives' product rules. A node a pass
+replaced answers through its replacement (``Graph.replace_uses`` keeps the old name among the new node's
+``aliases`` and moves the mark), and the stage split's vector copies name their operands' copies. Where the names
+do not lead to ancestors in the output's stage, the decomposition is differentiated: the same derivative, longer. ``composites=False`` (``EVTORCH_DISABLE_PASSES=composite_grads``) always walks it.
 
 Gradients are accumulated per element of the broadcast value they arrive on (a rule's result is seen as
 walking at least the axes of the value it differentiates) and only summed down to a leaf's shape class at the
@@ -51,6 +52,9 @@ def composite_operands(graph: Graph, composites: bool = True) -> dict[int, tuple
     if not composites:
         return {}
     by_name = {n.name: n for n in graph.nodes}
+    for n in graph.nodes:  # the first node with an alias keeps it (the stage split's copies carry their origin's)
+        for alias in n.meta.get("aliases", ()):
+            by_name.setdefault(alias, n)
     found = {}
     for n in graph.nodes:
         mark = n.meta.get("composite")

@@ -214,9 +214,9 @@ class Tracer:
     @staticmethod
     def _mark_composite(op: OpDef, operands, attrs, out: TracedTensor) -> TracedTensor:
         """Record on a composite's output node that it is ``op(operands)``, for an op with a derivative rule of its
-        own (autodiff/reverse.py, "composites"). Operands are named, not referenced: passes copy graphs and merge
-        nodes, and a name that survives them still denotes the value it was given (a merged-away one just means
-        the decomposition is differentiated instead). The 16-bit operands, not their float32 casts, are named: the
+        own (autodiff/reverse.py, "composites"). Operands are named, not referenced: passes copy graphs and replace
+        nodes, and a name still denotes the value it was given, on its node or, once a pass replaced that node,
+        among its replacement's aliases (``Graph.replace_uses``). The 16-bit operands, not their float32 casts, are named: the
         rule upcasts them as the decomposition did. Values still pending (keyword inputs only) are not marked."""
         if op.derivative is None or not isinstance(out, TracedTensor) or out.node is None:
             return out

@@ -68,10 +68,18 @@ class Graph:
 
     # ------------------------------------------------------------------ rewriting
     def replace_uses(self, old: Node, new: Node) -> None:
-        """Make every user of ``old`` use ``new`` instead (``old`` stays until pruned)."""
+        """Make every user of ``old`` use ``new`` instead (``old`` stays until pruned).
+
+        Passes call this only with a ``new`` of ``old``'s value, so ``new`` also answers to ``old``'s name
+        (``meta['aliases']``) and takes its composite mark: a composite's mark names its operands, and the
+        autodiff applies its derivative rule where those names still lead to an ancestor (autodiff/reverse.py)."""
         for n in self.nodes:
             if any(a is old for a in n.args):
                 n.args = tuple(new if a is old else a for a in n.args)
+        if new is not old:
+            new.meta["aliases"] = new.meta.get("aliases", ()) + (old.name,) + old.meta.get("aliases", ())
+            if "composite" in old.meta:
+                new.meta.setdefault("composite", old.meta["composite"])
 
     def insert_before(self, anchor: Node, node: Node) -> None:
         self.nodes.remove(node)

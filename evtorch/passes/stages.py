@@ -22,6 +22,17 @@ def _tile_dependent(graph: Graph) -> set[int]:
     return dep
 
 
+def _copy_meta(meta: dict, renamed: dict[str, str]) -> dict:
+    """A vector copy's meta: the aliases stay with the tile node, and a composite's mark names the copies of its
+    operands (made before it: they are its ancestors), so the autodiff's rule still applies in the vector stage."""
+    meta = {k: v for k, v in meta.items() if k != "aliases"}
+    if "composite" in meta:
+        name, operands, attrs = meta["composite"]
+        meta["composite"] = (name, tuple((kind, renamed.get(v, v)) if kind == "node" else (kind, v)
+                                         for kind, v in operands), attrs)
+    return meta
+
+
 class SplitStages(Pass):
     name = "split_stages"
     ensures = frozenset({"staged"})
@@ -30,6 +41,7 @@ class SplitStages(Pass):
     def run(self, graph: Graph) -> Graph:
         dep = _tile_dependent(graph)
         clones: dict[int, Node] = {}
+        renamed: dict[str, str] = {}  # a tile node's names (its own, its aliases) -> its copy's
 
         def vector_copy(n: Node) -> Node:
             if n.stage == Stage.VECTOR:
@@ -38,9 +50,11 @@ class SplitStages(Pass):
                 return clones[id(n)]
             args = tuple(vector_copy(a) for a in n.args)
             c = graph.add(n.op, n.target, args, dict(n.attrs), n.axes, n.dtype, Stage.VECTOR,
-                          name=f"{n.name}_v", meta=dict(n.meta))
+                          name=f"{n.name}_v", meta=_copy_meta(n.meta, renamed))
             graph.insert_before(first_vector_user[id(n)], c)
             clones[id(n)] = c
+            for name in (n.name, *n.meta.get("aliases", ())):
+                renamed[name] = c.name
             return c
 
         first_vector_user: dict[int, Node] = {}
