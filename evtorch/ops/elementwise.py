@@ -254,6 +254,8 @@ _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 define("leaky_relu", _leaky_relu,
        decompose=lambda x, negative_slope=0.01, inplace=False: torch.where(x > 0, x, x * negative_slope),
+       derivative=lambda g, x, out, negative_slope=0.01, inplace=False: (
+           torch.where(x > 0, g, g * negative_slope),),  # torch's leaky_relu_backward: one select
        torch_fns=(F.leaky_relu,), methods=(), traits=frozenset({FLOAT_ONLY}))
 def _f32_product(a: float, b: float, x) -> float:
     """a * b as the compute dtype rounds it: torch's kernels fold such constant products in their opmath type."""
@@ -285,8 +287,9 @@ def _silu_derivative(g, x, out, inplace=False):
     return (g * s * (1.0 + x * (1.0 - s)),)
 
 
-# gelu, silu, softplus, elu, hardswish and hardsigmoid are composites with derivative rules of their own: the
-# autodiff applies the rule to the composite's output instead of walking its decomposition (autodiff/reverse.py)
+# gelu, silu, softplus, elu, hardswish, hardsigmoid (and leaky_relu, above) are composites with derivative rules of
+# their own: the autodiff applies the rule to the composite's output instead of walking its decomposition
+# (autodiff/reverse.py)
 define("gelu", _gelu,
        decompose=lambda x, approximate="none": (
            0.5 * x * (1.0 + torch.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * (x * x * x))))
