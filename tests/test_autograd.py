@@ -514,3 +514,23 @@ def test_composite_rules_apply_through_a_merged_operand_and_can_be_turned_off(mo
     short = count(_backward_ir(alone, bias=bias))
     monkeypatch.setenv("EVTORCH_DISABLE_PASSES", "composite_grads")
     assert count(_backward_ir(alone, bias=bias)) > short
+
+
+@pytest.mark.parametrize("backend", ["reference", pytest.param("triton", marks=pytest.mark.interpreter)])
+def test_composite_of_keyword_inputs_used_by_both_stages(backend):
+    """elu of an input-only value, at exact zeros, read by a tile output and by a vector-stage one: the rule applies
+    to each copy (its decomposition's gradient is NaN at 0.0: 0 / log(1) in the untaken branch)."""
+    def fn(acc, b):
+        e = F.elu(b * 0.0) + F.silu(b)
+        return acc + e, acc.sum(0) * e
+
+    torch.manual_seed(0)
+    A = torch.randn(5, 3, requires_grad=True)
+    B = torch.randn(3, 4)
+    b = torch.randn(4, requires_grad=True)
+    out = evt.gemm(A, B, fn, backend=backend, b=b)
+    got = torch.autograd.grad(out[0].sum() + (out[1] * 2.0).sum(), (A, b))
+    ref = fn(A @ B, b)
+    want = torch.autograd.grad(ref[0].sum() + (ref[1] * 2.0).sum(), (A, b))
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)

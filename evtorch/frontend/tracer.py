@@ -77,6 +77,9 @@ class Tracer:
         self.axis_sizes.setdefault("L", 1)
         self._tile_dependent: set[int] = set()
         self._consts: dict[Any, Node] = {}
+        #: id(pending value) -> (that value, the node it last became): a composite of keyword inputs names its
+        #: operands by it; the value is held so that its id is not reused while tracing
+        self._made: dict[int, tuple] = {}
         acc_node = self._add("acc", None, (), {}, names, acc_dtype, Stage.TILE, name="acc")
         self._tile_dependent.add(id(acc_node))
         self.acc = TracedTensor(self, acc_node, None, [D.Dim(s, (a,)) for a, s in zip(names, acc_shape)],
@@ -217,8 +220,16 @@ class Tracer:
         own (autodiff/reverse.py, "composites"). Operands are named, not referenced: passes copy graphs and replace
         nodes, and a name still denotes the value it was given, on its node or, once a pass replaced that node,
         among its replacement's aliases (``Graph.replace_uses``). The 16-bit operands, not their float32 casts, are named: the
-        rule upcasts them as the decomposition did. Values still pending (keyword inputs only) are not marked."""
-        if op.derivative is None or not isinstance(out, TracedTensor) or out.node is None:
+        rule upcasts them as the decomposition did. A composite of keyword inputs alone is marked on its pending value
+        with the operands themselves, and named when it becomes a node."""
+        if op.derivative is None or not isinstance(out, TracedTensor):
+            return out
+        attrs = tuple(sorted(attrs.items()))
+        if out.node is None:  # keyword inputs alone: named when materialized (_materialize_pending)
+            if out.pending is not None and out.pending.kind == "op" and not any(
+                    isinstance(v, TracedTensor) and v.pending is out.pending for v in operands):
+                out.pending.meta["composite"] = (op.name, tuple(("node", v) if isinstance(v, TracedTensor)
+                                                                else ("const", v) for v in operands), attrs)
             return out
         names = []
         for v in operands:
@@ -228,7 +239,7 @@ class Tracer:
                 names.append(("node", v.node.name))
             else:
                 names.append(("const", v))
-        out.node.meta["composite"] = (op.name, tuple(names), tuple(sorted(attrs.items())))
+        out.node.meta["composite"] = (op.name, tuple(names), attrs)
         return out
 
     # ------------------------------------------------------------------ elementwise
@@ -405,8 +416,10 @@ class Tracer:
                                                 f"axis of acc {tuple(self.acc.shape)}")
                 per_dim.append(axes)
             axes = canonical(set().union(*[set(a) for a in per_dim]) if per_dim else ())
-            return self._add("input", p.name, (), {"binding": tuple(per_dim)}, axes, p.dtype, Stage.TILE,
+            node = self._add("input", p.name, (), {"binding": tuple(per_dim)}, axes, p.dtype, Stage.TILE,
                              name=p.name)
+            self._made[id(p)] = (p, node)
+            return node
         nodes = []
         for v in p.operands:
             if isinstance(v, TracedTensor):
@@ -414,8 +427,23 @@ class Tracer:
             else:
                 nodes.append(self.const(v))
         node = self._compute(p.op, nodes, p.attrs, p.dtype, p.op.name)
-        node.meta.update(p.meta)
+        node.meta.update({k: v for k, v in p.meta.items() if k != "composite"})
+        if "composite" in p.meta:
+            # a composite of keyword inputs alone, marked when it was traced: its operands were materialized
+            # just now, in this node's subtree (depth first), so their latest nodes are this binding's
+            name, operands, attrs = p.meta["composite"]
+            named = [(kind, self._made_name(v)) if kind == "node" else (kind, v) for kind, v in operands]
+            if all(v is not None for kind, v in named if kind == "node"):
+                node.meta["composite"] = (name, tuple(named), attrs)
+        self._made[id(p)] = (p, node)
         return node
+
+    def _made_name(self, v: TracedTensor) -> str | None:
+        """The name of the node ``v`` is, or last became (None: not materialized yet)."""
+        if v.node is not None:
+            return v.node.name
+        p, node = self._made.get(id(v.pending), (None, None))
+        return node.name if p is v.pending else None
 
     def bind_to_acc(self, v: TracedTensor, why: str) -> TracedTensor:
         """Bind a pending value by right-aligning it against acc, as eager broadcasting with acc would.
