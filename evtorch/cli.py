@@ -198,6 +198,7 @@ def format_backward(ep, wrt: str, out_dtype: torch.dtype, policy: str, source: b
     (GPU-only emissions) and, with ``source``, its generated source. ``wrt``: 'all' (acc and every floating-point
     tensor input) or a comma-separated list of 'acc' and input names."""
     from .autodiff.plan import GradPlan
+    from .autodiff.reverse import composite_operands
 
     floating = [s.name for s in ep.input_specs if s.kind == "tensor" and s.dtype.is_floating_point]
     names = ["acc", *floating] if wrt == "all" else [w.strip() for w in wrt.split(",") if w.strip()]
@@ -212,6 +213,12 @@ def format_backward(ep, wrt: str, out_dtype: torch.dtype, policy: str, source: b
         return head + "\nnothing to differentiate: no floating-point output depends on these"
     program = plan.backward(plan.seeds_all)
     lines = [head, plan.summary()]
+    rules = composite_operands(ep.graph, ep.composite_grads)
+    if rules:  # which composites the autodiff differentiated by their own rule (autodiff/reverse.py)
+        by_id = {id(n): n for n in ep.graph.nodes}
+        lines.append("# differentiated by their own rules: " + ", ".join(
+            f"%{by_id[k].name} = {op.name}({', '.join('%' + a.name if hasattr(a, 'name') else repr(a) for a in args)})"
+            for k, (op, args, _) in rules.items()))
     lines += [f"# {k.param} = input {k.name}" for k in plan.keys if k.param in program.grads or any(
         e.graph.find(k.param) for e in program.epilogues)]
     for i, (p, bep) in enumerate(zip(program.passes, program.epilogues), 1):

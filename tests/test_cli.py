@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -206,6 +207,11 @@ def test_show_backward_prints_what_is_saved_and_each_pass(capsys, monkeypatch):
     assert "the accumulator A @ B, saved by the forward" in back and "# x0 = input bias" in back
     assert "== pass 1 of 1: bias_gelu_aux_bwd -> d_acc, x0 ==" in back
     assert "reduce sum" in back and "# exact GPU forms: %" in back and "tanh" in back
+    assert re.search(r"# differentiated by their own rules: %\w+ = gelu\(%\w+\)", back), back
+    monkeypatch.setenv("EVTORCH_DISABLE_PASSES", "composite_grads")
+    rc, out, _ = run(capsys, *base, "--backward")
+    assert rc == 0 and "differentiated by their own rules" not in out
+    monkeypatch.delenv("EVTORCH_DISABLE_PASSES")
     rc, out, _ = run(capsys, *base, "--backward", "bias", "--policy", "recompute", "--source")
     assert rc == 0, out
     back = out[out.index("== backward:"):]

@@ -15,7 +15,8 @@ graph, ancestors of that output in its stage, the rule is applied there and the 
 compact expression (torch's own backward formula) instead of the primitives' product rules. A node a pass
 replaced answers through its replacement (``Graph.replace_uses`` keeps the old name among the new node's
 ``aliases`` and moves the mark), and the stage split's vector copies name their operands' copies. Where the names
-do not lead to ancestors in the output's stage, the decomposition is differentiated: the same derivative, longer. ``composites=False`` (``EVTORCH_DISABLE_PASSES=composite_grads``) always walks it.
+do not lead to ancestors in the output's stage, the decomposition is differentiated: the same derivative, longer.
+``composites=False`` (``EVTORCH_DISABLE_PASSES=composite_grads``) always walks it.
 
 Gradients are accumulated per element of the broadcast value they arrive on (a rule's result is seen as
 walking at least the axes of the value it differentiates) and only summed down to a leaf's shape class at the

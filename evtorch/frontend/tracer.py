@@ -219,9 +219,9 @@ class Tracer:
         """Record on a composite's output node that it is ``op(operands)``, for an op with a derivative rule of its
         own (autodiff/reverse.py, "composites"). Operands are named, not referenced: passes copy graphs and replace
         nodes, and a name still denotes the value it was given, on its node or, once a pass replaced that node,
-        among its replacement's aliases (``Graph.replace_uses``). The 16-bit operands, not their float32 casts, are named: the
-        rule upcasts them as the decomposition did. A composite of keyword inputs alone is marked on its pending value
-        with the operands themselves, and named when it becomes a node."""
+        among its replacement's aliases (``Graph.replace_uses``). The 16-bit operands, not their float32 casts, are
+        named: the rule upcasts them as the decomposition did. A composite of keyword inputs alone is marked on its
+        pending value with the operands themselves, and named when it becomes a node."""
         if op.derivative is None or not isinstance(out, TracedTensor):
             return out
         attrs = tuple(sorted(attrs.items()))
