@@ -9,19 +9,23 @@ Reductions are called with ``dim`` = the reduced canonical dims and ``keepdim=Tr
 reduced, so ``sum`` broadcasts back, ``mean`` divides by the count, ``amax``/``amin`` share the gradient among
 ties and ``logsumexp`` becomes a softmax, exactly as their rules (and torch) say.
 
-Composites: an op that the tracer decomposes (gelu, silu) may have a derivative rule of its own. The tracer names
-its operands on the decomposition's output node (``meta['composite']``), and where those nodes are still in the
-graph, ancestors of that output in its stage, the rule is applied there and the decomposition is not walked: one
-compact expression (torch's own backward formula) instead of the primitives' product rules. A node a pass
-replaced answers through its replacement (``Graph.replace_uses`` keeps the old name among the new node's
-``aliases`` and moves the mark), and the stage split's vector copies name their operands' copies. Where the names
-do not lead to ancestors in the output's stage, the decomposition is differentiated: the same derivative, longer.
-``composites=False`` (``EVTORCH_DISABLE_PASSES=composite_grads``) always walks it.
+Composites: an op that the tracer decomposes (gelu, silu, softplus, elu, hardswish, hardsigmoid, leaky_relu) may
+have a derivative rule of its own. The tracer names its operands on the decomposition's output node
+(``meta['composite']``), and where those nodes are still in the graph, ancestors of that output in its stage, the
+rule is applied there and the decomposition is not walked: one compact expression (torch's own backward formula)
+instead of the primitives' product rules. A node a pass replaced answers through its replacement
+(``Graph.replace_uses`` keeps the old name among the new node's ``aliases`` and moves the mark), and the stage
+split's vector copies name their operands' copies. Where the names do not lead to ancestors in the output's stage,
+the decomposition is differentiated: the same derivative, longer. ``composites=False``
+(``EVTORCH_DISABLE_PASSES=composite_grads``) always walks it.
 
 Gradients are accumulated per element of the broadcast value they arrive on (a rule's result is seen as
-walking at least the axes of the value it differentiates) and only summed down to a leaf's shape class at the
-leaf (``Space.sum_to``): a row bias receives ``sum over M`` of one full-size expression, which
-becomes a single fused reduction, and no partial sum ever has to flow back into a full-tile computation.
+walking at least the axes of the value it differentiates), one gradient per frame (the axes walked: a node read
+by an (M, N) value and by an (N,) one gets one of each, as adding them per element would count the (N,) one M
+times), and only summed down to a leaf's shape class at the leaf (``Space.sum_to``): a row bias receives ``sum
+over M`` of one full-size expression, which becomes a single fused reduction, and no partial sum ever has to flow
+back into a full-tile computation. A reduction's own gradient is first summed over the reduced axes a user
+broadcast it back along.
 """
 from __future__ import annotations
 
@@ -53,7 +57,7 @@ def composite_operands(graph: Graph, composites: bool = True) -> dict[int, tuple
     if not composites:
         return {}
     by_name = {n.name: n for n in graph.nodes}
-    for n in graph.nodes:  # the first node with an alias keeps it (the stage split's copies carry their origin's)
+    for n in graph.nodes:  # a name a pass retired: the node that took its place (the first, should two claim it)
         for alias in n.meta.get("aliases", ()):
             by_name.setdefault(alias, n)
     found = {}
