@@ -34,11 +34,14 @@ def row_max_and_scale(acc, s, C):
 
 
 def activations(acc, bias, s):
-    """The composites with derivative rules of their own (gelu both ways, silu), on a tile value, on a row
-    reduction's result (the vector stage) and on a value computed twice (one copy merged away by CSE)."""
+    """The composites with derivative rules of their own (gelu both ways, silu, softplus, elu, hardswish,
+    hardsigmoid, leaky_relu), on a tile value, on a row reduction's result (the vector stage), on a value computed
+    twice (one copy merged away by CSE) and on a keyword input alone."""
     pre = acc + bias
-    row = F.gelu(acc.amax(1) * s, approximate="tanh")
-    return F.gelu(pre) + F.silu(pre * s) * F.gelu(acc, approximate="tanh"), F.silu(acc + bias), row
+    row = F.gelu(acc.amax(1) * s, approximate="tanh") + F.elu(acc.amin(1))
+    tile = F.gelu(pre) + F.silu(pre * s) * F.gelu(acc, approximate="tanh") + F.softplus(acc * 2.0, beta=1.5)
+    tile = tile + F.hardswish(pre * 4.0) - F.hardsigmoid(acc * 4.0) + F.leaky_relu(acc - 0.1, 0.2) * F.elu(bias)
+    return tile, F.silu(acc + bias), row
 
 
 CASES = {name: ex for name, ex in EXAMPLES.items()}
