@@ -199,6 +199,7 @@ def format_backward(ep, wrt: str, out_dtype: torch.dtype, policy: str, source: b
     tensor input) or a comma-separated list of 'acc' and input names."""
     from .autodiff.plan import GradPlan
     from .autodiff.reverse import composite_operands
+    from .ir.node import Node
 
     floating = [s.name for s in ep.input_specs if s.kind == "tensor" and s.dtype.is_floating_point]
     names = ["acc", *floating] if wrt == "all" else [w.strip() for w in wrt.split(",") if w.strip()]
@@ -215,10 +216,10 @@ def format_backward(ep, wrt: str, out_dtype: torch.dtype, policy: str, source: b
     lines = [head, plan.summary()]
     rules = composite_operands(ep.graph, ep.composite_grads)
     if rules:  # which composites the autodiff differentiated by their own rule (autodiff/reverse.py)
-        by_id = {id(n): n for n in ep.graph.nodes}
         lines.append("# differentiated by their own rules: " + ", ".join(
-            f"%{by_id[k].name} = {op.name}({', '.join('%' + a.name if hasattr(a, 'name') else repr(a) for a in args)})"
-            for k, (op, args, _) in rules.items()))
+            f"%{n.name} = {rules[id(n)][0].name}("
+            + ", ".join(f"%{a.name}" if isinstance(a, Node) else repr(a) for a in rules[id(n)][1]) + ")"
+            for n in ep.graph.nodes if id(n) in rules))
     lines += [f"# {k.param} = input {k.name}" for k in plan.keys if k.param in program.grads or any(
         e.graph.find(k.param) for e in program.epilogues)]
     for i, (p, bep) in enumerate(zip(program.passes, program.epilogues), 1):

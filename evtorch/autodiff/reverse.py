@@ -34,6 +34,7 @@ import torch
 from ..errors import EpilogueError
 from ..ir.graph import Graph
 from ..ir.node import Node
+from ..ir.types import HALF_DTYPES
 from ..ops import REGISTRY
 from .replay import Values
 
@@ -145,11 +146,7 @@ def _apply_rule(n: Node, g, values: Values, dep: set[int], add) -> None:
     if len(result) != len(n.args):
         raise EpilogueError(f"the derivative rule of {n.target!r} returned {len(result)} gradients for "
                             f"{len(n.args)} operands")
-    for a, ga in zip(n.args, result):
-        if ga is not None and id(a) in dep:
-            # per element of the value differentiated (a rule may return it broadcast: mean's g / count)
-            ga = space.walk(ga, frame | set(space.walked(ga)))
-        add(a, ga)
+    _pass_on(n.args, result, frame, space, dep, add)
 
 
 def _apply_composite(n: Node, rule: tuple, g, values: Values, dep: set[int], add) -> None:
@@ -159,11 +156,16 @@ def _apply_composite(n: Node, rule: tuple, g, values: Values, dep: set[int], add
     operands = []
     for a in args:
         v = values(a) if isinstance(a, Node) else a
-        if isinstance(a, Node) and a.dtype in (torch.float16, torch.bfloat16):
+        if isinstance(a, Node) and a.dtype in HALF_DTYPES:
             v = v.to(torch.float32)
         operands.append(v)
     result = op.derivative(g, *operands, out=values(n), **attrs)
-    space = values.space
+    _pass_on(args, result, set(n.axes), values.space, dep, add)
+
+
+def _pass_on(args, result, frame: set, space, dep: set[int], add) -> None:
+    """Hand each operand node its gradient from ``result``, per element of the value differentiated: walking at
+    least ``frame``, the axes of that value (a rule may return it broadcast: mean's g / count)."""
     for a, ga in zip(args, result):
         if isinstance(a, Node) and ga is not None and id(a) in dep:
-            add(a, space.walk(ga, set(n.axes) | set(space.walked(ga))))
+            add(a, space.walk(ga, frame | set(space.walked(ga))))

@@ -162,8 +162,8 @@ def neg(x):
 
 @triton.jit
 def signbit(x):
-    # x's sign bit, -0.0 included. Read from the bits: a test through 1 / x (-0.0 gives -inf) held on the CPU
-    # interpreter but not on an H200, where (-0.0) ** 5 came back +0.0 (Triton 3.6, 2026-11-29).
+    # x's sign bit, -0.0 included: a compare on the bits, where the test it replaces (x == 0 and 1 / x < 0) took
+    # a divide
     if x.dtype == tl.float64:
         return x.to(tl.int64, bitcast=True) < 0
     else:

@@ -214,8 +214,7 @@ class Tracer:
         out = self._mark_composite(op, operands, attrs, op.decompose(*up, **attrs))
         return self.cast(out, out_dtype) if out.dtype != out_dtype else out
 
-    @staticmethod
-    def _mark_composite(op: OpDef, operands, attrs, out: TracedTensor) -> TracedTensor:
+    def _mark_composite(self, op: OpDef, operands, attrs, out: TracedTensor) -> TracedTensor:
         """Record on a composite's output node that it is ``op(operands)``, for an op with a derivative rule of its
         own (autodiff/reverse.py, "composites"). Operands are named, not referenced: passes copy graphs and replace
         nodes, and a name still denotes the value it was given, on its node or, once a pass replaced that node,
@@ -234,9 +233,10 @@ class Tracer:
         names = []
         for v in operands:
             if isinstance(v, TracedTensor):
-                if v.node is None or v.node is out.node:
+                name = self._made_name(v)
+                if name is None or v.node is out.node:
                     return out
-                names.append(("node", v.node.name))
+                names.append(("node", name))
             else:
                 names.append(("const", v))
         out.node.meta["composite"] = (op.name, tuple(names), attrs)
