@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 import evtorch as evt
 from evtorch.examples import EXAMPLES
+from evtorch.testing import reference_device
 
 # padded lanes of partial tiles divide 0 by 0 (masked out on store); NumPy warns about them in the interpreter
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning",
@@ -159,20 +160,24 @@ def test_gpu_gradients(name, dtype):
     out = out if isinstance(out, tuple) else (out,)
     # the contract's reference: fn(A.float() @ B.float(), **inputs) with the inputs in their own dtype (an
     # fp32 upcast of bf16 inputs would move amax's arg-max, and with it where the gradient goes)
-    ref_inputs = {k: (v.detach().clone().requires_grad_() if isinstance(v, torch.Tensor) and v.dtype.is_floating_point
-                      else v) for k, v in inputs.items()}
-    Af, Bf = A.detach().to(rdt).requires_grad_(), B.detach().to(rdt).requires_grad_()
+    # the float64 reference computes on the CPU: torch's CUDA hardswish / hardsigmoid take float64 through the
+    # float 1.0f / 6.0f (3e-8 off; evtorch.testing.reference_device)
+    rdev = reference_device(dtype, "cuda")
+    ref_inputs = {k: (v.detach().to(rdev).requires_grad_() if isinstance(v, torch.Tensor) and v.dtype.is_floating_point
+                      else v.to(rdev) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+    Af, Bf = A.detach().to(rdev, rdt).requires_grad_(), B.detach().to(rdev, rdt).requires_grad_()
     ref = fn(Af @ Bf, **ref_inputs)
     ref = ref if isinstance(ref, tuple) else (ref,)
-    ws = [torch.randn(r.shape, device="cuda", dtype=rdt) for r in ref]
+    ws = [torch.randn(r.shape, dtype=rdt).to(rdev) for r in ref]
     leaves = [A, B] + [v for v in inputs.values() if isinstance(v, torch.Tensor) and v.requires_grad]
     ref_leaves = [Af, Bf] + [v for v in ref_inputs.values() if isinstance(v, torch.Tensor) and v.requires_grad]
-    got = torch.autograd.grad(sum((o.to(rdt) * w).sum() for o, w in zip(out, ws)), leaves, allow_unused=True)
+    got = torch.autograd.grad(sum((o.to(rdt) * w.to(o.device)).sum() for o, w in zip(out, ws)), leaves,
+                              allow_unused=True)
     want = torch.autograd.grad(sum((r * w).sum() for r, w in zip(ref, ws)), ref_leaves, allow_unused=True)
     tol = {torch.float32: 1e-4, torch.float64: 1e-10}.get(dtype, 3e-2)
     for g, r in zip(got, want):
         if r is not None:
-            err = ((g.to(rdt) - r).abs().max() / r.abs().max().clamp_min(1e-30)).item()
+            err = ((g.to(rdev, rdt) - r).abs().max() / r.abs().max().clamp_min(1e-30)).item()
             assert err <= tol, f"relative error {err}"
 
 
