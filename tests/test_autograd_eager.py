@@ -106,6 +106,24 @@ def clamp_crossed(acc, lo, hi, lo_col, hi_row):
 
 @pytest.mark.interpreter
 @pytest.mark.parametrize("backend", ["reference", "triton"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["fp32", "fp64"])
+def test_hardsigmoid_gradient_is_eagers_bit_for_bit(backend, dtype):
+    """torch's hardsigmoid backward multiplies by 1.0f / 6.0f in every dtype; the rule's g / 6 was 3e-8 off eager in
+    float64 and an ulp off in float32 (found 2026-11-29 by the float64 activations case on an H200)."""
+    torch.manual_seed(0)
+    A, B = torch.randn(33, 9, dtype=dtype), torch.randn(9, 20, dtype=dtype)
+    C = (torch.randn(33, 20, dtype=dtype) * 4.0).requires_grad_()
+    g = torch.randn(33, 20, dtype=dtype)
+    got, = torch.autograd.grad(evt.gemm(A, B, lambda acc, C: F.hardsigmoid(acc * 0.0 + C), backend=backend, C=C),
+                               C, g)
+    C2 = C.detach().clone().requires_grad_()
+    want, = torch.autograd.grad(F.hardsigmoid(C2), C2, g)
+    assert bool(((C.abs() < 3.0) & (want != 0)).any())
+    assert torch.equal(got, want)
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("backend", ["reference", "triton"])
 def test_clamp_with_min_above_max_gives_max_the_gradient(backend):
     """torch.clamp with min > max returns max everywhere, and max takes the gradient; evtorch gave it to min as well
     where x < min (2026-11-29). 0-d bounds (lo > hi), and a row / column pair that crosses where lo_col > hi_row."""

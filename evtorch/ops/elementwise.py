@@ -320,8 +320,11 @@ define("hardswish", _hard, decompose=lambda x, inplace=False: x * torch.clamp(x 
        derivative=lambda g, x, out, inplace=False: (
            torch.where(x < -3.0, 0.0, torch.where(x <= 3.0, g * (x / 3.0 + 0.5), g)),),
        torch_fns=(F.hardswish,), traits=frozenset({FLOAT_ONLY}))
+# torch's hardsigmoid_backward multiplies by 1.0f / 6.0f in every dtype (CPU and CUDA): float64 gradients 3e-8 off
+# 1/6, and float32 ones an ulp off g / 6; the rule takes the same constant, so gradients match eager's bit for bit
+_ONE_SIXTH_F32 = float(torch.tensor(1.0 / 6.0, dtype=torch.float32))
 define("hardsigmoid", _hard, decompose=lambda x, inplace=False: torch.clamp(x / 6.0 + 0.5, 0.0, 1.0),
-       derivative=lambda g, x, out, inplace=False: (torch.where((x > -3.0) & (x < 3.0), g / 6.0, 0.0),),
+       derivative=lambda g, x, out, inplace=False: (torch.where((x > -3.0) & (x < 3.0), g * _ONE_SIXTH_F32, 0.0),),
        torch_fns=(F.hardsigmoid,), traits=frozenset({FLOAT_ONLY}))
 def _expm1(x):
     """exp(x) - 1 without its cancellation near 0, from primitives (Kahan): (u - 1) * x / log(u) with u = exp(x)
