@@ -23,6 +23,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from evtorch.scan.api import get_body  # noqa: E402
 from evtorch.scan.body import RowSpec  # noqa: E402
+from evtorch.codegen.fastmath import exact_forms_active  # noqa: E402
+from evtorch.runtime import knobs  # noqa: E402
 from evtorch.scan.launch import ScanConfig, heuristic, kernel_for  # noqa: E402
 
 PTR = {torch.float32: "*fp32", torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float64: "*fp64",
@@ -50,7 +52,8 @@ class FakeCuda:
 
 
 def compile_group(body, g, cfg: ScanConfig, arch: int, show: bool, k_is_one: bool = False):
-    kern, fns = kernel_for(body, g, cfg)
+    # as on a GPU: the exact GPU forms where the GPU takes them (launch.gpu_forms, without a device to ask)
+    kern, fns = kernel_for(body, g, cfg, exact_forms_active(knobs.fast_math_mode(), body.compute_dtype))
     for i, fn in enumerate(fns):
         extra = {}
         if kern.mode == "assoc" and kern.strategy == "segmented":

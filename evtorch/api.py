@@ -87,7 +87,7 @@ def check_operands(A, B) -> tuple[int, int, int, int, bool]:
     return L, A.shape[-2], B.shape[-1], A.shape[-1], batched
 
 
-def gemm(A: torch.Tensor, B: torch.Tensor, epilogue: Callable | Epilogue | None = None, /, *,
+def gemm(A: torch.Tensor, B: torch.Tensor, epilogue: Callable | Epilogue | None = None, /, *extra,
          out_dtype: torch.dtype | None = None, backend: str | None = None, deterministic: bool = False,
          allow_tf32: bool = False, outputs=None, config=None, **inputs):
     """``epilogue(A @ B, **inputs)`` as one fused kernel.
@@ -106,6 +106,9 @@ def gemm(A: torch.Tensor, B: torch.Tensor, epilogue: Callable | Epilogue | None 
     Differentiable with respect to A, B and every tensor input, compilable with torch.compile and autocast-aware:
     in those cases the call goes through ``torch.ops.evtorch.gemm`` (``evtorch.integration``).
     """
+    if extra:
+        raise EpilogueTypeError(f"evt.gemm takes the epilogue's inputs as keywords: evt.gemm(A, B, fn, C=C, ...); got "
+                                f"{len(extra)} more positional argument(s) after the epilogue")
     if _integration.transforms_active() and not torch.compiler.is_compiling():
         _integration.check_transforms("evt.gemm", (A, B, *inputs.values()), backend)
     if _integration.wanted(A, B, inputs):
@@ -118,7 +121,7 @@ def gemm(A: torch.Tensor, B: torch.Tensor, epilogue: Callable | Epilogue | None 
         key = hit = None
     fresh = hit is None
     if fresh:
-        hit = _prepare(A, B, epilogue, out_dtype, backend, outputs, inputs)
+        hit = _prepare(A, B, epilogue, out_dtype, backend, outputs, inputs, deterministic, allow_tf32)
         if key is not None:
             if len(_calls) >= _CALLS_LIMIT:
                 _calls.clear()
@@ -161,6 +164,18 @@ def _call_key(A, B, epilogue, out_dtype, backend, deterministic, allow_tf32, out
     return tuple(key)
 
 
+def check_options(epilogue, deterministic, allow_tf32, inputs: dict) -> None:
+    """The call's options, before the epilogue is traced (by evt.gemm and ``integration.function.prepare``): the
+    epilogue given as ``epilogue=`` reached the tracer as an input of the identity epilogue, and a string for a
+    flag was taken as true."""
+    if epilogue is None and "epilogue" in inputs:
+        raise EpilogueTypeError("evt.gemm takes the epilogue positionally, after A and B: evt.gemm(A, B, fn, "
+                                "**inputs); got it as the keyword epilogue=")
+    for name, value in (("deterministic", deterministic), ("allow_tf32", allow_tf32)):
+        if not isinstance(value, bool):
+            raise EpilogueTypeError(f"{name} must be True or False, got {value!r}")
+
+
 def check_backend(A, backend) -> str:
     """The backend a call on ``A``'s device runs: ``backend``, or the device's default, checked before anything
     runs (by evt.gemm and by the differentiable path, ``integration.function.prepare``). The triton backend runs
@@ -182,9 +197,10 @@ def check_backend(A, backend) -> str:
     return backend
 
 
-def _prepare(A, B, epilogue, out_dtype, backend, outputs, inputs) -> tuple:
+def _prepare(A, B, epilogue, out_dtype, backend, outputs, inputs, deterministic=False, allow_tf32=False) -> tuple:
     """Every check of a call and its traced epilogue: (epilogue, out_dtype, backend, its ``LaunchSite`` on the
     Triton backend, else None)."""
+    check_options(epilogue, deterministic, allow_tf32, inputs)
     epilogue = _identity if epilogue is None else epilogue
     L, M, N, K, batched = check_operands(A, B)
     if out_dtype is not None and out_dtype not in GEMM_DTYPES:

@@ -469,3 +469,41 @@ def test_abs_of_a_bool_tensor_is_refused_like_eager():
     NotImplementedError while the triton backend returned the mask. Both refuse it at trace time now."""
     for backend in ("reference", "triton"):
         raises(EpilogueTypeError, lambda acc: (acc > 0).abs(), "abs is not defined on bool tensors", backend=backend)
+
+
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["eager", "autograd"])
+def test_misplaced_epilogue_inputs_and_flags_are_named(requires_grad):
+    """The epilogue as ``epilogue=`` reached the tracer as an input of the identity epilogue (an internal name in
+    the message), an input given positionally met Python's bare arity error, and a string flag was taken as true
+    (found 2026-11-29)."""
+    A, B, C = torch.randn(4, 3, requires_grad=requires_grad), torch.randn(3, 5), torch.randn(4, 5)
+    with pytest.raises(EpilogueTypeError, match=r"epilogue positionally.*evt.gemm\(A, B, fn"):
+        evt.gemm(A, B, epilogue=torch.relu)
+    with pytest.raises(EpilogueTypeError, match=r"inputs as keywords.*1 more positional"):
+        evt.gemm(A, B, lambda acc, C: acc + C, C)
+    with pytest.raises(EpilogueTypeError, match=r"deterministic must be True or False, got 'yes'"):
+        evt.gemm(A, B, torch.relu, deterministic="yes")
+    with pytest.raises(EpilogueTypeError, match=r"allow_tf32 must be True or False, got None"):
+        evt.gemm(A, B, torch.relu, allow_tf32=None)
+
+
+def test_linear_names_its_epilogues_inputs_not_its_bias():
+    """evt.nn.Linear / evt.linear check the inputs against the user's epilogue: the GEMM's check listed the bias
+    the wrapper passes (``linear_bias``) among the inputs to give."""
+    x = torch.randn(3, 8)
+    with pytest.raises(EpilogueTypeError, match=r"evt.linear: <lambda>\(\) is missing keyword input\(s\) 's'; "
+                                                r"it takes s$"):
+        evt.nn.Linear(8, 4, epilogue=lambda y, s: y * s)(x)
+    with pytest.raises(EpilogueTypeError, match=r"unexpected keyword input\(s\) 's'; it takes no inputs"):
+        evt.linear(x, torch.randn(4, 8), lambda y: y, torch.randn(4), s=2.0)
+    assert evt.linear(x, torch.randn(4, 8), lambda y, s: y * s, torch.randn(4), s=2.0).shape == (3, 4)
+
+
+def test_branching_on_a_number_input_says_numbers_are_runtime_values():
+    def fn(acc, s):
+        return acc if s > 0 else -acc
+    with pytest.raises(TraceControlFlowError, match="a number input is a runtime value too"):
+        evt.gemm(torch.randn(2, 3), torch.randn(3, 4), fn, s=1.0)
+    with pytest.raises(TraceControlFlowError) as info:  # a tile value: no such hint
+        evt.gemm(torch.randn(2, 3), torch.randn(3, 4), lambda acc: acc if acc > 0 else -acc)
+    assert "number input" not in str(info.value)

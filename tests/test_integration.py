@@ -123,6 +123,27 @@ def test_compile_fullgraph_gemm(backend):
         torch.testing.assert_close(g, w)
 
 
+def test_integer_scalars_beyond_2_53():
+    """The operator carries numbers as floats: an integer float64 cannot hold was handed to the epilogue rounded on
+    the autograd and torch.compile paths, silently (found 2026-11-29). The eager autograd path now passes numbers
+    as given; the operator refuses what it cannot carry, and a 0-d int64 tensor carries it."""
+    torch._dynamo.reset()
+    A, B = torch.randn(4, 3, requires_grad=True), torch.randn(3, 5)
+    big = 2 ** 53 + 1
+    I = torch.full((4, 5), big)
+
+    def f(acc, I, k):
+        return acc, I * k, I == k
+    for A_ in (A, A.detach()):
+        _, prod, eq = evt.gemm(A_, B, f, I=I, k=big)
+        assert bool(eq.all()) and torch.equal(prod, I * big)
+    compiled = torch.compile(lambda A, B, I, k: evt.gemm(A, B, f, I=I, k=k), fullgraph=True, backend="aot_eager")
+    with pytest.raises(Exception, match=r"input 'k' is the integer 9007199254740993.*0-d int64 tensor"):
+        compiled(A, B, I, big)
+    _, prod, eq = compiled(A, B, I, torch.tensor(big))
+    assert bool(eq.all()) and torch.equal(prod, I * big)
+
+
 def test_compile_fullgraph_no_grad_and_module():
     torch._dynamo.reset()
     model = torch.nn.Sequential(evt.nn.Linear(8, 16, epilogue=F.gelu), evt.nn.Linear(16, 3, bias=False))

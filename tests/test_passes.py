@@ -88,7 +88,7 @@ def test_prune_postcondition_and_outputs():
 def test_simplify_rules_in_ir():
     def fn(acc, C, Ci):
         return ((acc * 1 + -0.0) / 1 - 0, 1 * acc, -0.0 + acc, -(-acc), acc ** 1, C * 1, Ci * 1 + 0, Ci * 1.0,
-                torch.ones_like(acc) * 2 * acc, acc * 0, acc.float(), acc + 0, 0 + Ci)
+                torch.ones_like(acc) * 2 * acc, acc * 0, acc.float(), acc + 0, 0 + Ci, acc - (-0.0), Ci - 0)
 
     inputs = dict(C=evt.spec((M, N), torch.float16), Ci=evt.spec((M, N), torch.int32))
     ep = traced(fn, **inputs)
@@ -98,6 +98,8 @@ def test_simplify_rules_in_ir():
     assert all(o is acc for o in outs[:5]), "x*1, x+(-0.0), x/1, x-0, 1*x, -0.0+x, --x, x**1 all give x"
     assert outs[11].target == "add", "float x + 0 is not x: -0.0 + 0 is +0.0"
     assert outs[12].op == "input", "integer 0 + x is x"
+    assert outs[13].target == "sub", "float x - (-0.0) is not x: -0.0 - -0.0 is +0.0 (found 2026-11-29)"
+    assert outs[14].op == "input", "integer x - 0 is x"
     assert outs[5].op == "input" and outs[6].op == "input", "f16 * 1 and int * 1 + 0 keep the input (same dtype)"
     assert outs[7].op == "compute" and outs[7].dtype == torch.float32, "int * 1.0 promotes: not simplified"
     # ones_like(acc) * 2 is folded to a constant 2.0
@@ -112,7 +114,7 @@ def test_simplify_preserves_values_on_edge_values():
     """Bit for bit, signed zeros included (1 / x tells -0.0 from +0.0)."""
     def fn(acc, C, Ci):
         return (acc * 1 + 0) / 1, -(-acc), acc * 0, C * 1, Ci * 1.0, torch.ones_like(acc) * 2 * acc, 0 - acc, \
-            1 / (acc + 0), 1 / (acc - 0), 1 / (acc + -0.0), 1 / (acc * 1), 1 / acc.sum(1, keepdim=True).sum(1), \
+            1 / (acc + 0), 1 / (acc - 0), 1 / (acc + -0.0), 1 / (acc - -0.0), 1 / (acc * 1), 1 / acc.sum(1, keepdim=True).sum(1), \
             1 / acc.amax(1, keepdim=True).amax(1), 1 / torch.logsumexp(acc[:, None], 1)
 
     check_reference(fn, rand((M, N), seed=1, edge=True), C=rand((M, N), torch.float16, seed=2, edge=True),

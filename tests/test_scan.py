@@ -344,6 +344,29 @@ def test_generated_sources_use_no_libdevice():
             assert "@triton.jit" in kern.source
 
 
+def test_exact_gpu_forms_only_in_the_gpus_float32_kernels(monkeypatch):
+    """A GPU's float32 scan kernels take the ops' exact GPU forms (tanh's ``tlmath.tanh_gpu``: the same values in
+    fewer instructions, tests/test_scan_gpu.py), one kernel per choice; the interpreter's never (inline PTX does
+    not run there), nor float64 ones, nor any under ``EVTORCH_FAST_MATH=never``."""
+    from evtorch.scan import launch
+    fns = {"lanes": lambda h, x: torch.tanh(0.5 * h + x),
+           "coupled": lambda h, x: torch.tanh(0.5 * h + x + h[..., :1]),
+           "assoc": lambda h, x: h + torch.tanh(x)}
+    for mode, fn in fns.items():
+        body = get_body(fn, None, [RowSpec("s0", (8,), torch.float32)], [RowSpec("x0", (8,), torch.float32)], 1)
+        g, = body.groups
+        assert g.mode == mode
+        gpu, portable = kernel_for(body, g, ScanConfig(), True)[0], kernel_for(body, g, ScanConfig())[0]
+        assert "tlmath.tanh_gpu(" in gpu.source and "tlmath.tanh_gpu(" not in portable.source
+        assert "tlmath.tanh(" in portable.source
+    x = torch.randn(4, 8)
+    assert not launch.gpu_forms(x, torch.float32)  # a CPU tensor: the interpreter
+    monkeypatch.setattr(launch, "fast_math_mode", lambda t: "auto")  # as on a capable GPU
+    assert launch.gpu_forms(x, torch.float32) and not launch.gpu_forms(x, torch.float64)
+    monkeypatch.setattr(launch, "fast_math_mode", lambda t: "never")
+    assert not launch.gpu_forms(x, torch.float32)
+
+
 def test_explicit_config_is_honoured():
     X = torch.randn(50, 40)
     for cfg in (ScanConfig(block_t=4, block_n=8), ScanConfig(block_t=64, block_n=64)):
@@ -541,7 +564,7 @@ def test_sync_buffer_replaced_before_int32_overflow(monkeypatch):
             def launch_(*args, **kwargs):
                 raise RuntimeError("launch failed")
             return launch_
-    monkeypatch.setattr(launch, "kernel_for", lambda body, g, c: (real(body, g, c)[0], [Failing()]))
+    monkeypatch.setattr(launch, "kernel_for", lambda body, g, c, exact=False: (real(body, g, c, exact)[0], [Failing()]))
     with pytest.raises(RuntimeError, match="launch failed"):
         evt.scan(fn, X, backend="triton", config=cfg)
     assert list(_sync()[1:]) == before

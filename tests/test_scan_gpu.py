@@ -81,3 +81,32 @@ def test_graph_replays(T, n, cfg):
     # eager launches after the replays still find their cached buffer reset
     Z = evt.scan(ADD, X, config=cfg)
     assert rel_err(Z, X.double().cumsum(0)) < 1e-4
+
+
+TANH = lambda h, a, x: torch.tanh(a * h + x)  # noqa: E731
+
+
+@pytest.mark.parametrize("shape,coupled", [((2000, 3000), False), ((500, 64), True)], ids=["lanes", "coupled"])
+def test_exact_gpu_forms_give_the_portable_bits(monkeypatch, shape, coupled):
+    """On a GPU a float32 scan's tanh is ``tlmath.tanh_gpu`` (bare MUFU ops, fewer instructions on the step's
+    dependent chain), the portable ``tlmath.tanh``'s values: the states and their gradients bit for bit against
+    ``EVTORCH_FAST_MATH=never``, and within float32 rounding of a float64 loop. ``coupled``: every lane reads
+    lane 0, the one-program kernel."""
+    T, n = shape
+    g = torch.Generator(device="cuda").manual_seed(5)
+    X = torch.randn(T, n, device="cuda", generator=g)
+    A = (0.5 + 0.5 * torch.rand(T, n, device="cuda", generator=g)).requires_grad_(not coupled)
+    fn = (lambda h, a, x: torch.tanh(a * h + x + 0.25 * h[..., :1])) if coupled else TANH
+    runs = {}
+    for mode in ("never", "auto"):
+        monkeypatch.setenv("EVTORCH_FAST_MATH", mode)
+        out = evt.scan(fn, A, X, init=X[:1])
+        grad = None if coupled else torch.autograd.grad(out, A, torch.ones_like(out))[0]  # (lane-wise autograd)
+        runs[mode] = (out.detach(), grad)
+    assert torch.equal(runs["never"][0], runs["auto"][0])
+    assert coupled or torch.equal(runs["never"][1], runs["auto"][1])
+    h, ref = X[0].double(), [X[0].double()]
+    for t in range(1, T):
+        h = fn(h, A[t].detach().double(), X[t].double())
+        ref.append(h)
+    assert rel_err(runs["auto"][0], torch.stack(ref)) < 1e-5

@@ -82,15 +82,22 @@ def compute_expr(node: Node, operands: list[str], compute: torch.dtype, emission
                                 for e, a in zip(operands[1:], args[1:])]
     else:
         conv = [_convert(e, a, compute) if node.dtype.is_floating_point else e for e, a in zip(operands, args)]
-    chosen = {"fast": op.triton_fast, "exact": op.triton_gpu}.get(emission) or op.triton
-    template = chosen(**node.attrs) if callable(chosen) else chosen
-    if template is None:
-        raise NotImplementedError(f"op {op.name!r} has no Triton emission and no decomposition")
-    expr = template.format(*conv, **{k: literal(v, compute) if isinstance(v, (int, float)) else v
-                                     for k, v in node.attrs.items()})
+    expr = format_op(op, node.attrs, conv, compute, emission)
     if node.dtype.is_floating_point and node.dtype != compute and not op.has(COMPARE):
         expr = f"({expr}).to({TL_DTYPE[node.dtype]})"
     return expr
+
+
+def format_op(op, attrs: dict, operands: list[str], compute: torch.dtype, emission: str | None = None) -> str:
+    """``op``'s Triton expression of ``operands`` (expressions already converted as the op needs) with attributes
+    ``attrs``: its ``triton`` emission, or with ``emission`` 'fast' / 'exact' its ``triton_fast`` / ``triton_gpu``
+    one where it has it. The epilogue's and the scans' emitters hold values differently but format ops here."""
+    chosen = {"fast": op.triton_fast, "exact": op.triton_gpu}.get(emission) or op.triton
+    template = chosen(**attrs) if callable(chosen) else chosen
+    if template is None:
+        raise NotImplementedError(f"op {op.name!r} has no Triton emission and no decomposition")
+    return template.format(*operands, **{k: literal(v, compute) if isinstance(v, (int, float)) else v
+                                         for k, v in attrs.items()})
 
 
 def converted(expr: str, node: Node, dtype: str) -> str:

@@ -135,10 +135,15 @@ def select(graph: Graph, output_dtypes: dict, compute: torch.dtype, mode: str) -
     return frozenset(i for i in candidates if i in exact or i in rounded)
 
 
+def exact_forms_active(mode: str, compute: torch.dtype) -> bool:
+    """Whether a computation in ``compute`` under ``mode`` uses the exact GPU forms (the scans ask this too)."""
+    return _active(mode, compute)
+
+
 def exact_nodes(graph: Graph, compute: torch.dtype, mode: str, fast: frozenset) -> frozenset:
     """Indices of the nodes to emit with their exact GPU form (``OpDef.triton_gpu``): every node of an op that has
     one, outside ``fast``, wherever ``mode`` is active."""
-    if not _active(mode, compute):
+    if not exact_forms_active(mode, compute):
         return frozenset()
     return frozenset(i for i, n in enumerate(graph.nodes) if i not in fast and _has(n, "triton_gpu"))
 

@@ -118,9 +118,12 @@ class TracedTensor:
 
     # ---------------------------------------------------------------- Python control flow: refused
     def _no_value(self, what):
+        # a 0-d value is most often a number input the user expected to see as a Python number
+        scalar = ("; a number input is a runtime value too (one kernel serves every value of it), so branch on it "
+                  "before calling evtorch" if not self.dims else "")
         raise TraceControlFlowError(
             f"{what} on a traced tensor: its value is unknown while the epilogue is traced, so Python control "
-            "flow cannot depend on it; use tensor ops such as torch.where(cond, a, b) instead",
+            f"flow cannot depend on it; use tensor ops such as torch.where(cond, a, b) instead{scalar}",
             where=self.tracer.user_frame())
 
     def __bool__(self):

@@ -13,7 +13,7 @@ import operator
 import torch
 
 from ..autodiff.canonical import from_canonical, space, to_canonical
-from ..errors import EpilogueError
+from ..errors import EpilogueError, EpilogueTypeError
 from ..runtime import knobs
 from .dispatch import autocast_dtype, autocast_target
 from .ops import Entry, col_major, gemm_op, register
@@ -75,11 +75,12 @@ def plan_key(fn, a_shape, a_dtype, b_shape, specs, wrt, out_dtype, backend, dete
     return register(signature, build)
 
 
-def prepare(A, B, epilogue=None, /, *, out_dtype=None, backend=None, deterministic=False, allow_tf32=False,
-            outputs=None, config=None, policy="save", **inputs):
+def prepare(A, B, epilogue=None, /, *, as_op=False, out_dtype=None, backend=None, deterministic=False,
+            allow_tf32=False, outputs=None, config=None, policy="save", **inputs):
     """The arguments of ``torch.ops.evtorch.gemm`` for this call and how to unpack its results:
-    ((A, B, tensors, scalars, key), (outputs' (position, dims), number of outputs, returns_tuple, sizes))."""
-    from ..api import _identity, check_backend
+    ((A, B, tensors, scalars, key), (outputs' (position, dims), number of outputs, returns_tuple, sizes)).
+    ``scalars`` only ``as_op`` (the operator's float list); the eager path passes the numbers as given."""
+    from ..api import _identity, check_backend, check_options
     from ..epilogue import Epilogue
     if not isinstance(A, torch.Tensor) or not isinstance(B, torch.Tensor):
         raise EpilogueError(f"A and B must be tensors, got {type(A).__name__} and {type(B).__name__}")
@@ -91,6 +92,7 @@ def prepare(A, B, epilogue=None, /, *, out_dtype=None, backend=None, determinist
         cast_A, cast_B = autocast_target(A.dtype, low), autocast_target(B.dtype, low)
         A = A.to(cast_A) if cast_A is not None else A
         B = B.to(cast_B) if cast_B is not None else B
+    check_options(epilogue, deterministic, allow_tf32, inputs)
     backend = check_backend(A, backend)
     fn = epilogue.fn if isinstance(epilogue, Epilogue) else (epilogue if epilogue is not None else _identity)
     specs = tuple((name, "tensor", _static(v.shape), v.dtype) if isinstance(v, torch.Tensor) else
@@ -107,8 +109,25 @@ def prepare(A, B, epilogue=None, /, *, out_dtype=None, backend=None, determinist
     sizes = {"L": a_shape[0] if batched else 1, "M": a_shape[-2], "N": b_shape[-1]}
     order = space(batched)
     tensors = [to_canonical(inputs[name], binding, order, sizes) for name, binding in keys]
-    scalars = [float(inputs[name]) for name in scalar_names]
+    scalars = [_as_float(name, inputs[name]) for name in scalar_names] if as_op else None
     return (A, B, tensors, scalars, key), (outs, n_outputs, returns_tuple, sizes, order)
+
+
+def _as_float(name: str, value) -> float:
+    """A runtime scalar as the operator's ``float[]`` holds it. An integer float64 cannot hold exactly (beyond
+    2**53) is refused: ``int(float(k))`` would hand the epilogue another number (found 2026-11-29)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        _exact_as_float(name, value)
+    return float(value)
+
+
+@torch.compiler.assume_constant_result  # run, not traced, under torch.compile: the error is raised as it is
+def _exact_as_float(name: str, value: int) -> bool:
+    if abs(value) > 2 ** 53 and int(float(value)) != value:
+        raise EpilogueTypeError(f"input {name!r} is the integer {value}, which torch.ops.evtorch.gemm passes as a "
+                                "float64 scalar, exact only up to 2**53 in magnitude; pass it as a 0-d int64 tensor "
+                                f"(torch.tensor({value}))")
+    return True
 
 
 def fused_gemm(A, B, epilogue=None, /, *, out_dtype=None, backend=None, deterministic=False, allow_tf32=False,
@@ -138,7 +157,7 @@ def fused_gemm(A, B, epilogue=None, /, *, out_dtype=None, backend=None, determin
                                policy=policy)
         return call(A, B, inputs)
     args, (outs, n_outputs, returns_tuple, sizes, order) = prepare(
-        A, B, epilogue, out_dtype=out_dtype, backend=backend, deterministic=deterministic, allow_tf32=allow_tf32,
+        A, B, epilogue, as_op=True, out_dtype=out_dtype, backend=backend, deterministic=deterministic, allow_tf32=allow_tf32,
         outputs=outputs, config=config, policy=policy, **inputs)
     results = gemm_op(*args)
     packed = [None] * n_outputs
@@ -174,7 +193,7 @@ def _eager_call(key, A, B, epilogue, lead, inputs, raw=None, **options):
 def op_arguments(A, B, epilogue=None, /, **options):
     """The arguments ``torch.ops.evtorch.gemm`` is called with for ``evt.gemm(A, B, epilogue, **options)`` (for
     ``torch.library.opcheck`` and inspection)."""
-    return prepare(A, B, epilogue, **options)[0]
+    return prepare(A, B, epilogue, as_op=True, **options)[0]
 
 
 def grad_plan(A, B, epilogue=None, /, **options):

@@ -18,7 +18,7 @@ from typing import Callable
 import torch
 
 from ..errors import EpilogueTypeError, ShapeError
-from ..frontend.signature import epilogue_params
+from ..frontend.signature import check_keywords, epilogue_params
 from ..runtime import knobs
 from .dispatch import autocast_dtype, check_transforms, transforms_active
 
@@ -95,6 +95,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, fn: Callable | None = None, bi
             key = call = None
         if call is None:
             _check(x, weight, bias)
+            _check_inputs(fn, inputs)
             _check_flattening(fn, x, weight, bias, inputs)
             lead = tuple(x.shape[:-1])
             M = math.prod(lead)
@@ -104,6 +105,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, fn: Callable | None = None, bi
                                backend=backend, deterministic=deterministic, allow_tf32=allow_tf32, policy=policy)
         return call(x, weight, inputs)
     _check(x, weight, bias)
+    _check_inputs(fn, inputs)
     _check_flattening(fn, x, weight, bias, inputs)
     lead = tuple(x.shape[:-1])
     A = x.reshape(-1, x.shape[-1])
@@ -137,6 +139,16 @@ def _check(x, weight, bias) -> None:
             raise ShapeError(f"evt.linear: bias has shape {tuple(bias.shape)}; expected (out_features,) = "
                              f"({weight.shape[0]},), weight's first dim (or a shape that broadcasts to the output "
                              f"{out}, as F.linear takes)")
+
+
+def _check_inputs(fn, inputs: dict) -> None:
+    """The keyword inputs against the user's epilogue, in its own names: the GEMM's check would list the bias the
+    wrapper passes (``linear_bias``) among the inputs to give."""
+    if fn is not None:
+        try:
+            check_keywords(fn, {k: v for k, v in inputs.items() if k != BIAS})
+        except EpilogueTypeError as e:
+            raise EpilogueTypeError(f"evt.linear: {e}") from None
 
 
 def _check_flattening(fn, x, weight, bias, inputs) -> None:

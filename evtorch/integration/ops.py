@@ -486,7 +486,8 @@ class EagerCall:
     def __call__(self, A: Tensor, B: Tensor, inputs: dict):
         """The call's results, in the epilogue's return convention (A, B: the caller's tensors, see ``raw``)."""
         tensors = [inputs[name] for name in self.names]
-        scalars = [float(inputs[name]) for name in self.scalar_names] if self.scalar_names else []
+        # as given: ``forward`` / ``run`` convert each by its kind (an int stays exact beyond 2**53)
+        scalars = [inputs[name] for name in self.scalar_names] if self.scalar_names else []
         if self.autograd:
             results = FusedGemm.apply(A, B, scalars, self, *tensors)[:-1]  # less the anchor (FusedGemm.forward)
         else:

@@ -30,6 +30,13 @@ def _adds_exactly(zero: Node, x: Node) -> bool:
     return isinstance(zero.target, float) and math.copysign(1.0, zero.target) < 0
 
 
+def _subtracts_exactly(zero: Node, x: Node) -> bool:
+    """``x - zero == x`` bit for bit: always for integers; for floats only with +0.0 (``-0.0 - -0.0`` is +0.0)."""
+    if not x.dtype.is_floating_point:
+        return True
+    return math.copysign(1.0, zero.target) > 0
+
+
 def _rewrite(n: Node) -> Node | tuple | None:
     """The node ``n`` can be replaced by (an existing node), or ('const', value), or None."""
     if n.op != "compute":
@@ -47,7 +54,7 @@ def _rewrite(n: Node) -> Node | tuple | None:
             return a[0]
         if _is_const(a[0], 0) and same(a[1]) and _adds_exactly(a[0], a[1]):
             return a[1]
-    if t == "sub" and _is_const(a[1], 0) and same(a[0]):
+    if t == "sub" and _is_const(a[1], 0) and same(a[0]) and _subtracts_exactly(a[1], a[0]):
         return a[0]
     if t == "div" and _is_const(a[1], 1) and same(a[0]):
         return a[0]

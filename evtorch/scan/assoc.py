@@ -82,8 +82,8 @@ def combine_source(kind: str) -> str:
 
 
 class AssocEmitter:
-    def __init__(self, body, g: Group):
-        self.body, self.g = body, g
+    def __init__(self, body, g: Group, exact: bool = False):
+        self.body, self.g, self.exact = body, g, exact
         self.cd, self.kind = body.compute_dtype, g.assoc.kind
         self.tlc = E.TL[self.cd]
         self.n = E.row_size(g.shape)
@@ -142,7 +142,7 @@ class AssocEmitter:
             rs = E.row_size(self.body.inputs[i].shape)
             w(f"l{q} = tl.load(x{i} + (rows64 - {lag}){self.rix} * {rs} + o{q}{self.lix}, mask=mask, other=0{hint})")
             self.names[key] = q
-        values = E.emit_graph(w, self.g.assoc.graph, self.leaf, self.cd, "c")
+        values = E.emit_graph(w, self.g.assoc.graph, self.leaf, self.cd, "c", self.exact)
         for c, name in enumerate(self.comps):
             out = next(o for o in self.g.assoc.graph.outputs if o.target == c)
             val = E.as_held(values[id(out.args[0])], self.cd, self.cd, self.tile)
@@ -236,7 +236,7 @@ class AssocEmitter:
             w(f"tl.store(s{self.j}_out + rows64{self.rix} * {n} + lanes{self.lix}, "
               f"y.to(s{self.j}_out.dtype.element_ty), mask=mask{hint})")
         if g.post is not None:
-            pvals = E.emit_graph(w, g.post, self.leaf, self.cd, "v")
+            pvals = E.emit_graph(w, g.post, self.leaf, self.cd, "v", self.exact)
             for out in g.post.outputs:
                 p = out.target
                 val = E.as_held(pvals[id(out.args[0])], body.post_specs[p].dtype, self.cd, self.tile)
@@ -576,7 +576,7 @@ STRATEGIES = ("lookback", "segmented", "packed", "threepass")
 
 
 def render_assoc(body, g: Group, strategy: str = "lookback", l2hint: bool = True, persist: bool = False,
-                 prefetch: bool = False, keep: bool = False):
+                 prefetch: bool = False, keep: bool = False, exact: bool = False):
     """Kernels for one associative group. ``strategy`` is one of STRATEGIES; "lookback/nocarry" and
     "segmented/nocarry" are timing controls (the same kernel without the look-back: wrong results)."""
     from .kernels import Kernel, _io_args, _signature
@@ -585,7 +585,7 @@ def render_assoc(body, g: Group, strategy: str = "lookback", l2hint: bool = True
                                                                                               "segmented")):
         raise ValueError(f"unknown associative scan strategy {strategy!r}; expected one of {STRATEGIES}")
     carry = not control
-    em = AssocEmitter(body, g)
+    em = AssocEmitter(body, g, exact)
     args = _io_args(body, g, em.inputs.values(), lambda s: True) + [("sync",), ("part",)]
     sig = _signature(args, [])
     src = combine_source(em.kind) + "\n\n"

@@ -17,7 +17,7 @@ from ..ir.graph import Graph
 from ..ir.node import Node
 from ..ops import REGISTRY
 from ..ops.registry import BOOL_ONLY, CAST, COMPARE
-from ..codegen.expr import TL_DTYPE as TL, literal  # one spelling of dtypes and constants in generated code
+from ..codegen.expr import TL_DTYPE as TL, format_op, literal  # one spelling of dtypes, constants and ops in generated code
 from . import lanes as LN
 
 HEADER = '''import triton
@@ -58,8 +58,9 @@ def convert(value, compute) -> str:
     return f"{expr}.to({TL[compute]})"
 
 
-def compute_expr(n: Node, operands: list, compute) -> tuple[str, object]:
-    """(expression, held dtype) of compute node ``n`` from operand (expression, held dtype) pairs."""
+def compute_expr(n: Node, operands: list, compute, exact: bool = False) -> tuple[str, object]:
+    """(expression, held dtype) of compute node ``n`` from operand (expression, held dtype) pairs. ``exact``: ops
+    with an exact GPU form (``OpDef.triton_gpu``, the same values in fewer instructions) use it."""
     op = REGISTRY[n.target]
     if op.has(CAST):
         target = n.attrs["dtype"]
@@ -81,16 +82,12 @@ def compute_expr(n: Node, operands: list, compute) -> tuple[str, object]:
         conv = [operands[0][0]] + [convert(v, compute) if floating else v[0] for v in operands[1:]]
     else:
         conv = [convert(v, compute) if floating else v[0] for v in operands]
-    template = op.triton(**n.attrs) if callable(op.triton) else op.triton
-    if template is None:
-        raise NotImplementedError(f"op {op.name!r} has no Triton emission")
-    attrs = {k: literal(v, compute) if isinstance(v, (int, float)) else v for k, v in n.attrs.items()}
-    expr = template.format(*conv, **attrs)
-    return expr, (compute if floating else n.dtype)
+    return format_op(op, n.attrs, conv, compute, "exact" if exact else None), (compute if floating else n.dtype)
 
 
-def emit_graph(w: Writer, graph: Graph, leaf_value, compute, prefix: str) -> dict:
-    """Assign every compute node of ``graph`` to a variable; returns id(node) -> (expression, held dtype)."""
+def emit_graph(w: Writer, graph: Graph, leaf_value, compute, prefix: str, exact: bool = False) -> dict:
+    """Assign every compute node of ``graph`` to a variable; returns id(node) -> (expression, held dtype).
+    ``exact``: the exact GPU forms (``compute_expr``), for a kernel that runs on a GPU."""
     values, count = {}, 0
     for n in graph.nodes:
         if n.op == "input":
@@ -98,7 +95,7 @@ def emit_graph(w: Writer, graph: Graph, leaf_value, compute, prefix: str) -> dic
         elif n.op == "const":
             values[id(n)] = (literal(n.target, compute), "const")
         elif n.op == "compute":
-            expr, dtype = compute_expr(n, [values[id(a)] for a in n.args], compute)
+            expr, dtype = compute_expr(n, [values[id(a)] for a in n.args], compute, exact)
             name = f"{prefix}{count}"
             count += 1
             w(f"{name} = {expr}")

@@ -69,7 +69,7 @@ def _doc(body, g: Group, extra: str = "") -> str:
 
 
 # ---------------------------------------------------------------------------------------------- lanes
-def render_lanes(body, g: Group, depth: int = 4) -> Kernel:
+def render_lanes(body, g: Group, depth: int = 4, exact: bool = False) -> Kernel:
     cd, shape = body.compute_dtype, g.shape
     n_lanes = E.row_size(shape)
     graphs = [gr for gr in (g.update, g.post) if gr is not None]
@@ -132,7 +132,7 @@ def render_lanes(body, g: Group, depth: int = 4) -> Kernel:
                     return (f"{expr}.to({E.TL[cd]})", cd)
                 return (expr, dtype)
 
-            values = E.emit_graph(w, g.update, loaded, cd, "u")
+            values = E.emit_graph(w, g.update, loaded, cd, "u", exact)
             for out in g.update.outputs:
                 j = out.target
                 w(f"n{j} = {E.as_held(values[id(out.args[0])], body.states[j].dtype, cd, '[BLOCK]')}")
@@ -140,7 +140,7 @@ def render_lanes(body, g: Group, depth: int = 4) -> Kernel:
                     w(f"tl.store(s{j}_out + row * {n_lanes} + lanes, n{j}.to(s{j}_out.dtype.element_ty), "
                       "mask=lmask)")
             if g.post is not None:
-                pvals = E.emit_graph(w, g.post, loaded, cd, "v")
+                pvals = E.emit_graph(w, g.post, loaded, cd, "v", exact)
                 for out in g.post.outputs:
                     p = out.target
                     val = E.as_held(pvals[id(out.args[0])], body.post_specs[p].dtype, cd, "[BLOCK]")
@@ -155,7 +155,7 @@ def render_lanes(body, g: Group, depth: int = 4) -> Kernel:
 
 
 # ---------------------------------------------------------------------------------------------- coupled
-def render_coupled(body, g: Group) -> Kernel:
+def render_coupled(body, g: Group, exact: bool = False) -> Kernel:
     cd = body.compute_dtype
     R = max([g.lags[j] for j in g.states] + [1]) + 1
     base, W = {}, 0
@@ -192,18 +192,19 @@ def render_coupled(body, g: Group) -> Kernel:
                 _coupled_block(w, body, sub, body.states[j].shape, base, W, R, cd,
                                store_ws=f"ws + (t % {R}) * {W} + {base[j]}",
                                store_out=f"s{j}_out" if body.post is None else None,
-                               target_dtype=body.states[j].dtype, prefix=f"u{j}_")
+                               target_dtype=body.states[j].dtype, prefix=f"u{j}_", exact=exact)
             w("tl.debug_barrier()")
             if g.post is not None:
                 for out in g.post.outputs:
                     p = out.target
                     sub = Prune({p}).run(g.post.copy())
                     _coupled_block(w, body, sub, body.post_specs[p].shape, base, W, R, cd, store_ws=None,
-                                   store_out=f"p{p}_out", target_dtype=body.post_specs[p].dtype, prefix=f"v{p}_")
+                                   store_out=f"p{p}_out", target_dtype=body.post_specs[p].dtype, prefix=f"v{p}_",
+                                   exact=exact)
     return Kernel("scan_coupled", "coupled", E.HEADER + "\n\n" + w.text(), args, ws_width=W, ws_rows=R)
 
 
-def _coupled_block(w, body, graph, shape, base, W, R, cd, store_ws, store_out, target_dtype, prefix):
+def _coupled_block(w, body, graph, shape, base, W, R, cd, store_ws, store_out, target_dtype, prefix, exact):
     n = E.row_size(shape)
     w(f"for b in range(0, {n}, BLOCK):")
     with w.indent():
@@ -229,7 +230,7 @@ def _coupled_block(w, body, graph, shape, base, W, R, cd, store_ws, store_out, t
         E.emit_lane_index(w, idx, shape)
         for line in lines:
             w(line)
-        values = E.emit_graph(w, graph, lambda leaf: vals[id(leaf)], cd, prefix)
+        values = E.emit_graph(w, graph, lambda leaf: vals[id(leaf)], cd, prefix, exact)
         out = graph.outputs[0]
         w(f"new = {E.as_held(values[id(out.args[0])], target_dtype, cd, '[BLOCK]')}")
         if store_ws is not None:
@@ -238,13 +239,15 @@ def _coupled_block(w, body, graph, shape, base, W, R, cd, store_ws, store_out, t
             w(f"tl.store({store_out} + row * {n} + lanes, new.to({store_out}.dtype.element_ty), mask=lmask)")
 
 
-def render(body, g: Group, **options) -> Kernel:
+def render(body, g: Group, exact: bool = False, **options) -> Kernel:
+    """The group's kernel(s). ``exact``: ops with an exact GPU form (``OpDef.triton_gpu``: tanh's with bare MUFU
+    ops, the same values in fewer instructions) use it; for a GPU's kernels, never the interpreter's."""
     if g.mode == "assoc":
         from .assoc import render_assoc
         hint = options.get("l2hint")
         return render_assoc(body, g, options.get("strategy") or "lookback", True if hint is None else hint,
                             bool(options.get("persist")), bool(options.get("prefetch")),
-                            bool(options.get("keep")))
+                            bool(options.get("keep")), exact)
     if g.mode == "lanes":
-        return render_lanes(body, g, depth=options.get("depth", 4))
-    return render_coupled(body, g)
+        return render_lanes(body, g, depth=options.get("depth", 4), exact=exact)
+    return render_coupled(body, g, exact)

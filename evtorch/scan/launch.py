@@ -18,7 +18,9 @@ from dataclasses import dataclass
 
 import torch
 
+from ..codegen.fastmath import exact_forms_active
 from ..runtime import knobs
+from ..runtime.gemm import fast_math_mode
 from ..runtime.pools import keepable
 from ..ops import REGISTRY
 from ..runtime.source_cache import load_module
@@ -113,16 +115,25 @@ def sync_args(device, size: int, tickets: int):
     return hit[0], base, epoch, done
 
 
-def kernel_for(body, g, config: ScanConfig):
-    """(Kernel, [jit functions in launch order]) for this group and options (rendered and imported once)."""
+def gpu_forms(x: torch.Tensor, compute: torch.dtype) -> bool:
+    """Whether a scan on ``x``'s device uses the ops' exact GPU forms (``OpDef.triton_gpu``): as the GEMM epilogues
+    do (``codegen/fastmath.py``), on an NVIDIA GPU of compute capability >= 7.5 for float32 computations, unless
+    ``EVTORCH_FAST_MATH=never``. The hardware approximations (``triton_fast``) are never used in a scan: a state
+    carries an approximation's error into every later step."""
+    return exact_forms_active(fast_math_mode(x), compute)
+
+
+def kernel_for(body, g, config: ScanConfig, exact: bool = False):
+    """(Kernel, [jit functions in launch order]) for this group and options (rendered and imported once).
+    ``exact``: with the ops' exact GPU forms (``gpu_forms``)."""
     seg = (config.strategy or "").startswith("segmented")
     hint, persist = (config.l2hint, bool(config.persist)) if seg else (None, False)
     keep, pre = (bool(config.keep), bool(config.prefetch)) if seg else (False, False)
-    key = ("kernel", g.mode, config.depth, config.strategy, hint, persist, keep, pre)
+    key = ("kernel", g.mode, config.depth, config.strategy, hint, persist, keep, pre, exact)
     cache = g.__dict__.setdefault("_kernels", {})
     hit = cache.get(key)
     if hit is None:
-        kern = K.render(body, g, depth=config.depth, strategy=config.strategy, l2hint=hint, persist=persist,
+        kern = K.render(body, g, exact, depth=config.depth, strategy=config.strategy, l2hint=hint, persist=persist,
                         keep=keep, prefetch=pre)
         module = load_module(kern.source, f"scan_{kern.mode}_{body.name}")
         for gr in (g.update, g.post):  # user-registered @triton.jit ops the group's kernels call by name
@@ -225,7 +236,7 @@ def run_group(body, g, inits, inputs, outs, posts, T: int, config: ScanConfig):
         return
     device = inits[0].device
     cfg = heuristic(body, g, T, device, config or ScanConfig())
-    kern, fns = kernel_for(body, g, cfg)
+    kern, fns = kernel_for(body, g, cfg, gpu_forms(inits[0], body.compute_dtype))
     tensors = {"x": inputs, "init": inits, "out": outs, "post": posts}
     n = math.prod(g.shape) if g.shape is not None else 0
     extra, tbase, epoch, synced = {}, 0, 1, None
