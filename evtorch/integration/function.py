@@ -157,8 +157,8 @@ def fused_gemm(A, B, epilogue=None, /, *, out_dtype=None, backend=None, determin
                                policy=policy)
         return call(A, B, inputs)
     args, (outs, n_outputs, returns_tuple, sizes, order) = prepare(
-        A, B, epilogue, as_op=True, out_dtype=out_dtype, backend=backend, deterministic=deterministic, allow_tf32=allow_tf32,
-        outputs=outputs, config=config, policy=policy, **inputs)
+        A, B, epilogue, as_op=True, out_dtype=out_dtype, backend=backend, deterministic=deterministic,
+        allow_tf32=allow_tf32, outputs=outputs, config=config, policy=policy, **inputs)
     results = gemm_op(*args)
     packed = [None] * n_outputs
     for (position, dims), value in zip(outs, results):

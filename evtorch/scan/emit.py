@@ -17,7 +17,8 @@ from ..ir.graph import Graph
 from ..ir.node import Node
 from ..ops import REGISTRY
 from ..ops.registry import BOOL_ONLY, CAST, COMPARE
-from ..codegen.expr import TL_DTYPE as TL, format_op, literal  # one spelling of dtypes, constants and ops in generated code
+# one spelling of dtypes, constants and ops in generated code
+from ..codegen.expr import TL_DTYPE as TL, format_op, literal
 from . import lanes as LN
 
 HEADER = '''import triton
