@@ -390,3 +390,21 @@ def test_random_dags_generated_kernels_follow_the_float32_graph(case):
     want = as_tuple(ep32.reference(acc, out_dtype=torch.float32, **case.inputs))
     for i, (g, w) in enumerate(zip(got, want)):
         assert_matches(g, w, dtype=w.dtype, what=f"output {i}")
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("backend", ["reference", "triton"])
+def test_float64_values_in_a_float32_epilogue_compute_in_float64(backend):
+    """``acc.double()`` or a float64 input in a float32 epilogue: eager computes those ops in float64. The triton
+    backend converted every operand to the epilogue's float32 compute dtype, so ``(x.double() + 1e8) - 1e8`` came
+    back as float32's rounding of it, 4 off (found 2026-11-29 by a probe of the scans, which had the same fault)."""
+    torch.manual_seed(0)
+    A, B = torch.randn(33, 7), torch.randn(7, 21)
+    b64 = torch.randn(33, 21, dtype=torch.float64) * 1e8
+
+    def fn(acc, b64):
+        up = (acc.double() + 1e8) - 1e8
+        return up.float(), ((acc + b64) - b64).float(), torch.where(up > acc.double() - 1e-9, up, b64).float()
+    for got, want in zip(evt.gemm(A, B, fn, b64=b64, backend=backend), fn(A @ B, b64)):
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+        assert (got - want).abs().max() < 1e-5  # float32's rounding of the sum would be off by up to 4

@@ -645,3 +645,17 @@ def test_integer_states_of_a_coupled_group_stay_exact():
         assert torch.equal(evt.scan(lambda h, x: h + x, X, backend="triton"), X.cumsum(0))
         Xf = X.double() / 2 ** 40
         evt.scan(lambda h, x: h + h[..., :1] + x, Xf, backend="triton")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_float64_upcast_in_a_float32_body_computes_in_float64(backend):
+    """The kernels hold every value in the body's compute dtype, chosen from the states and inputs: a
+    ``.double()`` inside a float32 body was a no-op on the triton backend (found 2026-11-29); the body's float64
+    values now make the compute dtype float64."""
+    X, Bg = torch.randn(6, 4), torch.full((6, 4), 1e8)
+    fn = lambda h, b, x: torch.tanh(((h.double() + b.double()) - b.double()).float() + x)  # noqa: E731
+    out = evt.scan(fn, Bg, X, init=X[:1], backend=backend)
+    close(out, loop(fn, X[:1], Bg, X))
+    assert get_body(fn, None, [RowSpec("s0", (4,), torch.float32)],
+                    [RowSpec("x0", (4,), torch.float32), RowSpec("x1", (4,), torch.float32)], 1).compute_dtype \
+        == torch.float64

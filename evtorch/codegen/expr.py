@@ -63,6 +63,11 @@ def compute_expr(node: Node, operands: list[str], compute: torch.dtype, emission
     acceptable."""
     op = REGISTRY[node.target]
     args = node.args
+    if compute != torch.float64 and any(v.dtype == torch.float64 for v in (node, *args)):
+        # a float64 value in a float32 epilogue (``acc.double()``, a float64 input): eager computes the op in
+        # float64, which is what its result promises (computed in float32 it lost what the upcast was for, found
+        # 2026-11-29); the GPU-only forms are float32's
+        compute, emission = torch.float64, None
     if op.has(CAST):
         target = node.attrs["dtype"]
         if target == torch.bool:

@@ -59,6 +59,10 @@ class ScanBody:
             outs = ptracer.finish(presult, None, None, "post function")
             self.post_specs = [RowSpec(f"post{p}", tuple(v.shape), v.dtype) for p, v in enumerate(outs)]
             self.post = TR.optimize(ptracer.graph)
+        if any(n.dtype == torch.float64 for gr in (self.update, self.post) if gr is not None for n in gr.nodes):
+            # a float64 value in a float32 body (``h.double()``): the kernels hold every value in the compute dtype,
+            # so the upcast is kept only by computing in float64 (in float32 it was a no-op, found 2026-11-29)
+            self.compute_dtype = torch.float64
         self.groups: list[Group] = plan_groups(self)
 
     @property
