@@ -659,3 +659,32 @@ def test_a_float64_upcast_in_a_float32_body_computes_in_float64(backend):
     assert get_body(fn, None, [RowSpec("s0", (4,), torch.float32)],
                     [RowSpec("x0", (4,), torch.float32), RowSpec("x1", (4,), torch.float32)], 1).compute_dtype \
         == torch.float64
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_post_outputs_place_the_scan_dim_as_the_inputs_do(backend):
+    """A post output with fewer dims than the inputs: ``dim=1`` and ``dim=-2`` of a 3-d input gave transposed
+    results, since a negative dim was counted on the post output's rank (found 2026-11-29). Counted on the inputs'
+    rank, clamped to the output's last dim."""
+    X = torch.randn(4, 5, 3)
+    for d in (1, -2):
+        close(evt.scan(lambda h, x: h + x, X, dim=d, post=lambda h, x: h[:, 0], backend=backend),
+              X.cumsum(1)[:, :, 0])
+    Y = torch.randn(4, 3, 5)
+    for d in (2, -1):
+        close(evt.scan(lambda h, x: h + x, Y, dim=d, post=lambda h, x: h[:, 0], backend=backend),
+              Y.cumsum(2)[:, 0, :])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_post_outputs_never_alias_the_inputs(backend):
+    """``post=lambda h, x: x`` on the reference backend returned the caller's input itself, so writing to the
+    result wrote to the input (found 2026-11-29); a broadcast row came back with stride 0."""
+    X = torch.randn(5, 3)
+    X0 = X.clone()
+    P = evt.scan(lambda h, x: h + x, X, post=lambda h, x: x, backend=backend)
+    P.add_(100.0)
+    assert torch.equal(X, X0)
+    Q = evt.scan(lambda h, x: h + x, X, post=lambda h, x: x[..., :1].expand(3), backend=backend)
+    assert 0 not in Q.stride()
+    close(Q, X[:, :1].expand(5, 3))

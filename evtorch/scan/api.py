@@ -99,7 +99,9 @@ def scan(body: Callable, *inputs: torch.Tensor, init=None, dim: int = 0, post: C
         init: the first k steps of the state(s): a tensor (one state) or a tuple of tensors (several), each
             with leading extent k >= 1 along ``dim``. Default: ``inputs[0]``'s first step (one state).
         dim: the scan dim, for inputs, init and results alike.
-        post: optional ``post(*states, *inputs) -> outputs``: returned instead of the states, per step.
+        post: optional ``post(*states, *inputs) -> outputs``: returned instead of the states, per step. Their
+            scan dim is the inputs' (``dim`` counted on the inputs' rank), or their last dim where they have
+            fewer.
         backend: "triton" (generated kernels; default on CUDA, on CPU through TRITON_INTERPRET=1) or
             "reference" (a loop over time with torch ops; default on CPU).
         config: a ``ScanConfig`` overriding the launch heuristics.
@@ -211,7 +213,11 @@ def scan(body: Callable, *inputs: torch.Tensor, init=None, dim: int = 0, post: C
         results = runner(traced, inits, xs, T)
 
     if post is not None:
-        outs = [r.movedim(0, dim % r.dim()) if r.dim() > 0 else r for r in results]
+        # the time dim at the inputs' position of it (counted on their rank: dim=-2 and dim=1 of a 3-d input
+        # place it alike, which counting on a post output's own rank did not, found 2026-11-29), or last where a
+        # post output has fewer dims
+        d = dim % (inputs[0] if inputs else init_list[0]).dim()
+        outs = [r.movedim(0, min(d, r.dim() - 1)) if r.dim() > 0 else r for r in results]
         return tuple(outs) if traced.post_returns_tuple else outs[0]
     outs = [r.movedim(0, d) for r, d in zip(results, out_dims)]
     return tuple(outs) if init_tuple else outs[0]

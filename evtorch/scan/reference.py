@@ -112,4 +112,16 @@ def run_post(body, states_full: list[torch.Tensor], inputs: list[torch.Tensor], 
 
     values = evaluate(body.post, read, body.compute_dtype, t1 - t0)
     device = (states_full + inputs)[0].device
-    return [as_rows(values[p], t1 - t0, spec.shape, spec.dtype, device) for p, spec in enumerate(body.post_specs)]
+    return [_owned(as_rows(values[p], t1 - t0, spec.shape, spec.dtype, device), inputs)
+            for p, spec in enumerate(body.post_specs)]
+
+
+def _owned(v: torch.Tensor, inputs: list[torch.Tensor]) -> torch.Tensor:
+    """``v`` as a tensor of its own: a copy where it is a view of an input (``post=lambda h, x: x`` handed the
+    caller's input back, so writing to the result wrote to it, found 2026-11-29) or repeats elements (a broadcast
+    row, stride 0), as the kernels' results never are."""
+    ptr = v.untyped_storage().data_ptr()
+    if any(st == 0 and n > 1 for st, n in zip(v.stride(), v.shape)) or \
+            any(x.untyped_storage().data_ptr() == ptr for x in inputs):
+        return v.clone(memory_format=torch.contiguous_format)
+    return v
