@@ -207,7 +207,16 @@ def scan(body: Callable, *inputs: torch.Tensor, init=None, dim: int = 0, post: C
     runner = _Runner(backend, config)
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in inits + xs)
     if needs_grad:
-        plain = traced if post is None else get_body(body, None, states, specs, k)
+        if post is None:
+            plain = traced
+        else:
+            # post reads the states as the kernels hold them, in the compute dtype: a 16-bit state's history is
+            # kept at that precision for it (post on the rounded history made the result depend on requires_grad,
+            # found 2026-11-29)
+            held = [RowSpec(s.name, s.shape, traced.compute_dtype) if s.dtype in (torch.float16, torch.bfloat16)
+                    else s for s in states]
+            inits = [t.to(h.dtype) for t, h in zip(inits, held)]
+            plain = get_body(body, None, held, specs, k)
         results = differentiable(traced, plain, inits, xs, T, runner)
     else:
         results = runner(traced, inits, xs, T)
