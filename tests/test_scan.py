@@ -532,7 +532,8 @@ def test_sync_buffer_reused_without_clearing(monkeypatch):
 
 def test_sync_buffer_replaced_before_int32_overflow(monkeypatch):
     """A buffer whose ticket count or epoch flag would pass int32 is replaced by a fresh zeroed one; results
-    stay right up to the limits and after, and a launch that raises takes no tickets."""
+    stay right up to the limits and after; a launch that raises drops the buffer (the interpreter's programs
+    take tickets until one raises: every later look-back scan waited forever, found 2026-11-29)."""
     from evtorch.scan import launch
     monkeypatch.setattr(launch, "_SYNC", {})
     T, n, cfg, nflags, tickets = SYNC_CASES[1]
@@ -567,7 +568,21 @@ def test_sync_buffer_replaced_before_int32_overflow(monkeypatch):
     monkeypatch.setattr(launch, "kernel_for", lambda body, g, c, exact=False: (real(body, g, c, exact)[0], [Failing()]))
     with pytest.raises(RuntimeError, match="launch failed"):
         evt.scan(fn, X, backend="triton", config=cfg)
-    assert list(_sync()[1:]) == before
+    assert (torch.device("cpu"), None) not in launch._SYNC and before[0] > 0
+    monkeypatch.setattr(launch, "kernel_for", real)
+    close(evt.scan(fn, X, backend="triton", config=cfg), X.cumsum(0))
+    assert list(_sync()[1:]) == [tickets, 1]
+
+
+def test_scan_config_fields_are_checked():
+    """A non-power-of-two tile failed inside Triton after a look-back program took its ticket (and hung every later
+    look-back scan); depth=0 generated a kernel that did not parse (found 2026-11-29)."""
+    for kw in (dict(block_n=3), dict(block_t=6), dict(window=3), dict(num_warps=0), dict(sub=5)):
+        with pytest.raises(evt.EpilogueError, match=rf"ScanConfig.{next(iter(kw))}=.*power of two"):
+            ScanConfig(**kw)
+    for kw in (dict(depth=0), dict(seg=-1), dict(persist=-1), dict(block_n=2.0)):
+        with pytest.raises(evt.EpilogueError, match=rf"ScanConfig.{next(iter(kw))}="):
+            ScanConfig(**kw)
 
 def test_bool_state_plus_bool_is_a_logical_or():
     """A bool state updated with ``p + x`` is torch's logical or (a running "any"), not a 1-bit add that wraps."""
@@ -705,3 +720,16 @@ def test_a_16bit_states_post_does_not_depend_on_requires_grad(backend):
     A3 = A.float().requires_grad_()
     want, = torch.autograd.grad(post(loop(body, X[:1].float(), A3, X.float()), None, None).sum(), A3)
     close(g.float(), want, tol=2e-2)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_torch_func_grad_differentiates_step_by_step(backend):
+    """torch.func.grad met torch's "must override the setup_context staticmethod" from the parallel backward's
+    autograd.Function (found 2026-11-29); under it the scan differentiates through the reference executor."""
+    X, A = torch.randn(9, 4, dtype=torch.float64), torch.rand(9, 4, dtype=torch.float64)
+
+    def f(A):
+        return evt.scan(lambda h, a, x: torch.tanh(a * h + x), A, X, init=X[:1], backend=backend).sum()
+    A2 = A.clone().requires_grad_()
+    want, = torch.autograd.grad(f(A2), A2)
+    torch.testing.assert_close(torch.func.grad(f)(A), want)

@@ -61,6 +61,13 @@ def transforms_active() -> bool:
     return getattr(_fwad, "_current_level", -1) >= 0 or _peek_transform() is not None or torch._C._is_tracing()
 
 
+def func_grad_active() -> bool:
+    """Whether the innermost torch.func transform is grad / vjp / jacrev (whose autograd.Functions need a
+    ``setup_context``; evt.scan then differentiates through its step-by-step torch ops instead)."""
+    top = _peek_transform()
+    return top is not None and top.key() == _Transform.Grad
+
+
 def check_transforms(what: str, tensors, backend: str | None, vmap_on_reference: bool = False,
                      grad: bool = True) -> None:
     """Refuse the transforms a call cannot honour with a clear error, instead of a crash inside torch or, worse,

@@ -20,7 +20,7 @@ import torch
 
 from ..errors import EpilogueError, EpilogueTypeError
 from ..frontend.signature import check_dense
-from ..integration.dispatch import check_transforms, transforms_active
+from ..integration.dispatch import check_transforms, func_grad_active, transforms_active
 from .autograd import differentiable
 from .body import RowSpec, ScanBody
 from .errors import ScanError, ScanShapeError
@@ -217,7 +217,7 @@ def scan(body: Callable, *inputs: torch.Tensor, init=None, dim: int = 0, post: C
                     else s for s in states]
             inits = [t.to(h.dtype) for t, h in zip(inits, held)]
             plain = get_body(body, None, held, specs, k)
-        results = differentiable(traced, plain, inits, xs, T, runner)
+        results = differentiable(traced, plain, inits, xs, T, runner, step_by_step=func_grad_active())
     else:
         results = runner(traced, inits, xs, T)
 

@@ -103,9 +103,11 @@ def _adjoint_step(lam, d, g):
     return d * lam + g
 
 
-def differentiable(body, body_nopost, inits, inputs, T, run) -> list:
-    """Results of a scan whose inputs require grad."""
-    if parallel_backward_ok(body_nopost):
+def differentiable(body, body_nopost, inits, inputs, T, run, step_by_step: bool = False) -> list:
+    """Results of a scan whose inputs require grad. ``step_by_step``: through the reference executor's torch ops
+    whatever the recurrence (under torch.func.grad / vjp / jacrev, which cannot run ``_ScanFunction``: it has no
+    ``setup_context``; torch's own error said so before, found 2026-11-29)."""
+    if parallel_backward_ok(body_nopost) and not step_by_step:
         y = _ScanFunction.apply(body_nopost, run, T, inits[0], *inputs)
         if body.post is None:
             return [y]

@@ -25,6 +25,7 @@ from ..runtime.pools import keepable
 from ..ops import REGISTRY
 from ..runtime.source_cache import load_module
 from . import kernels as K
+from .errors import ScanError
 from .assoc import packed_ok
 from .plan import leaves, state_of
 from .reference import held_dtype, run_post, run_reference
@@ -68,6 +69,20 @@ class ScanConfig:
     keep: bool | None = None
     prefetch: bool | None = None
 
+    def __post_init__(self):
+        """Fields a kernel cannot take are named here: a non-power-of-two tile failed inside Triton (``arange's
+        range must be a power of 2``) after a look-back program had taken its ticket, and ``depth=0`` generated a
+        kernel that did not parse (found 2026-11-29)."""
+        for name in ("block_t", "block_n", "num_warps", "window", "sub"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1 or v & (v - 1)):
+                raise ScanError(f"ScanConfig.{name}={v!r}: expected a power of two (1, 2, 4, ...) or None")
+        for name, low in (("depth", 1), ("seg", 1), ("persist", 0), ("maxnreg", 1)):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < low):
+                raise ScanError(f"ScanConfig.{name}={v!r}: expected an integer >= {low}"
+                                + ("" if name == "depth" else " or None"))
+
 
 def _np2(x: int) -> int:
     return 1 << max(0, math.ceil(math.log2(max(1, x))))
@@ -92,8 +107,9 @@ def sync_args(device, size: int, tickets: int):
     stream): launches on one stream run in order, so the host knows how many tickets earlier launches took
     and which epoch their flags carry. A buffer too small, or whose ticket count or epoch would pass int32,
     is replaced by a fresh ``torch.zeros`` (the next power of two; dropping the old one is stream-safe: the
-    caching allocator reuses it only for work queued after it on that stream). A launch that raises before
-    ``done()`` took no tickets (Triton raises before queuing). While a CUDA graph is captured, a fresh
+    caching allocator reuses it only for work queued after it on that stream). A launch that raises drops the
+    buffer (``drop_sync``): on a GPU Triton raises before queuing, but the interpreter runs programs, each taking
+    a ticket, until one raises. While a CUDA graph is captured, a fresh
     zeroed buffer per call with TBASE 0 and EPOCH 1: the captured memset resets it at every replay (the host
     cannot count replays), and no cached buffer's address is baked into a graph, where freeing it on a later
     replacement would leave the graph writing to freed memory. Likewise, uncached, a buffer that came from a
@@ -121,6 +137,12 @@ def gpu_forms(x: torch.Tensor, compute: torch.dtype) -> bool:
     ``EVTORCH_FAST_MATH=never``. The hardware approximations (``triton_fast``) are never used in a scan: a state
     carries an approximation's error into every later step."""
     return exact_forms_active(fast_math_mode(x), compute)
+
+
+def drop_sync(device) -> None:
+    """Forget the cached sync buffer of ``device``'s current stream (``sync_args``)."""
+    cuda = device.type == "cuda"
+    _SYNC.pop((device, torch.cuda.current_stream(device).stream_id if cuda else None), None)
 
 
 def kernel_for(body, g, config: ScanConfig, exact: bool = False):
@@ -261,28 +283,40 @@ def run_group(body, g, inits, inputs, outs, posts, T: int, config: ScanConfig):
     elif kern.mode == "coupled":
         extra["ws"] = torch.empty(kern.ws_rows * kern.ws_width, dtype=body.compute_dtype, device=device)
     args = [tensors[a[0]][a[1]] if a[0] in tensors else extra[a[0]] for a in kern.args]
-    opts = {"num_warps": cfg.num_warps}
-    if kern.mode == "assoc" and cfg.maxnreg:
-        opts["maxnreg"] = cfg.maxnreg
-    if kern.mode == "assoc" and kern.strategy == "segmented":
-        fns[0][(grid,)](*args, T, k, tbase, epoch, BLOCK_T=cfg.block_t, BLOCK_N=cfg.block_n, LB=cfg.window,
-                        SEG=cfg.seg, **opts)
-    elif kern.mode == "assoc" and kern.strategy in ("lookback", "packed"):
-        fns[0][(ntiles * nchunks,)](*args, T, k, tbase, epoch, BLOCK_T=cfg.block_t, BLOCK_N=cfg.block_n,
-                                    LB=cfg.window, NSUB=cfg.sub, **opts)
-    elif kern.mode == "assoc":
-        reduce_, carry, apply_ = fns
-        reduce_[(ntiles * nseg,)](*args, T, k, BLOCK_T=cfg.block_t, BLOCK_N=cfg.block_n, SEG=cfg.seg,
-                                  num_warps=cfg.num_warps)
-        cbn = min(_np2(n), 128 if device.type == "cuda" else 32)  # lanes per program; 8 segments at a time
-        carry[(math.ceil(n / cbn),)](*args, T, k, BLOCK_T=min(8, _np2(nseg)), BLOCK_N=cbn, SEG=cfg.seg,
-                                     num_warps=max(1, cbn // 128))
-        apply_[(ntiles * nseg,)](*args, T, k, BLOCK_T=cfg.block_t, BLOCK_N=cfg.block_n, SEG=cfg.seg,
-                                 num_warps=cfg.num_warps)
-    elif kern.mode == "lanes":
-        fns[0][(math.ceil(n / cfg.block_n),)](*args, T, k, BLOCK=cfg.block_n, num_warps=cfg.num_warps)
-    else:
-        fns[0][(1,)](*args, T, k, BLOCK=cfg.block_n, num_warps=cfg.num_warps)
+
+    def launch():
+        opts = {"num_warps": cfg.num_warps}
+        if kern.mode == "assoc" and cfg.maxnreg:
+            opts["maxnreg"] = cfg.maxnreg
+        if kern.mode == "assoc" and kern.strategy == "segmented":
+            fns[0][(grid,)](*args, T, k, tbase, epoch, BLOCK_T=cfg.block_t, BLOCK_N=cfg.block_n, LB=cfg.window,
+                            SEG=cfg.seg, **opts)
+        elif kern.mode == "assoc" and kern.strategy in ("lookback", "packed"):
+            fns[0][(ntiles * nchunks,)](*args, T, k, tbase, epoch, BLOCK_T=cfg.block_t, BLOCK_N=cfg.block_n,
+                                        LB=cfg.window, NSUB=cfg.sub, **opts)
+        elif kern.mode == "assoc":
+            reduce_, carry, apply_ = fns
+            reduce_[(ntiles * nseg,)](*args, T, k, BLOCK_T=cfg.block_t, BLOCK_N=cfg.block_n, SEG=cfg.seg,
+                                      num_warps=cfg.num_warps)
+            cbn = min(_np2(n), 128 if device.type == "cuda" else 32)  # lanes per program; 8 segments at a time
+            carry[(math.ceil(n / cbn),)](*args, T, k, BLOCK_T=min(8, _np2(nseg)), BLOCK_N=cbn, SEG=cfg.seg,
+                                         num_warps=max(1, cbn // 128))
+            apply_[(ntiles * nseg,)](*args, T, k, BLOCK_T=cfg.block_t, BLOCK_N=cfg.block_n, SEG=cfg.seg,
+                                     num_warps=cfg.num_warps)
+        elif kern.mode == "lanes":
+            fns[0][(math.ceil(n / cfg.block_n),)](*args, T, k, BLOCK=cfg.block_n, num_warps=cfg.num_warps)
+        else:
+            fns[0][(1,)](*args, T, k, BLOCK=cfg.block_n, num_warps=cfg.num_warps)
+
+    try:
+        launch()
+    except BaseException:
+        if synced is not None:
+            # how many tickets a failed launch took is unknown (the interpreter runs programs, each taking one,
+            # until one raises; a later launch then waited for flags no program would publish): the next
+            # look-back launch on this stream starts on a fresh zeroed buffer
+            drop_sync(device)
+        raise
     if synced is not None:
         synced()
 
