@@ -507,3 +507,16 @@ def test_branching_on_a_number_input_says_numbers_are_runtime_values():
     with pytest.raises(TraceControlFlowError) as info:  # a tile value: no such hint
         evt.gemm(torch.randn(2, 3), torch.randn(3, 4), lambda acc: acc if acc > 0 else -acc)
     assert "number input" not in str(info.value)
+
+
+def test_max_and_min_methods_of_a_tensor_are_elementwise_as_in_eager():
+    """``x.max(other)`` is torch.maximum in eager; it was refused with a hint to amax (found 2026-11-29). The
+    one-tensor spellings, which return indices, stay refused; suggestions never name operator dunders."""
+    C = torch.randn(A.shape[0], B.shape[1])
+    for fn in (lambda acc, C: acc.max(C), lambda acc, C: acc.min(C * 2.0)):
+        assert torch.equal(evt.gemm(A, B, fn, C=C), fn(A @ B, C))
+    with pytest.raises(UnsupportedOpError, match=r"use torch\.amax"):
+        evt.gemm(A, B, lambda acc: acc.max())
+    with pytest.raises(UnsupportedOpError) as e:
+        evt.gemm(A, B, lambda acc: torch.rand_like(acc))
+    assert "__" not in str(e.value)

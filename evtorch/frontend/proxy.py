@@ -104,10 +104,21 @@ class TracedTensor:
                                 f"computed once into registers; use the out-of-place .{name[:-1]}()",
                                 where=tracer.user_frame())
         op = tracer.registry.by_method.get(name)
+        if op is None and name in ("max", "min"):
+            return lambda *a, **k: self._max_min(name, a, k)
         if op is None:
             raise UnsupportedOpError(f"Tensor method .{name}() is not supported in an epilogue"
                                      f"{tracer.registry.suggest(name)}", where=tracer.user_frame())
         return lambda *a, **k: tracer.call_op(op, op.method_args(self, a), k, spelled=f".{name}()")
+
+    def _max_min(self, name: str, args, kwargs):
+        """``x.max(other)`` is torch.maximum, as in eager (an elementwise maximum was refused with a hint to amax,
+        found 2026-11-29); ``x.max()`` / ``x.max(dim)`` return indices too and stay refused."""
+        if len(args) == 1 and not kwargs and isinstance(args[0], (TracedTensor, torch.Tensor)):
+            op = self.tracer.registry[name + "imum"]
+            return self.tracer.call_op(op, (self, args[0]), {}, spelled=f".{name}()")
+        raise UnsupportedOpError(f"Tensor method .{name}() is not supported in an epilogue"
+                                 f"{self.tracer.registry.suggest(name)}", where=self.tracer.user_frame())
 
     def __getitem__(self, index):
         return self.tracer.getitem(self, index)

@@ -118,7 +118,8 @@ class Registry:
 
     def suggest(self, name: str) -> str:
         """A hint listing close supported names (for 'unsupported op' errors)."""
-        names = set(self.ops) | set(self.by_method) | {_fn_name(f) for f in self.by_torch_fn}
+        names = {n for n in set(self.ops) | set(self.by_method) | {_fn_name(f) for f in self.by_torch_fn}
+                 if not n.startswith("_")}  # operators' dunders are no spelling to suggest (rand_like: __and__)
         short = name.rsplit(".", 1)[-1]
         if short in ("max", "min"):  # the spelling that is refused here returns (values, indices) with a dim
             return f"; use torch.a{short}(x, dim) for the values (x.{short}(dim) also returns indices)"
