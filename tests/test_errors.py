@@ -520,3 +520,13 @@ def test_max_and_min_methods_of_a_tensor_are_elementwise_as_in_eager():
     with pytest.raises(UnsupportedOpError) as e:
         evt.gemm(A, B, lambda acc: torch.rand_like(acc))
     assert "__" not in str(e.value)
+
+
+def test_mean_of_an_integer_value_is_refused_like_eager():
+    """torch.mean of an integer tensor raises ("could not infer output dtype"); the epilogue ran where its eager
+    self does not (found 2026-11-29). With dtype= it runs, as in eager; logsumexp of integers is eager's float."""
+    I = torch.randint(0, 5, (A.shape[0], B.shape[1]))
+    with pytest.raises(EpilogueTypeError, match=r"mean\(\) of a torch.int64 value.*x.float\(\).mean"):
+        evt.gemm(A, B, lambda acc, I: (acc, I.mean(1)), I=I)
+    for fn in (lambda acc, I: I.mean(1, dtype=torch.float32), lambda acc, I: torch.logsumexp(I * 1, 1)):
+        torch.testing.assert_close(evt.gemm(A, B, fn, I=I), fn(A @ B, I))

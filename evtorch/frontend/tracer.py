@@ -629,6 +629,11 @@ class Tracer:
             raise self._err(EpilogueTypeError, f"{what} needs a traced tensor, got {type(x).__name__}")
         if dtype is not None and dtype not in FLOAT_DTYPES:
             raise self._err(EpilogueTypeError, f"{what}: dtype={dtype} is not supported; reductions produce float32")
+        if op.name == "mean" and dtype is None and not x.dtype.is_floating_point:
+            # eager refuses these of integers ("could not infer output dtype"); a traced epilogue must not run
+            # where its eager self does not (found 2026-11-29)
+            raise self._err(EpilogueTypeError, f"{what} of a {x.dtype} value: torch takes the {op.name} of floating "
+                                               f"values only; cast first, e.g. x.float().{op.name}(...)")
         x = self.bind_to_acc(x, what)
         rank = x.ndim
         if dim is None or (isinstance(dim, (tuple, list)) and len(dim) == 0):
