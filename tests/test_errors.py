@@ -391,6 +391,8 @@ def test_linear_bias_shape_and_dtypes_are_named_in_linear_terms():
         torch.testing.assert_close(evt.linear(x, W, None, ok), torch.nn.functional.linear(x, W, ok))
     with pytest.raises(EpilogueTypeError, match=r"x is torch.float32 and weight torch.float16.*same dtype"):
         evt.linear(x, W.half())
+    with pytest.raises(EpilogueTypeError, match=r"bias is torch.float64 and weight torch.float32.*same dtype"):
+        evt.linear(x, W, None, torch.randn(6, dtype=torch.float64))  # F.linear refuses it; it ran before
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert evt.linear(x, W.to(torch.bfloat16), torch.relu).dtype == torch.bfloat16
 
@@ -530,3 +532,12 @@ def test_mean_of_an_integer_value_is_refused_like_eager():
         evt.gemm(A, B, lambda acc, I: (acc, I.mean(1)), I=I)
     for fn in (lambda acc, I: I.mean(1, dtype=torch.float32), lambda acc, I: torch.logsumexp(I * 1, 1)):
         torch.testing.assert_close(evt.gemm(A, B, fn, I=I), fn(A @ B, I))
+
+
+def test_numpy_numbers_and_captured_defaults_are_named():
+    np = pytest.importorskip("numpy")
+    with pytest.raises(EpilogueTypeError, match=r"'s' is a numpy.float32.*pass s=float\(\.\.\.\)"):
+        evt.gemm(A, B, lambda acc, s: acc * s, s=np.float32(2))
+    bias = torch.randn(B.shape[1])
+    with pytest.raises(EpilogueTypeError, match="a parameter's default"):
+        evt.gemm(A, B, lambda acc, b=bias: torch.add(acc, b))

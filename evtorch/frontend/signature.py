@@ -102,5 +102,9 @@ def input_spec(name: str, value) -> InputSpec:
             raise EpilogueTypeError(f"input {name!r} has dtype {dtype}, which is not supported; expected a float "
                                     "(float16, bfloat16, float32, float64), integer or bool tensor")
         return InputSpec(name, "tensor", tuple(value.shape), dtype)
-    raise EpilogueTypeError(f"input {name!r} is a {type(value).__name__}; expected a tensor, an evt.spec(...) "
-                            "placeholder or a Python number")
+    kind = type(value).__name__ if type(value).__module__ == "builtins" else \
+        f"{type(value).__module__}.{type(value).__qualname__}"
+    hint = f" (a NumPy number: pass {name}={'float' if 'float' in kind else 'int'}(...))" \
+        if type(value).__module__ == "numpy" else ""
+    raise EpilogueTypeError(f"input {name!r} is a {kind}; expected a tensor, an evt.spec(...) placeholder or a "
+                            f"Python number{hint}")

@@ -162,7 +162,8 @@ class Tracer:
             if isinstance(a, torch.Tensor):
                 raise self._err(EpilogueTypeError,
                                 f"{name}() got a real tensor of shape {tuple(a.shape)} captured from outside the "
-                                "epilogue; pass every tensor as a keyword input so evtorch can load it")
+                                "epilogue (a global, a closure variable or a parameter's default); pass every "
+                                "tensor as a keyword input so evtorch can load it")
 
     def call_op(self, op: OpDef, args, kwargs, spelled=None) -> TracedTensor:
         spelled = spelled or op.name

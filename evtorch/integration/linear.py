@@ -130,6 +130,10 @@ def _check(x, weight, bias) -> None:
     if bias is not None:
         if not isinstance(bias, torch.Tensor):
             raise EpilogueTypeError(f"evt.linear: bias must be a tensor or None, got {type(bias).__name__}")
+        if bias.dtype != weight.dtype and autocast_dtype(x.device.type) is None:
+            # F.linear refuses it; the fused call ran and returned weight's dtype (found 2026-11-29)
+            raise EpilogueTypeError(f"evt.linear: bias is {bias.dtype} and weight {weight.dtype}; they must have the "
+                                    f"same dtype, as in F.linear (cast one, e.g. bias.to({weight.dtype}))")
         out = (*x.shape[:-1], weight.shape[0])
         try:
             fits = tuple(torch.broadcast_shapes(bias.shape, out)) == out
