@@ -570,3 +570,18 @@ def test_clamp_nan_bounds_and_log1p_of_inf(dtype):
 
     for i, (g, w) in enumerate(zip(*_edge_gemm(fn, dtype, lo=lo, s=math.nan))):
         torch.testing.assert_close(g, w, equal_nan=True, rtol=1e-6, atol=0, msg=lambda m, i=i: f"output {i}: {m}")
+
+
+@pytest.mark.interpreter
+def test_float64_and_bfloat16_convert_exactly_in_the_interpreter():
+    """Triton 3.9's interpreter converted float64 <-> bfloat16 between float values and bfloat16's uint16 bit
+    patterns (NaN out of a float64 GEMM stored as bfloat16, found 2026-11-29); ``runtime.interpreter_fixes``
+    converts them as torch does, bit for bit against eager."""
+    torch.manual_seed(0)
+    A, B = torch.randn(9, 5, dtype=torch.float64), torch.randn(5, 7, dtype=torch.float64)
+    assert torch.equal(evt.gemm(A, B, lambda acc: acc, out_dtype=torch.bfloat16, backend="triton"),
+                       (A @ B).bfloat16())
+    A32, B32, C = A.float(), B.float(), torch.randn(9, 7).bfloat16()
+    got = evt.gemm(A32, B32, lambda acc, C: (acc.double().bfloat16(), C.double() + 1e-3), C=C, backend="triton")
+    want = ((A32 @ B32).double().bfloat16(), C.double() + 1e-3)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1].float())

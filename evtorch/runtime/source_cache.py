@@ -21,7 +21,7 @@ import threading
 from pathlib import Path
 from types import ModuleType
 
-from evtorch.runtime import knobs
+from evtorch.runtime import interpreter_fixes, knobs
 
 _MODULE_PREFIX = "evtorch_generated"
 _lock = threading.Lock()
@@ -138,6 +138,8 @@ def load_module(source: str, name_hint: str) -> ModuleType:
         cached = _modules.get(digest)
         if cached is not None:
             return cached
+        if knobs.interpreter_active():  # every generated kernel is imported here first
+            interpreter_fixes.apply()
         path = _place(kernel_path(source, name_hint), source)
         module_name = f"{_MODULE_PREFIX}_{path.stem}"
         spec = importlib.util.spec_from_file_location(module_name, path)

@@ -1,0 +1,45 @@
+"""Corrections to Triton's CPU interpreter that the generated kernels need, applied once when it runs them.
+
+Triton 3.9's interpreter converts between bfloat16 and float64 wrongly: it holds bfloat16 as uint16 bit patterns
+and converts float64 <-> bfloat16 with numpy's ``astype``, i.e. between float values and those integers (a
+float64 epilogue value stored to a bfloat16 output came back NaN, found 2026-11-29; float32 <-> bfloat16 and
+float16 <-> bfloat16 are right). The GPU compiles the casts correctly, so only the interpreter is corrected, and
+only these two conversions, through torch's (correctly rounded, as eager's ``x.to(torch.bfloat16)``). Where the
+interpreter's classes are not as expected (another Triton), nothing is changed.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+_applied = False
+
+
+def apply() -> None:
+    """Install the corrections (idempotent)."""
+    global _applied
+    if _applied:
+        return
+    _applied = True
+    try:
+        import triton.language as tl
+        from triton.runtime import interpreter
+    except ImportError:  # pragma: no cover - no interpreter in this Triton
+        return
+    builder = getattr(interpreter, "InterpreterBuilder", None)
+    handle = getattr(interpreter, "TensorHandle", None)
+    cast_impl = getattr(builder, "cast_impl", None)
+    if builder is None or handle is None or cast_impl is None:  # pragma: no cover - another interpreter
+        return
+
+    def fixed_cast_impl(self, src, dst_type):
+        pair = (src.dtype.scalar, dst_type.scalar)
+        if pair == (tl.float64, tl.bfloat16):
+            data = torch.from_numpy(np.ascontiguousarray(src.data)).to(torch.bfloat16).view(torch.uint16).numpy()
+            return handle(data, tl.bfloat16)
+        if pair == (tl.bfloat16, tl.float64):
+            bits = torch.from_numpy(np.ascontiguousarray(src.data).view(np.int16))
+            return handle(bits.view(torch.bfloat16).to(torch.float64).numpy(), tl.float64)
+        return cast_impl(self, src, dst_type)
+
+    builder.cast_impl = fixed_cast_impl
