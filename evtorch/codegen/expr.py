@@ -51,7 +51,10 @@ def _float32_exact(value: float) -> bool:
 
 
 def _convert(expr: str, node: Node, compute: torch.dtype) -> str:
-    if node.op == "const" or node.dtype == compute:
+    if node.op == "const":  # a number takes the op's compute dtype, as eager's scalars do (0.1 rounded to float32
+        # for a float32 op in a float64 epilogue, whose own constants are float64 scalars)
+        return literal(node.target, compute) if isinstance(node.target, float) else expr
+    if node.dtype == compute:
         return expr
     return f"{expr}.to({TL_DTYPE[compute]})"
 
@@ -63,11 +66,9 @@ def compute_expr(node: Node, operands: list[str], compute: torch.dtype, emission
     acceptable."""
     op = REGISTRY[node.target]
     args = node.args
-    if compute != torch.float64 and any(v.dtype == torch.float64 for v in (node, *args)):
-        # a float64 value in a float32 epilogue (``acc.double()``, a float64 input): eager computes the op in
-        # float64, which is what its result promises (computed in float32 it lost what the upcast was for, found
-        # 2026-11-29); the GPU-only forms are float32's
-        compute, emission = torch.float64, None
+    compute = op_compute_dtype(node, compute)
+    if compute == torch.float64:
+        emission = None  # the GPU-only forms are float32's
     if op.has(CAST):
         target = node.attrs["dtype"]
         if target == torch.bool:
@@ -90,7 +91,45 @@ def compute_expr(node: Node, operands: list[str], compute: torch.dtype, emission
     expr = format_op(op, node.attrs, conv, compute, emission)
     if node.dtype.is_floating_point and node.dtype != compute and not op.has(COMPARE):
         expr = f"({expr}).to({TL_DTYPE[node.dtype]})"
+    elif node.dtype not in (torch.bool,) and not node.dtype.is_floating_point and not op.has(COMPARE) and \
+            any(a.dtype != node.dtype or a.op == "const" for a in args):
+        # an integer result wraps in its own width, as eager's: int8 + a Python int computed in int64 came back
+        # unwrapped (227 for 127 + 100, found 2026-11-29)
+        expr = f"({expr}).to({TL_DTYPE[node.dtype]})"
     return expr
+
+
+def op_compute_dtype(node: Node, epilogue_compute: torch.dtype) -> torch.dtype:
+    """The dtype a floating op computes in: eager's, the opmath type of the dtype its operands promote to (float64
+    for float64, float32 for float32 and the 16-bit types, which eager computes in float32 and rounds), whatever
+    the epilogue's own compute dtype. A float64 value in a float32 epilogue (``acc.double()``, a float64 input)
+    computed in float32 lost what the upcast was for; a float32 op in a float64 epilogue computed in float64 took
+    an int input or a constant at float64 where eager rounds it to float32 first (both found 2026-11-29)."""
+    promoted = _promoted(node)
+    if promoted is None or not promoted.is_floating_point:
+        return epilogue_compute
+    return torch.float64 if promoted == torch.float64 else torch.float32
+
+
+def _promoted(node: Node) -> torch.dtype | None:
+    """The dtype eager computes ``node``'s op in: its result's, but for a comparison its operands' common dtype
+    (torch's promotion: a 0-d tensor or a number does not raise a dimensioned operand's dtype within its kind)."""
+    op = REGISTRY[node.target]
+    if not op.has(COMPARE):
+        return node.dtype
+    probes = []
+    for a in node.args:
+        if a.op == "const":
+            probes.append(a.target if a.target is not None else 0.0)
+        elif a.op == "scalar":  # a Python number input
+            probes.append(True if a.dtype == torch.bool else 1.0 if a.dtype.is_floating_point else 1)
+        else:
+            probes.append(torch.empty((1,) * bool(a.axes), dtype=a.dtype, device="meta"))
+    try:
+        out = probes[0] if len(probes) == 1 else torch.result_type(probes[0], probes[1])
+    except (TypeError, RuntimeError):
+        return None
+    return out if isinstance(out, torch.dtype) else None
 
 
 def format_op(op, attrs: dict, operands: list[str], compute: torch.dtype, emission: str | None = None) -> str:

@@ -146,7 +146,14 @@ def round_half_even(x):
     tie = (r - x) == 0.5
     odd = (r - 2.0 * tl.floor(r * 0.5)) != 0.0
     r = tl.where(tie & odd, r - 1.0, r)
-    return tl.where(r == 0.0, x * 0.0, r)  # x's sign on a zero: round(-0.5) and round(-0.0) are -0.0
+    r = tl.where(r == 0.0, x * 0.0, r)  # x's sign on a zero: round(-0.5) and round(-0.0) are -0.0
+    # from 2^23 (2^52 in float64) every value is an integer, and x + 0.5 rounds: an odd 8388609.0 became 8388610
+    # (found 2026-11-29)
+    if x.dtype == tl.float64:
+        big = 4503599627370496.0
+    else:
+        big = 8388608.0
+    return tl.where(tl.abs(x) >= big, x, r)
 
 
 @triton.jit

@@ -360,12 +360,16 @@ class Tracer:
             return torch.empty(tuple(v.shape), dtype=v.dtype, device="meta")
         return v
 
-    def const(self, value, op: OpDef | None = None) -> Node:
+    def const(self, value, op: OpDef | None = None, dtype: torch.dtype | None = None) -> Node:
+        """The constant ``value`` as a node: a Python number's dtype, or ``dtype`` (a value it holds exactly)."""
         # None is clamp's missing bound; _compute turns it into -inf / +inf by position
-        dtype = torch.float32 if value is None else _py_dtype(value)
-        key = (type(value).__name__, repr(value))
+        tensor = dtype is not None  # a value standing for a tensor (full_like), not a Python number (simplify)
+        dtype = dtype or (torch.float32 if value is None else _py_dtype(value))
+        key = (type(value).__name__, repr(value), dtype, tensor)
         if key not in self._consts:
             self._consts[key] = self._add("const", value, (), {}, (), dtype, Stage.TILE, name="c")
+            if tensor:
+                self._consts[key].meta["tensor"] = True
         return self._consts[key]
 
     def _compute(self, op: OpDef, nodes: list[Node], attrs: dict, dtype, spelled) -> Node:
@@ -505,7 +509,12 @@ class Tracer:
         if isinstance(value, TracedTensor):
             raise self._err(error, "full_like(x, v): v must be a number")
         dtype = kwargs.get("dtype") or x.dtype
-        return self.const(float(value) if dtype.is_floating_point else value), dtype
+        if dtype.is_floating_point:
+            # rounded to the tensor's dtype once, as eager fills it: a float32 constant cast to float64 made
+            # full_like(acc64, 0.1) 0.10000000149 (found 2026-11-29)
+            value = float(torch.tensor(float(value), dtype=torch.float64).to(dtype))
+            return self.const(value, dtype=dtype), dtype
+        return self.const(value), dtype
 
     def full_like(self, func, args, kwargs):
         x = args[0]

@@ -67,11 +67,15 @@ class Interpreter:
 
     def run_compute(self, n: Node, *args):
         op = REGISTRY[n.target]
+        opmath = None
         if n.dtype.is_floating_point and not (op.has(CAST) or op.has(COMPARE) or op.has(BOOL_ONLY)):
-            # floating operands enter in the node's dtype (the dtype eager promotion gave it), as codegen does:
-            # a constant standing for a tensor (``torch.zeros_like(acc)``, a folded constant) is a Python number
-            # here, which alone would not promote (``0.1 + C16`` would compute in float16)
-            args = [a.to(n.dtype) if isinstance(a, torch.Tensor) and a.dtype.is_floating_point and a.dtype != n.dtype
+            # floating operands enter in the opmath type of the node's dtype (the dtype eager promotion gave it):
+            # float64, or float32 for float32 and 16-bit results, which are rounded after, as eager's kernels and
+            # codegen compute them (a 0-d float32 operand rounded to float16 first was an ulp off, found
+            # 2026-11-29); a constant standing for a tensor (``torch.zeros_like(acc)``, a folded constant) is a
+            # Python number here, which alone would not promote (``0.1 + C16`` would compute in float16)
+            opmath = torch.float64 if n.dtype == torch.float64 else torch.float32
+            args = [a.to(opmath) if isinstance(a, torch.Tensor) and a.dtype.is_floating_point and a.dtype != opmath
                     else a for a in args]
         try:
             out = op.torch_ref(*args, **n.attrs)
@@ -83,6 +87,8 @@ class Interpreter:
             out = op.torch_ref(*args, **n.attrs)
         if not isinstance(out, (torch.Tensor, bool, int, float)):
             out = torch.tensor(out, dtype=n.dtype, device=self.acc.device)
+        if opmath is not None and isinstance(out, torch.Tensor) and out.dtype != n.dtype:
+            out = out.to(n.dtype)
         # arithmetic on Python-number scalars stays a Python number, exactly as in eager: rounding it to a
         # float32 tensor would lose precision in float64 epilogues and change how it promotes
         return out

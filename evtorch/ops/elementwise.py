@@ -35,12 +35,12 @@ def _unary(input): ...
 
 define("add", _add, operands=("input", "other"),
        torch_ref=lambda a, b, alpha=1: torch.add(a, b, alpha=alpha) if alpha != 1 else a + b,
-       triton=lambda alpha=1: "({0} + {1})" if alpha == 1 else f"({{0}} + {float(alpha)!r} * {{1}})",
+       triton=lambda alpha=1: "({0} + {1})" if alpha == 1 else "({0} + {alpha} * {1})",  # an int alpha stays int
        derivative=lambda g, a, b, out, alpha=1: (g, g * alpha if alpha != 1 else g),
        torch_fns=(torch.add,), methods=("add", "__add__"), traits=frozenset({COMMUTATIVE}))
 define("sub", _add, operands=("input", "other"),
        torch_ref=lambda a, b, alpha=1: torch.sub(a, b, alpha=alpha) if alpha != 1 else a - b,
-       triton=lambda alpha=1: "({0} - {1})" if alpha == 1 else f"({{0}} - {float(alpha)!r} * {{1}})",
+       triton=lambda alpha=1: "({0} - {1})" if alpha == 1 else "({0} - {alpha} * {1})",
        derivative=lambda g, a, b, out, alpha=1: (g, -g * alpha if alpha != 1 else -g),
        torch_fns=(torch.sub, torch.subtract), methods=("sub", "subtract", "__sub__"))
 define("mul", _binary, operands=("input", "other"), torch_ref=lambda a, b: a * b, triton="({0} * {1})",
@@ -77,12 +77,29 @@ define("pow", _pow, operands=("input",), torch_ref=lambda x, exponent: x ** expo
        doc="x ** c for a constant exponent c; small integer exponents become multiplications")
 
 
+def _power_by_squaring(p: int) -> str:
+    """``{0} ** p`` as products of repeated squares (x^13 = x^8 * x^4 * x)."""
+    square, terms = "{0}", []
+    while p:
+        if p & 1:
+            terms.append(square)
+        p >>= 1
+        if p:
+            square = f"({square} * {square})"
+    return "(" + " * ".join(terms) + ")"
+
+
 def _pow_emission(exponent) -> str:
     if exponent == 0:
         return "tlmath.ones_like({0})"
     if float(exponent).is_integer() and 1 <= abs(exponent) <= 4:
         prod = " * ".join(["{0}"] * int(abs(exponent)))
         return f"({prod})" if exponent > 0 else f"(1.0 / ({prod}))"
+    if float(exponent).is_integer() and 5 <= exponent <= 32:
+        # by squaring in float64, rounded once: exp2(p * log2|x|) took up to 14 ulps (3.0 ** 5 gave 242.99997,
+        # found 2026-11-29), float32 squares up to a few; negative bases, signed zeros and infinities come out as
+        # the products give them, and a float32 result that overflows is inf as eager's
+        return f"({_power_by_squaring(int(exponent)).replace('{0}', '{0}.to(tl.float64)')}).to({{0}}.dtype)"
     if exponent == 0.5:
         return "tl.sqrt({0})"
     if exponent == -0.5:
@@ -323,7 +340,9 @@ define("hardswish", _hard, decompose=lambda x, inplace=False: x * torch.clamp(x 
 # torch's hardsigmoid_backward multiplies by 1.0f / 6.0f in every dtype (CPU and CUDA): float64 gradients 3e-8 off
 # 1/6, and float32 ones an ulp off g / 6; the rule takes the same constant, so gradients match eager's bit for bit
 _ONE_SIXTH_F32 = float(torch.tensor(1.0 / 6.0, dtype=torch.float32))
-define("hardsigmoid", _hard, decompose=lambda x, inplace=False: torch.clamp(x / 6.0 + 0.5, 0.0, 1.0),
+# eager's own order, (x + 3) clamped, then / 6: x / 6 + 0.5 cancelled near -3 (25% off at -2.9999998, found
+# 2026-11-29)
+define("hardsigmoid", _hard, decompose=lambda x, inplace=False: torch.clamp(x + 3.0, 0.0, 6.0) / 6.0,
        derivative=lambda g, x, out, inplace=False: (torch.where((x > -3.0) & (x < 3.0), g * _ONE_SIXTH_F32, 0.0),),
        torch_fns=(F.hardsigmoid,), traits=frozenset({FLOAT_ONLY}))
 def _expm1(x):

@@ -25,6 +25,12 @@ polynomials that both have several terms (``(x - 1)^3`` expanded cancels near 1)
 reach a float32 output, a reduction or a comparison (``allowed`` excludes it). A tree is only replaced when the
 new form has fewer float operations; every atom of the tree stays in use (no input drops out of the kernel).
 
+**Non-finite values.** Like any fast-math reassociation it takes values to be finite: a term whose coefficients
+cancel or are zero is dropped (``acc*0.0 + 6*acc`` is ``6*acc``: inf for an infinite acc, where eager's
+``0 * inf`` gives NaN), and constants folded in double can keep finite a product that overflows in eager's order
+(``acc*1e38*1e-38``). Only nodes rounded to 16 bits are rewritten; ``EVTORCH_FAST_MATH=never`` (or
+``EVTORCH_DISABLE_PASSES=reassociate``) keeps eager's order everywhere.
+
 Requires ``cse`` (so "used once" is meaningful). Ensures nothing the later passes rely on; ``cse``, ``fuse_fma``
 and ``prune`` run after it (``reassociate`` below runs them).
 """

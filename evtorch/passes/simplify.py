@@ -54,7 +54,8 @@ def _rewrite(n: Node) -> Node | tuple | None:
             return a[0]
         if _is_const(a[0], 0) and same(a[1]) and _adds_exactly(a[0], a[1]):
             return a[1]
-    if t == "sub" and _is_const(a[1], 0) and same(a[0]) and _subtracts_exactly(a[1], a[0]):
+    if t == "sub" and n.attrs.get("alpha", 1) == 1 and _is_const(a[1], 0) and same(a[0]) and \
+            _subtracts_exactly(a[1], a[0]):
         return a[0]
     if t == "div" and _is_const(a[1], 1) and same(a[0]):
         return a[0]
@@ -72,12 +73,23 @@ def _rewrite(n: Node) -> Node | tuple | None:
 def _fold(n: Node):
     """('const', value) of a compute node whose operands are all constants, or None if it cannot be folded.
 
-    Evaluated as eager would evaluate it: on 0-d tensors of the constants' IR dtypes (``torch.exp`` takes no
-    Python number), with the result rounded to the node's dtype (``ones_like(C16) * 0.1`` is a float16 0.1)."""
-    try:
-        args = [torch.tensor(x.target, dtype=x.dtype) for x in n.args]
-        value = torch.as_tensor(REGISTRY[n.target].torch_ref(*args, **n.attrs))
-    except (TypeError, RuntimeError, ValueError, OverflowError):
+    Evaluated as eager would evaluate it: a constant standing for a tensor (``meta['tensor']``: ``ones_like``, a
+    folded value) as a 0-d tensor of its IR dtype, a Python number as itself (``ones_like(acc64) * 0.1`` is the
+    double 0.1: as a float32 tensor it was 0.10000000149, found 2026-11-29), all as tensors where the op takes no
+    Python number (``torch.exp``); the result rounded to the node's dtype (``ones_like(C16) * 0.1`` is a float16
+    0.1)."""
+    ref = REGISTRY[n.target].torch_ref
+    tensors = [torch.tensor(x.target, dtype=x.dtype) for x in n.args]
+    mixed = [t if x.meta.get("tensor") or not isinstance(x.target, (bool, int, float)) else x.target
+             for t, x in zip(tensors, n.args)]
+    value = None
+    for args in ((mixed, tensors) if any(isinstance(a, torch.Tensor) for a in mixed) else (tensors,)):
+        try:
+            value = torch.as_tensor(ref(*args, **n.attrs))
+            break
+        except (TypeError, RuntimeError, ValueError, OverflowError):
+            continue
+    if value is None:
         return None
     if value.dim() != 0:
         return None
@@ -96,7 +108,7 @@ def _apply(graph: Graph, n: Node) -> Node | None:
         value = bool(value)
     else:
         value = int(value)
-    return graph.add("const", value, (), {}, (), n.dtype, n.stage, name="c")
+    return graph.add("const", value, (), {}, (), n.dtype, n.stage, name="c", meta={"tensor": True})
 
 
 class Simplify(Pass):

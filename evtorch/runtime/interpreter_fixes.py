@@ -1,11 +1,12 @@
 """Corrections to Triton's CPU interpreter that the generated kernels need, applied once when it runs them.
 
-Triton 3.9's interpreter converts between bfloat16 and float64 wrongly: it holds bfloat16 as uint16 bit patterns
-and converts float64 <-> bfloat16 with numpy's ``astype``, i.e. between float values and those integers (a
-float64 epilogue value stored to a bfloat16 output came back NaN, found 2026-11-29; float32 <-> bfloat16 and
-float16 <-> bfloat16 are right). The GPU compiles the casts correctly, so only the interpreter is corrected, and
-only these two conversions, through torch's (correctly rounded, as eager's ``x.to(torch.bfloat16)``). Where the
-interpreter's classes are not as expected (another Triton), nothing is changed.
+Triton 3.9's interpreter converts to and from bfloat16 wrongly: it holds bfloat16 as uint16 bit patterns and
+converts float64 <-> bfloat16 with numpy's ``astype``, i.e. between float values and those integers (a float64
+epilogue value stored to a bfloat16 output came back NaN), and it truncates float32 to bfloat16 instead of rounding
+to nearest (0.1 became 0.099609375, an ulp under eager's); both found 2026-11-29. The GPU compiles the casts
+correctly, so only the interpreter is corrected, and only conversions from and to bfloat16 of float32 and
+float64, through torch's (rounded to nearest even, as eager's ``x.to(torch.bfloat16)``). Where the interpreter's
+classes are not as expected (another Triton), nothing is changed.
 """
 from __future__ import annotations
 
@@ -32,14 +33,17 @@ def apply() -> None:
     if builder is None or handle is None or cast_impl is None:  # pragma: no cover - another interpreter
         return
 
+    wide = {tl.float32: torch.float32, tl.float64: torch.float64}
+
     def fixed_cast_impl(self, src, dst_type):
-        pair = (src.dtype.scalar, dst_type.scalar)
-        if pair == (tl.float64, tl.bfloat16):
+        s, d = src.dtype.scalar, dst_type.scalar
+        if s in wide and d == tl.bfloat16:
             data = torch.from_numpy(np.ascontiguousarray(src.data)).to(torch.bfloat16).view(torch.uint16).numpy()
             return handle(data, tl.bfloat16)
-        if pair == (tl.bfloat16, tl.float64):
+        if s == tl.bfloat16 and d in wide:
             bits = torch.from_numpy(np.ascontiguousarray(src.data).view(np.int16))
-            return handle(bits.view(torch.bfloat16).to(torch.float64).numpy(), tl.float64)
+            return handle(bits.view(torch.bfloat16).to(wide[d]).numpy(), d)
         return cast_impl(self, src, dst_type)
 
     builder.cast_impl = fixed_cast_impl
+    # create_fp_trunc / create_fp_ext are lambdas calling self.cast_impl, so they take the fixed one

@@ -1,0 +1,87 @@
+"""Eager's numerics where a rewrite or an emission could change them: promotion and the dtype an op computes in,
+integer wrapping, constants' rounding, rounding-sensitive decompositions. Each case was found wrong by a probe of
+the passes and code generation on 2026-11-29 and is compared with eager bit for bit, on both backends (the
+accumulator is exact: K = 1 and ones)."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import evtorch as evt
+
+pytestmark = pytest.mark.interpreter
+BACKENDS = ["reference", "triton"]
+t = torch.tensor
+
+
+def _check(fn, A, B, backend, **inputs):
+    got, want = evt.gemm(A, B, fn, backend=backend, **inputs), fn(A @ B, **inputs)
+    got, want = (got if isinstance(got, tuple) else (got,)), (want if isinstance(want, tuple) else (want,))
+    for g, w in zip(got, want):
+        w = w.to(g.dtype)  # full-size outputs take A.dtype
+        assert torch.equal(g, w) and torch.equal(torch.signbit(g), torch.signbit(w)), (g, w)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_ops_compute_in_the_dtype_eager_promotes_to(backend):
+    """A float32 op in a float64 epilogue computed in float64: an int input and a constant entered unrounded
+    (16777219 - 16777216.0 gave 3, eager 4; C32 * 0.1 used the double 0.1); a 0-d float64 tensor, which does not
+    promote a float32 one, made a float32 comparison float64 (acc == s false for s = 0.1)."""
+    one64 = torch.ones(1, 1, dtype=torch.float64)
+    _check(lambda acc, I, C: (I - 16777216.0, I == 16777220.0, C * 0.1), one64, one64, backend,
+           I=t([[16777219]]), C=t([[3.3]]))
+    _check(lambda acc, s: (acc == s, acc + s, acc * s > 0.1), t([[1.0]]), t([[0.1]]), backend,
+           s=t(0.1, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_integer_results_wrap_in_their_own_width(backend):
+    """int8 + a Python int and int8 * a 0-d int64 computed in int64 came back unwrapped on the triton backend;
+    add / sub with an integer alpha computed in float."""
+    one = torch.ones(1, 1)
+    _check(lambda acc, I, k, s: ((I + k).float(), (I * s) > 0, (I - 3 * k).float()), one, one, backend,
+           I=t([[127]], dtype=torch.int8), k=100, s=t(2))
+    _check(lambda acc, J: (torch.add(J, J, alpha=2), torch.sub(J, J, alpha=3)), one, one, backend,
+           J=t([[2 ** 31 - 1]], dtype=torch.int32))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fill_constants_are_rounded_once_to_their_dtype(backend):
+    """full_like(acc64, 0.1) went through a float32 constant (1.1000000015 for 1 + 0.1)."""
+    one64 = torch.ones(1, 1, dtype=torch.float64)
+    _check(lambda acc: (acc + torch.full_like(acc, 0.1), acc + torch.ones_like(acc) * 0.1), one64, one64, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_rounding_sensitive_forms_follow_eager(backend):
+    """round() of odd integers from 2^23 (x + 0.5 rounds there); hardsigmoid near -3 (x / 6 + 0.5 cancelled, 25%
+    off); a 16-bit value times a 0-d float32 tensor (the reference rounded the scalar to 16 bits first)."""
+    one = torch.ones(1, 6)
+    _check(lambda acc, C: torch.round(C), torch.ones(1, 1), one, backend,
+           C=t([[8388609., -8388611., 16777215., 2.5, -0.5, 1e30]]))
+    _check(lambda acc, C: F.hardsigmoid(C), torch.ones(1, 1), one, backend,
+           C=t([[-2.9999998, -2.5, 2.9999998, 0.3, -7.0, 3.0]]))
+    _check(lambda acc, C, s: (C * s).float(), torch.ones(1, 1), torch.ones(1, 1), backend, C=t([[3.0]]).half(),
+           s=t(0.1))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sub_with_alpha_is_not_simplified_as_plain_sub(backend):
+    """torch.sub(x, 0.0, alpha=-1) is x + 0.0, +0.0 for x = -0.0; simplify folded it to x."""
+    _check(lambda acc, C: torch.sub(C, 0.0, alpha=-1), torch.ones(1, 1), torch.ones(1, 2), backend,
+           C=t([[-0.0, 1.5]]))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_integer_powers_from_five_are_products(backend):
+    """x ** 5 .. x ** 32 went through exp2(p * log2|x|): 3.0 ** 5 was 242.99997, up to 14 ulps off; now repeated
+    squares in float64, rounded once: exact where the power is, the signs of negative bases and zeros and the
+    infinities as eager's, and within an ulp of eager's powf elsewhere."""
+    C = t([[3.0, -2.0, -0.0, float("inf"), 1.5, -1.25, 0.5, float("-inf")]])
+    _check(lambda acc, C: (C ** 5, C ** 6, C ** 7, C ** 13, torch.pow(C, 32)), torch.ones(1, 1),
+           torch.ones(1, 8), backend, C=C)
+    R = torch.rand(1, 500, generator=torch.Generator().manual_seed(0)) * 4 - 2
+    for p in (5, 11, 32):
+        got = evt.gemm(torch.ones(1, 1), torch.ones(1, 500), lambda acc, C: C ** p, backend=backend, C=R)
+        assert ((got - R ** p).abs() / (R ** p).abs().clamp_min(1e-30)).max() < 1.2e-7
