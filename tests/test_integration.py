@@ -138,10 +138,23 @@ def test_integer_scalars_beyond_2_53():
         _, prod, eq = evt.gemm(A_, B, f, I=I, k=big)
         assert bool(eq.all()) and torch.equal(prod, I * big)
     compiled = torch.compile(lambda A, B, I, k: evt.gemm(A, B, f, I=I, k=k), fullgraph=True, backend="aot_eager")
-    with pytest.raises(Exception, match=r"input 'k' is the integer 9007199254740993.*0-d int64 tensor"):
+    with pytest.raises(Exception, match=r"input 'k' is an integer beyond 2\*\*53.*0-d int64 tensor"):
         compiled(A, B, I, big)
     _, prod, eq = compiled(A, B, I, torch.tensor(big))
     assert bool(eq.all()) and torch.equal(prod, I * big)
+
+
+@pytest.mark.parametrize("dynamic", [True, False])
+def test_compiled_int_scalars_take_new_values(dynamic):
+    """The 2**53 check ran in a helper Dynamo needs a constant for: an int scalar that Dynamo made symbolic
+    (dynamic=True, or a second value) failed the compile ("assume_constant_result argument conversion failed",
+    found 2026-11-29 by a probe, a day after the check was added)."""
+    torch._dynamo.reset()
+    A, B = torch.randn(8, 4), torch.randn(4, 6)
+    f = torch.compile(lambda A, B, k: evt.gemm(A, B, lambda acc, k: acc * k, k=k), backend="aot_eager",
+                      fullgraph=True, dynamic=dynamic)
+    for k in (2, 3, 5):
+        torch.testing.assert_close(f(A, B, k), (A @ B) * k)
 
 
 def test_compile_fullgraph_no_grad_and_module():

@@ -115,19 +115,15 @@ def prepare(A, B, epilogue=None, /, *, as_op=False, out_dtype=None, backend=None
 
 def _as_float(name: str, value) -> float:
     """A runtime scalar as the operator's ``float[]`` holds it. An integer float64 cannot hold exactly (beyond
-    2**53) is refused: ``int(float(k))`` would hand the epilogue another number (found 2026-11-29)."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        _exact_as_float(name, value)
+    2**53) is refused: ``int(float(k))`` would hand the epilogue another number (found 2026-11-29). ``torch._check``
+    raises for a known value and guards a symbolic one (Dynamo's dynamic ints), where an exception raised in traced
+    code, or a helper that needs a constant, broke the compile."""
+    if isinstance(value, (int, torch.SymInt)) and not isinstance(value, bool):
+        message = (f"evt.gemm: input {name!r} is an integer beyond 2**53 in magnitude, which torch.ops.evtorch.gemm "
+                   "passes as a float64 scalar, exact only up to 2**53; pass it as a 0-d int64 tensor "
+                   "(torch.tensor(k))")  # no value in it: formatting a symbolic int would specialize it
+        torch._check(abs(value) <= 2 ** 53, lambda: message)
     return float(value)
-
-
-@torch.compiler.assume_constant_result  # run, not traced, under torch.compile: the error is raised as it is
-def _exact_as_float(name: str, value: int) -> bool:
-    if abs(value) > 2 ** 53 and int(float(value)) != value:
-        raise EpilogueTypeError(f"input {name!r} is the integer {value}, which torch.ops.evtorch.gemm passes as a "
-                                "float64 scalar, exact only up to 2**53 in magnitude; pass it as a 0-d int64 tensor "
-                                f"(torch.tensor({value}))")
-    return True
 
 
 def fused_gemm(A, B, epilogue=None, /, *, out_dtype=None, backend=None, deterministic=False, allow_tf32=False,
