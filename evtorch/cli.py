@@ -462,6 +462,15 @@ def cmd_demo(args) -> int:
     from .demo import demo
     if args.device and args.device.startswith("cuda") and not torch.cuda.is_available():
         raise UsageError("--device cuda: CUDA is not available on this machine (use --device cpu)")
+    if args.device and args.device.split(":")[0] not in ("cpu", "cuda"):
+        raise UsageError(f"--device {args.device}: the demo runs on cpu or cuda")
+    on_cpu = not (args.device or ("cuda" if torch.cuda.is_available() else "cpu")).startswith("cuda")
+    if args.backend == "triton" and on_cpu and os.environ.get("TRITON_INTERPRET") != "1":
+        # Triton reads TRITON_INTERPRET when a kernel is defined, and importing evtorch (torch._dynamo) imports
+        # triton: setting it now is too late (every example failed with "Cannot call @triton.jit'd outside of the
+        # scope of a kernel", found 2026-11-29), so the command runs again with it set
+        sys.stdout.flush()
+        os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], {**os.environ, "TRITON_INTERPRET": "1"})
     return demo(device=args.device, size=args.size, dtype=args.dtype, backend=args.backend, repeat=args.repeat,
                 names=args.example, seed=args.seed)
 

@@ -9,6 +9,8 @@ import textwrap
 import types
 from pathlib import Path
 
+import os
+
 import pytest
 import torch
 
@@ -59,6 +61,22 @@ def test_demo_generated_kernels_through_the_interpreter(capsys):
     rc, out, _ = run(capsys, "demo", "--device", "cpu", "--backend", "triton", "--size", "40,24,16", "--repeat", "0")
     assert rc == 0, out
     assert "backend triton" in out and out.count(" pass") == len(EXAMPLES)
+
+
+def test_demo_through_the_interpreter_from_a_plain_environment():
+    """Without TRITON_INTERPRET in the environment (the conftest sets it for the test above): importing evtorch
+    imports triton, so the demo's own setting came too late and every example failed (found 2026-11-29); the
+    command now runs itself again with it set. A bad --device is a usage error, not five torch errors."""
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    cmd = [sys.executable, "-m", "evtorch.cli", "demo", "--backend", "triton", "--example", "lincomb_relu", "--size",
+           "40,24,16", "--repeat", "0"]
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert res.returncode == 0 and "lincomb_relu" in res.stdout and " pass" in res.stdout, res.stdout + res.stderr
+    res = subprocess.run([sys.executable, "-m", "evtorch.cli", "demo", "--device", "tpu"], capture_output=True,
+                         text=True, env=env, timeout=600)
+    assert res.returncode == 2 and "--device tpu: the demo runs on cpu or cuda" in res.stderr
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "f32", "f64"])
