@@ -339,3 +339,17 @@ def test_gpu_backward_plain_gemms_on_cublas(deterministic, monkeypatch):
         torch.testing.assert_close(g.float(), r, rtol=2e-2, atol=2e-2 * max(1.0, r.abs().max().item()))
     ep_dA, ep_dB = _plain_gemms_of(out)
     assert (ep_dA is None and ep_dB is None) == (not deterministic)
+
+
+def test_a_composites_product_operand_is_not_fused_away():
+    """hardsigmoid(s * acc) decomposes to clamp(s * acc + 3, 0, 6) / 6, whose mul + add the fma pass fused: the
+    rule's operand was gone, the decomposition was differentiated and the float64 gradient lost eager's
+    1.0f / 6.0f (found 2026-11-29 by the random-DAG gradient test); a product a composite's rule reads stays."""
+    torch.manual_seed(0)
+    A = torch.randn(5, 3, dtype=torch.float64, requires_grad=True)
+    B, s = torch.randn(3, 4, dtype=torch.float64), torch.randn(5, 4, dtype=torch.float64)
+    fn = lambda acc, s: F.hardsigmoid(s * acc)  # noqa: E731
+    got, = torch.autograd.grad(evt.gemm(A, B, fn, s=s, backend="reference").sum(), A)
+    A2 = A.detach().clone().requires_grad_()
+    want, = torch.autograd.grad(fn(A2 @ B, s).sum(), A2)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)

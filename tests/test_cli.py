@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
 import textwrap
 import types
 from pathlib import Path
-
-import os
 
 import pytest
 import torch
@@ -67,8 +66,6 @@ def test_demo_through_the_interpreter_from_a_plain_environment():
     """Without TRITON_INTERPRET in the environment (the conftest sets it for the test above): importing evtorch
     imports triton, so the demo's own setting came too late and every example failed (found 2026-11-29); the
     command now runs itself again with it set. A bad --device is a usage error, not five torch errors."""
-    import subprocess
-    import sys
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     cmd = [sys.executable, "-m", "evtorch.cli", "demo", "--backend", "triton", "--example", "lincomb_relu", "--size",
            "40,24,16", "--repeat", "0"]

@@ -17,8 +17,14 @@ from ..ir.types import HALF_DTYPES
 from .base import Pass, fact
 
 
+def _composite_operands(graph: Graph) -> set[str]:
+    """Names of the values composites' derivative rules read (``meta['composite']``, autodiff/reverse.py)."""
+    return {v for n in graph.nodes if n.meta.get("composite") for kind, v in n.meta["composite"][1] if kind == "node"}
+
+
 def _candidates(graph: Graph):
     users = graph.users()
+    keep = _composite_operands(graph)
     for n in graph.nodes:
         if n.op != "compute" or n.target != "add" or n.attrs.get("alpha", 1) != 1:
             continue
@@ -26,8 +32,12 @@ def _candidates(graph: Graph):
             continue
         for i, m in enumerate(n.args):
             other = n.args[1 - i]
+            # a product a composite's rule reads stays a node: fused away, the rule found no operand and the
+            # decomposition was differentiated instead (hardsigmoid(s * acc) as clamp(s * acc + 3): its float64
+            # gradient lost eager's 1.0f / 6.0f, found 2026-11-29)
+            named = {m.name, *m.meta.get("aliases", ())} & keep
             if (m.op == "compute" and m.target == "mul" and m.dtype == n.dtype and len(users[id(m)]) == 1
-                    and _matches(other, n.dtype) and all(_matches(x, n.dtype) for x in m.args)):
+                    and not named and _matches(other, n.dtype) and all(_matches(x, n.dtype) for x in m.args)):
                 yield n, m, other
                 break
 
