@@ -541,3 +541,25 @@ def test_numpy_numbers_and_captured_defaults_are_named():
     bias = torch.randn(B.shape[1])
     with pytest.raises(EpilogueTypeError, match="a parameter's default"):
         evt.gemm(A, B, lambda acc, b=bias: torch.add(acc, b))
+
+
+def test_module_epilogues_and_unhashable_callables():
+    """An nn.Module epilogue was refused for Module.__call__'s ``*args`` (its forward's signature is read now); an
+    unhashable callable met a raw "unhashable type" on the differentiable path and in evt.linear (found
+    2026-11-29)."""
+    import dataclasses
+    Ag = A.clone().requires_grad_()
+    torch.testing.assert_close(evt.gemm(Ag, B, torch.nn.GELU()), F.gelu(A @ B))
+    assert evt.nn.Linear(B.shape[0], 5, epilogue=torch.nn.Tanh())(torch.randn(2, B.shape[0])).shape == (2, 5)
+
+    @dataclasses.dataclass
+    class Scale:
+        s: float = 2.0
+
+        def __call__(self, acc):
+            return acc * self.s
+    torch.testing.assert_close(evt.gemm(A, B, Scale()), (A @ B) * 2.0)  # no grad: runs uncached
+    with pytest.raises(EpilogueTypeError, match=r"unhashable Scale.*__hash__"):
+        evt.gemm(Ag, B, Scale())
+    with pytest.raises(EpilogueTypeError, match=r"evt.linear: fn is an unhashable Scale"):
+        evt.linear(torch.randn(2, 3), torch.randn(4, 3), Scale())

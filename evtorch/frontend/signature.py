@@ -33,10 +33,18 @@ def spec(shape, dtype=torch.float32) -> Spec:
     return Spec(shape, dtype)
 
 
+def signature_of(fn: Callable) -> inspect.Signature:
+    """An epilogue's signature: an ``nn.Module``'s is its ``forward``'s (``Module.__call__`` reads ``*args,
+    **kwargs``, which was refused as such, found 2026-11-29)."""
+    if isinstance(fn, torch.nn.Module):
+        return inspect.signature(fn.forward)
+    return inspect.signature(fn)
+
+
 def epilogue_params(fn: Callable) -> tuple[str, list[str]]:
     """(accumulator parameter name, keyword input names) of an epilogue function."""
     try:
-        params = list(inspect.signature(fn).parameters.values())
+        params = list(signature_of(fn).parameters.values())
     except (TypeError, ValueError):
         if callable(fn):  # a builtin such as torch.tanh: unary, as evt.linear and nn.Linear take it
             return "acc", []
@@ -65,7 +73,7 @@ def check_keywords(fn: Callable, given: dict) -> list[str]:
     """The input names, after checking ``given`` names exactly the epilogue's keyword parameters (or their
     defaults cover the rest)."""
     _, names = epilogue_params(fn)
-    params = inspect.signature(fn).parameters if names else {}  # a builtin (no signature) takes no inputs
+    params = signature_of(fn).parameters if names else {}  # a builtin (no signature) takes no inputs
     missing = [n for n in names if n not in given and params[n].default is inspect.Parameter.empty]
     unexpected = [n for n in given if n not in names]
     fname = getattr(fn, "__name__", "epilogue")

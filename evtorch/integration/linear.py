@@ -18,7 +18,7 @@ from typing import Callable
 import torch
 
 from ..errors import EpilogueTypeError, ShapeError
-from ..frontend.signature import check_keywords, epilogue_params
+from ..frontend.signature import check_keywords, epilogue_params, signature_of
 from ..runtime import knobs
 from .dispatch import autocast_dtype, check_transforms, transforms_active
 
@@ -51,11 +51,11 @@ def _extra_params(fn) -> list:
     if fn is None:
         return []
     try:
-        inspect.signature(fn)
+        signature_of(fn)
     except (TypeError, ValueError):
         return []
     epilogue_params(fn)  # the usual checks (no *args, no reserved names)
-    return list(inspect.signature(fn).parameters.values())[1:]
+    return list(signature_of(fn).parameters.values())[1:]
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, fn: Callable | None = None, bias: torch.Tensor | None = None,
@@ -76,6 +76,11 @@ def linear(x: torch.Tensor, weight: torch.Tensor, fn: Callable | None = None, bi
     from .function import _calls, _eager_call, fused_gemm
     if fn is not None and not callable(fn):
         raise EpilogueTypeError(f"evt.linear: fn (the epilogue) must be a function or None, got {type(fn).__name__}")
+    try:
+        hash(fn)
+    except TypeError:  # its wrapper epilogue is cached by it (a raw "unhashable type" before, found 2026-11-29)
+        raise EpilogueTypeError(f"evt.linear: fn is an unhashable {type(fn).__name__}; pass a function, a bound method "
+                                "or an object that defines __hash__ (e.g. @dataclass(frozen=True))") from None
     if transforms_active() and not torch.compiler.is_compiling():
         check_transforms("evt.linear", (x, weight, bias, *inputs.values()), backend)
     if bias is not None:
