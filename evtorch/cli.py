@@ -235,9 +235,10 @@ def trace_target(target: str, shape, batch, dtype: torch.dtype, inputs: list[str
     its inputs described by ``--input`` texts (a keyword input without one and without a default: full-size).
     Prints the signature line; returns the epilogue. Raises EpilogueError (tracing) or UsageError (inputs)."""
     from . import trace
-    from .frontend.signature import epilogue_params, spec
+    from .frontend.signature import epilogue_params, signature_of, spec
 
     fn = load_function(target)
+    fname = getattr(fn, "__name__", type(fn).__name__)  # a functools.partial or a callable object has none
     M, N = shape[:2]
     sizes = {"M": M, "N": N}
     if batch is not None:
@@ -248,13 +249,16 @@ def trace_target(target: str, shape, batch, dtype: torch.dtype, inputs: list[str
     given = dict(parse_input(t, sizes, dtype) for t in inputs)
     unknown = [n for n in given if n not in names]
     if unknown:
-        raise UsageError(f"--input {', '.join(unknown)}: {fn.__name__} has no such keyword input; "
+        raise UsageError(f"--input {', '.join(unknown)}: {fname} has no such keyword input; "
                          f"it takes {', '.join(names) or 'none'}")
-    params = inspect.signature(fn).parameters
+    try:
+        params = signature_of(fn).parameters
+    except (TypeError, ValueError):  # a builtin such as torch.tanh: unary (epilogue_params), no defaults to read
+        params = {}
     defaulted = [n for n in names if n not in given and params[n].default is inspect.Parameter.empty]
     given.update({n: spec(acc_shape, dtype) for n in defaulted})
     examples = {n: given[n] for n in names if n in given}
-    print(f"# {fn.__name__}({acc_name}: {_describe(spec(acc_shape, acc_dtype))}"
+    print(f"# {fname}({acc_name}: {_describe(spec(acc_shape, acc_dtype))}"
           + "".join(f", {n}: {_describe(v)}" for n, v in examples.items())
           + f")  M={M} N={N}" + (f" K={shape[2]}" if len(shape) > 2 else "")
           + (f" L={batch}" if batch is not None else ""))

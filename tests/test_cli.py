@@ -560,3 +560,15 @@ def test_a_closed_pipe_ends_the_command_quietly(monkeypatch):
     out = io.TextIOWrapper(os.fdopen(w, "wb", buffering=0), write_through=True)
     monkeypatch.setattr("sys.stdout", out)
     assert main(["configs", "--shape", "768,768,49152", "--device", "h200", "--max", "4"]) == 1
+
+
+def test_show_takes_builtins_and_partials(capsys, tmp_path):
+    """``show torch:tanh`` raised inspect's ValueError (no signature) and a functools.partial an AttributeError
+    (no __name__): evt.gemm and evt.trace take both (found 2026-11-29)."""
+    rc, out, _ = run(capsys, "show", "torch:tanh", "--shape", "4,8")
+    assert rc == 0 and "# tanh(acc: float32[4, 8])" in out and "tanh" in out
+    f = tmp_path / "epis.py"
+    f.write_text("import functools\nimport torch\n\ndef scaled(acc, s=2.0):\n    return torch.relu(acc * s)\n\n"
+                 "half = functools.partial(scaled, s=0.5)\n")
+    rc, out, _ = run(capsys, "show", f"{f}:half", "--shape", "4,8")
+    assert rc == 0 and "# partial(acc: float32[4, 8]" in out
