@@ -104,13 +104,14 @@ def relu(x):
 
 @triton.jit
 def maximum(a, b):
-    # torch.maximum propagates NaN from either side
-    return tl.where(a != a, a, tl.where(a > b, a, b))
+    # torch.maximum propagates NaN from either side, and on a tie returns its first operand, as eager's CPU and
+    # CUDA kernels do (maximum(-0.0, 0.0) is -0.0; this returned the second, found 2026-11-29)
+    return tl.where(a != a, a, tl.where((b > a) | (b != b), b, a))
 
 
 @triton.jit
 def minimum(a, b):
-    return tl.where(a != a, a, tl.where(a < b, a, b))
+    return tl.where(a != a, a, tl.where((b < a) | (b != b), b, a))
 
 
 @triton.jit

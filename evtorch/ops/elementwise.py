@@ -191,15 +191,17 @@ define("clamp", _clamp, operands=("input", "min", "max"),
        derivative=lambda g, x, lo, hi, out: _clamp_derivative(g, x, lo, hi),
        torch_fns=(torch.clamp, torch.clip), methods=("clamp", "clip"),
        doc="min/max may be numbers, tensors or None (None becomes -inf/+inf)")
-# maximum / minimum: torch's max_min_backward, NaN operands included (a NaN on either side gives both g)
+# maximum / minimum: torch's max_min_backward, NaN operands included (a NaN on either side gives both g). Not
+# commutative for CSE: on a tie eager returns the first operand, so maximum(0.0, -0.0) and maximum(-0.0, 0.0)
+# differ in the sign of the zero (CSE merged them, found 2026-11-29)
 define("maximum", _binary, operands=("input", "other"), torch_ref=torch.maximum, triton="tlmath.maximum({0}, {1})",
        derivative=lambda g, a, b, out: (torch.where(a < b, 0.0, torch.where(a == b, g * 0.5, g)),
                                          torch.where(a > b, 0.0, torch.where(a == b, g * 0.5, g))),
-       torch_fns=(torch.maximum, torch.max), methods=("maximum",), traits=frozenset({COMMUTATIVE}))
+       torch_fns=(torch.maximum, torch.max), methods=("maximum",))
 define("minimum", _binary, operands=("input", "other"), torch_ref=torch.minimum, triton="tlmath.minimum({0}, {1})",
        derivative=lambda g, a, b, out: (torch.where(a > b, 0.0, torch.where(a == b, g * 0.5, g)),
                                          torch.where(a < b, 0.0, torch.where(a == b, g * 0.5, g))),
-       torch_fns=(torch.minimum, torch.min), methods=("minimum",), traits=frozenset({COMMUTATIVE}))
+       torch_fns=(torch.minimum, torch.min), methods=("minimum",))
 
 
 # ----------------------------------------------------------------------------------------------- transcendental
