@@ -717,7 +717,11 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in SUITES:
         import importlib
-        return importlib.import_module(SUITES[argv[0]]).main(argv[1:]) or 0
+        saved, sys.argv[0] = sys.argv[0], f"evtorch bench {argv[0]}"  # argparse's prog in the suite's usage lines
+        try:
+            return importlib.import_module(SUITES[argv[0]]).main(argv[1:]) or 0
+        finally:
+            sys.argv[0] = saved
     args = build_parser().parse_args(argv)
     if args.dry_run and os.environ.get("TRITON_INTERPRET") != "1":
         # Triton picks interpreter or compiler when a @triton.jit function is created: start afresh with it set

@@ -468,6 +468,8 @@ def cmd_demo(args) -> int:
         raise UsageError("--device cuda: CUDA is not available on this machine (use --device cpu)")
     if args.device and args.device.split(":")[0] not in ("cpu", "cuda"):
         raise UsageError(f"--device {args.device}: the demo runs on cpu or cuda")
+    if args.repeat < 0:
+        raise UsageError(f"--repeat {args.repeat}: expected 0 or more timed calls")
     on_cpu = not (args.device or ("cuda" if torch.cuda.is_available() else "cpu")).startswith("cuda")
     if args.backend == "triton" and on_cpu and os.environ.get("TRITON_INTERPRET") != "1":
         # Triton reads TRITON_INTERPRET when a kernel is defined, and importing evtorch (torch._dynamo) imports

@@ -76,6 +76,15 @@ def test_demo_through_the_interpreter_from_a_plain_environment():
     assert res.returncode == 2 and "--device tpu: the demo runs on cpu or cuda" in res.stderr
 
 
+def test_demo_repeat_and_suite_usage_lines(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["demo", "--repeat=-1"])
+    assert e.value.code == 2 and "--repeat -1: expected 0 or more timed calls" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "training", "--help"])
+    assert "usage: evtorch bench training" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("dtype", ["bf16", "f32", "f64"])
 def test_demo_dtypes(capsys, dtype):
     rc, out, _ = run(capsys, "demo", "--device", "cpu", "--dtype", dtype, "--example", "mixed_dag", *SMALL)

@@ -563,3 +563,19 @@ def test_module_epilogues_and_unhashable_callables():
         evt.gemm(Ag, B, Scale())
     with pytest.raises(EpilogueTypeError, match=r"evt.linear: fn is an unhashable Scale"):
         evt.linear(torch.randn(2, 3), torch.randn(4, 3), Scale())
+
+
+def test_linear_names_x_and_weight_and_checks_its_options_at_construction():
+    """evt.linear's sparse and dtype errors named the GEMM's A; evt.nn.Linear took policy='bogus' until its first
+    forward and registered an nn.Module epilogue as a submodule, whose entries then kept its state_dict from
+    loading into an nn.Linear (found 2026-11-29)."""
+    x, W = torch.randn(3, 8), torch.randn(4, 8)
+    with pytest.raises(EpilogueTypeError, match=r"evt.linear: x is a torch.sparse_coo tensor.*x.to_dense\(\)"):
+        evt.linear(x.to_sparse(), W)
+    with pytest.raises(EpilogueTypeError, match=r"evt.linear: weight has dtype torch.int32"):
+        evt.linear(x, W.int())
+    with pytest.raises(EpilogueError, match=r"policy must be one of \('save', 'recompute'\), got 'bogus'"):
+        evt.nn.Linear(8, 4, policy="bogus")
+    layer = evt.nn.Linear(8, 4, epilogue=torch.nn.PReLU())
+    assert list(layer.state_dict()) == ["weight", "bias"]
+    torch.nn.Linear(8, 4).load_state_dict(layer.state_dict())

@@ -18,7 +18,7 @@ from typing import Callable
 import torch
 
 from ..errors import EpilogueTypeError, ShapeError
-from ..frontend.signature import check_keywords, epilogue_params, signature_of
+from ..frontend.signature import check_dense, check_keywords, epilogue_params, signature_of
 from ..runtime import knobs
 from .dispatch import autocast_dtype, check_transforms, transforms_active
 
@@ -123,6 +123,11 @@ def _check(x, weight, bias) -> None:
     name A, B and an epilogue input."""
     if not isinstance(x, torch.Tensor) or not isinstance(weight, torch.Tensor):
         raise EpilogueTypeError("evt.linear: x and weight must be tensors")
+    for name, t in (("x", x), ("weight", weight)):  # in F.linear's names, not the GEMM's A and B
+        check_dense(t, f"evt.linear: {name}", name)
+        if t.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+            raise EpilogueTypeError(f"evt.linear: {name} has dtype {t.dtype}; expected float16, bfloat16, float32 "
+                                    "or float64")
     if weight.dim() != 2:
         raise ShapeError(f"evt.linear: weight must be (out_features, in_features), got shape {tuple(weight.shape)}")
     if x.dim() == 0 or x.shape[-1] != weight.shape[1]:

@@ -18,8 +18,17 @@ from .linear import linear
 class Linear(torch.nn.Linear):
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None,
                  epilogue: Callable | None = None, policy: str = "save"):
+        from ..autodiff.plan import POLICIES
+        from ..errors import EpilogueError, EpilogueTypeError
+        if policy not in POLICIES:  # checked here, not at the first forward
+            raise EpilogueError(f"evt.nn.Linear: policy must be one of {POLICIES}, got {policy!r}")
+        if epilogue is not None and not callable(epilogue):
+            raise EpilogueTypeError(f"evt.nn.Linear: epilogue must be a function or None, got "
+                                    f"{type(epilogue).__name__}")
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
-        self.epilogue = epilogue
+        # a plain attribute even for an nn.Module epilogue (nn.GELU()): registered as a submodule it would add
+        # its entries to the state_dict, which then no longer loads into an nn.Linear
+        self.__dict__["epilogue"] = epilogue
         self.policy = policy
 
     def forward(self, input: torch.Tensor, **inputs) -> torch.Tensor:
