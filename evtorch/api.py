@@ -17,10 +17,10 @@ from .errors import EpilogueError, EpilogueTypeError, ShapeError
 from .frontend.proxy import TracedTensor
 from .frontend.signature import check_dense, check_keywords, input_spec
 from .integration import dispatch as _integration
+from .ir.types import FLOAT_DTYPES as GEMM_DTYPES  # the operands' and full-size outputs' dtypes
 from .ops.registry import FLOAT_ONLY, REGISTRY, define
 from .runtime import knobs
 
-GEMM_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 BACKENDS = ("reference", "triton")
 
 

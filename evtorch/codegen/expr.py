@@ -91,7 +91,7 @@ def compute_expr(node: Node, operands: list[str], compute: torch.dtype, emission
     expr = format_op(op, node.attrs, conv, compute, emission)
     if node.dtype.is_floating_point and node.dtype != compute and not op.has(COMPARE):
         expr = f"({expr}).to({TL_DTYPE[node.dtype]})"
-    elif node.dtype not in (torch.bool,) and not node.dtype.is_floating_point and not op.has(COMPARE) and \
+    elif node.dtype != torch.bool and not node.dtype.is_floating_point and not op.has(COMPARE) and \
             any(a.dtype != node.dtype or a.op == "const" for a in args):
         # an integer result wraps in its own width, as eager's: int8 + a Python int computed in int64 came back
         # unwrapped (227 for 127 + 100, found 2026-11-29)

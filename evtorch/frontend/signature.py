@@ -41,6 +41,18 @@ def signature_of(fn: Callable) -> inspect.Signature:
     return inspect.signature(fn)
 
 
+def check_hashable(fn, what: str) -> None:
+    """Refuse an unhashable epilogue ``fn`` by name (``what``: the caller's spelling of it): the differentiable and
+    compiled paths key their plans by the epilogue object, and evt.linear its wrapper epilogue (a raw
+    "unhashable type" before, found 2026-11-29)."""
+    try:
+        hash(fn)
+    except TypeError:
+        raise EpilogueTypeError(f"{what} is an unhashable {type(fn).__name__}; evtorch keys its plans by the epilogue "
+                                "object: pass a function, a bound method, or an object that defines __hash__ (e.g. "
+                                "@dataclass(frozen=True))") from None
+
+
 def epilogue_params(fn: Callable) -> tuple[str, list[str]]:
     """(accumulator parameter name, keyword input names) of an epilogue function."""
     try:

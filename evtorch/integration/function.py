@@ -13,7 +13,8 @@ import operator
 import torch
 
 from ..autodiff.canonical import from_canonical, space, to_canonical
-from ..errors import EpilogueError, EpilogueTypeError
+from ..errors import EpilogueError
+from ..frontend.signature import check_hashable
 from ..runtime import knobs
 from .dispatch import autocast_dtype, autocast_target
 from .ops import Entry, col_major, gemm_op, register
@@ -93,12 +94,7 @@ def prepare(A, B, epilogue=None, /, *, as_op=False, out_dtype=None, backend=None
         A = A.to(cast_A) if cast_A is not None else A
         B = B.to(cast_B) if cast_B is not None else B
     check_options(epilogue, deterministic, allow_tf32, inputs)
-    try:
-        hash(epilogue)
-    except TypeError:  # the operator's plans are keyed by it (a raw "unhashable type" before, found 2026-11-29)
-        raise EpilogueTypeError(f"the epilogue is an unhashable {type(epilogue).__name__}; the differentiable and "
-                                "compiled paths key their plans by the epilogue object: pass a function, a bound "
-                                "method, or an object that defines __hash__ (e.g. @dataclass(frozen=True))") from None
+    check_hashable(epilogue, "the epilogue")
     backend = check_backend(A, backend)
     fn = epilogue.fn if isinstance(epilogue, Epilogue) else (epilogue if epilogue is not None else _identity)
     specs = tuple((name, "tensor", _static(v.shape), v.dtype) if isinstance(v, torch.Tensor) else

@@ -18,7 +18,8 @@ from typing import Callable
 import torch
 
 from ..errors import EpilogueTypeError, ShapeError
-from ..frontend.signature import check_dense, check_keywords, epilogue_params, signature_of
+from ..frontend.signature import check_dense, check_hashable, check_keywords, epilogue_params, signature_of
+from ..ir.types import FLOAT_DTYPES
 from ..runtime import knobs
 from .dispatch import autocast_dtype, check_transforms, transforms_active
 
@@ -76,11 +77,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, fn: Callable | None = None, bi
     from .function import _calls, _eager_call, fused_gemm
     if fn is not None and not callable(fn):
         raise EpilogueTypeError(f"evt.linear: fn (the epilogue) must be a function or None, got {type(fn).__name__}")
-    try:
-        hash(fn)
-    except TypeError:  # its wrapper epilogue is cached by it (a raw "unhashable type" before, found 2026-11-29)
-        raise EpilogueTypeError(f"evt.linear: fn is an unhashable {type(fn).__name__}; pass a function, a bound method "
-                                "or an object that defines __hash__ (e.g. @dataclass(frozen=True))") from None
+    check_hashable(fn, "evt.linear: fn")
     if transforms_active() and not torch.compiler.is_compiling():
         check_transforms("evt.linear", (x, weight, bias, *inputs.values()), backend)
     if bias is not None:
@@ -125,7 +122,7 @@ def _check(x, weight, bias) -> None:
         raise EpilogueTypeError("evt.linear: x and weight must be tensors")
     for name, t in (("x", x), ("weight", weight)):  # in F.linear's names, not the GEMM's A and B
         check_dense(t, f"evt.linear: {name}", name)
-        if t.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        if t.dtype not in FLOAT_DTYPES:
             raise EpilogueTypeError(f"evt.linear: {name} has dtype {t.dtype}; expected float16, bfloat16, float32 "
                                     "or float64")
     if weight.dim() != 2:

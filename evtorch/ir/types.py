@@ -50,7 +50,7 @@ def role_of(axes) -> str:
 
 #: the 16-bit float dtypes: eager rounds every op's result on them to 16 bits; kernels compute in float32
 HALF_DTYPES = (torch.float16, torch.bfloat16)
-FLOAT_DTYPES = HALF_DTYPES + (torch.float32, torch.float64)
+FLOAT_DTYPES = HALF_DTYPES + (torch.float32, torch.float64)  # also the GEMM operands' and full-size outputs'
 INT_DTYPES = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
 SUPPORTED_DTYPES = FLOAT_DTYPES + INT_DTYPES + (torch.bool,)
 

@@ -21,6 +21,7 @@ import torch
 from ..errors import EpilogueError, EpilogueTypeError
 from ..frontend.signature import check_dense
 from ..integration.dispatch import check_transforms, func_grad_active, transforms_active
+from ..ir.types import HALF_DTYPES
 from .autograd import differentiable
 from .body import RowSpec, ScanBody
 from .errors import ScanError, ScanShapeError
@@ -213,8 +214,7 @@ def scan(body: Callable, *inputs: torch.Tensor, init=None, dim: int = 0, post: C
             # post reads the states as the kernels hold them, in the compute dtype: a 16-bit state's history is
             # kept at that precision for it (post on the rounded history made the result depend on requires_grad,
             # found 2026-11-29)
-            held = [RowSpec(s.name, s.shape, traced.compute_dtype) if s.dtype in (torch.float16, torch.bfloat16)
-                    else s for s in states]
+            held = [RowSpec(s.name, s.shape, traced.compute_dtype) if s.dtype in HALF_DTYPES else s for s in states]
             inits = [t.to(h.dtype) for t, h in zip(inits, held)]
             plain = get_body(body, None, held, specs, k)
         results = differentiable(traced, plain, inits, xs, T, runner, step_by_step=func_grad_active())
