@@ -88,7 +88,7 @@ def check_operands(A, B) -> tuple[int, int, int, int, bool]:
 
 
 def gemm(A: torch.Tensor, B: torch.Tensor, epilogue: Callable | Epilogue | None = None, /, *extra,
-         out_dtype: torch.dtype | None = None, backend: str | None = None, deterministic: bool = False,
+         out_dtype: torch.dtype | None = None, backend: str | None = None, deterministic: bool | None = None,
          allow_tf32: bool = False, outputs=None, config=None, **inputs):
     """``epilogue(A @ B, **inputs)`` as one fused kernel.
 
@@ -97,7 +97,8 @@ def gemm(A: torch.Tensor, B: torch.Tensor, epilogue: Callable | Epilogue | None 
         epilogue: a plain PyTorch function whose first parameter is the fp32 accumulator (or an ``Epilogue``).
         out_dtype: dtype of full-size outputs (default ``A.dtype``).
         backend: "triton" (default on CUDA) or "reference" (default on CPU).
-        deterministic: combine cross-tile reductions in a fixed order (bit-identical across runs).
+        deterministic: combine cross-tile reductions in a fixed order (bit-identical across runs); None (the
+            default) follows ``torch.use_deterministic_algorithms``.
         allow_tf32: let float32 GEMMs use TF32 tensor cores.
         outputs: positions of the outputs wanted (others are pruned and returned as None).
         config: a ``GemmConfig`` to use instead of autotuning.
@@ -106,6 +107,7 @@ def gemm(A: torch.Tensor, B: torch.Tensor, epilogue: Callable | Epilogue | None 
     Differentiable with respect to A, B and every tensor input, compilable with torch.compile and autocast-aware:
     in those cases the call goes through ``torch.ops.evtorch.gemm`` (``evtorch.integration``).
     """
+    deterministic = _integration.resolve_deterministic(deterministic)
     if extra:
         raise EpilogueTypeError(f"evt.gemm takes the epilogue's inputs as keywords: evt.gemm(A, B, fn, C=C, ...); got "
                                 f"{len(extra)} more positional argument(s) after the epilogue")
@@ -171,9 +173,8 @@ def check_options(epilogue, deterministic, allow_tf32, inputs: dict) -> None:
     if epilogue is None and "epilogue" in inputs:
         raise EpilogueTypeError("evt.gemm takes the epilogue positionally, after A and B: evt.gemm(A, B, fn, "
                                 "**inputs); got it as the keyword epilogue=")
-    for name, value in (("deterministic", deterministic), ("allow_tf32", allow_tf32)):
-        if not isinstance(value, bool):
-            raise EpilogueTypeError(f"{name} must be True or False, got {value!r}")
+    if not isinstance(allow_tf32, bool):  # deterministic: dispatch.resolve_deterministic, at the entry points
+        raise EpilogueTypeError(f"allow_tf32 must be True or False, got {allow_tf32!r}")
 
 
 def check_backend(A, backend) -> str:

@@ -70,6 +70,37 @@ def test_deterministic_is_bit_identical():
 
 
 @pytest.mark.interpreter
+def test_deterministic_follows_torchs_flag(monkeypatch):
+    """``deterministic=None`` (the default of evt.gemm, evt.linear and the differentiable path) follows
+    ``torch.use_deterministic_algorithms``: the program is built with fixed-order reductions under the flag and
+    with atomics without it; an explicit value wins either way."""
+    from evtorch.runtime import gemm as rt
+    seen = []
+    real = rt.build_program
+
+    def spy(ep, *args, **kwargs):
+        seen.append(kwargs["deterministic"])
+        return real(ep, *args, **kwargs)
+    monkeypatch.setattr(rt, "build_program", spy)
+    A, B, bias = torch.randn(20, 12), torch.randn(12, 18), torch.randn(18)
+    W = B.T.contiguous()
+    calls = [lambda **kw: evt.gemm(A, B, lambda acc: (acc, acc.sum(0)), backend="triton", **kw),
+             lambda **kw: evt.gemm(A.requires_grad_(), B, lambda acc: acc.sum(1), backend="triton", **kw),
+             lambda **kw: evt.linear(A, W, lambda y: y.sum(0), bias, backend="triton", **kw)]
+    for flag, kwargs, want in [(True, {}, True), (False, {}, False), (True, {"deterministic": False}, False),
+                               (False, {"deterministic": True}, True)]:
+        torch.use_deterministic_algorithms(flag)
+        try:
+            for i, call in enumerate(calls):
+                seen.clear()
+                rt._prog_memo.clear()  # built again, so the spy sees each call's program
+                call(**kwargs)
+                assert seen and set(seen) == {want}, (flag, kwargs, i, seen)
+        finally:
+            torch.use_deterministic_algorithms(False)
+
+
+@pytest.mark.interpreter
 def test_strided_and_transposed_operands_and_outputs():
     A = torch.randn(30, 20).T  # (20, 30) column-major
     B = torch.randn(45, 30)[::2].T  # (30, 23) with a row stride of 2

@@ -168,6 +168,23 @@ def test_compile_fullgraph_no_grad_and_module():
     assert model[0].weight.grad is not None and model[1].weight.grad is not None
 
 
+def test_compiled_linear_checks_inputs_and_hashability_outside_dynamo():
+    """What torch 2.11's Dynamo cannot trace stays out of the traced frame (``inspect.signature`` of a builtin
+    epilogue, ``hash`` of a function: a fullgraph compile of ``evt.linear(x, W, F.gelu, b)`` failed on them on the
+    H200, 2026-11-29, where torch 2.13 traces both): the compiled call runs, and a wrong keyword input is still
+    named in the user's epilogue's terms (by the plan's construction), the bias the wrapper adds not among them.
+    Run these on the device's torch too (``-k compile``)."""
+    torch._dynamo.reset()
+    x, W, b = torch.randn(4, 8), torch.randn(16, 8), torch.randn(16)
+    step = torch.compile(lambda x, W, b: evt.linear(x, W, F.gelu, b), fullgraph=True, backend="aot_eager")
+    torch.testing.assert_close(step(x, W, b), F.gelu(F.linear(x, W, b)))
+    wrong = torch.compile(lambda x, W, b: evt.linear(x, W, lambda y, s: y * s, b, t=2.0), fullgraph=True,
+                          backend="aot_eager")
+    with pytest.raises(Exception, match=r"evt.linear: \S*<lambda>\(\) is missing keyword input\(s\) 's'; it takes s\n") as e:
+        wrong(x, W, b)
+    assert "linear_bias" not in str(e.value)
+
+
 def test_compile_with_changing_shapes():
     """A second batch size makes Dynamo mark dims dynamic; evtorch specializes them (one plan per shape)."""
     torch._dynamo.reset()

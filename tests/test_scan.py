@@ -430,6 +430,61 @@ def test_gpu_heuristic_picks_the_measured_configs():
     assert pick(add, 1, torch.float64, 65536) == ("lookback", 16, 512, 16)
 
 
+
+def test_deterministic_scans_take_the_three_pass_strategy(monkeypatch):
+    """``deterministic=True``, or None under ``torch.use_deterministic_algorithms(True)``, puts every associative
+    group on the three-pass strategy (a fixed combination order; the look-backs fold whatever totals are published,
+    which changed a gradient's bits between two runs on the H200), on GPU shapes and in the interpreter alike; a
+    config that forces a look-back is refused by name; step-by-step scans keep their kernels. The results match
+    the reference backend."""
+    from evtorch.scan import launch
+    from evtorch.scan.errors import ScanError
+
+    class Cuda:
+        type = "cuda"
+
+    add, lin = (lambda h, x: h + x), (lambda h, a, x: a * h + x)
+    lae = lambda h, x: torch.logaddexp(h, x)  # noqa: E731
+    for fn, n_in, dtype, T in [(add, 1, torch.float32, 65536), (add, 1, torch.float32, 4096),
+                               (lin, 2, torch.float32, 65536), (lin, 2, torch.bfloat16, 4096),
+                               (lae, 1, torch.float32, 65536), (add, 1, torch.float64, 65536)]:
+        body = get_body(fn, None, [RowSpec("s0", (1024,), dtype)],
+                        [RowSpec(f"x{i}", (1024,), dtype) for i in range(n_in)], 1)
+        c = launch.heuristic(body, body.groups[0], T, Cuda(), ScanConfig(), deterministic=True)
+        assert (c.strategy, c.keep, c.prefetch, c.persist) == ("threepass", False, False, None), (fn, dtype, T)
+        assert c.seg % c.block_t == 0
+        with pytest.raises(ScanError, match=r"config.strategy='segmented'.*deterministic.*threepass"):
+            launch.heuristic(body, body.groups[0], T, Cuda(), ScanConfig(strategy="segmented"), deterministic=True)
+
+    strategies = []
+    real = launch.heuristic
+
+    def spy(*args, **kwargs):
+        cfg = real(*args, **kwargs)
+        strategies.append(cfg.strategy)
+        return cfg
+    monkeypatch.setattr(launch, "heuristic", spy)
+    g = torch.Generator().manual_seed(3)
+    A, X = 0.5 + 0.5 * torch.rand(70, 12, generator=g), torch.randn(70, 12, generator=g)
+    ref = evt.scan(lin, A, X, backend="reference")
+    for deterministic, flag, want in [(True, False, "threepass"), (None, True, "threepass"),
+                                      (None, False, "lookback"), (False, True, "lookback")]:
+        strategies.clear()
+        torch.use_deterministic_algorithms(flag)
+        try:
+            out = evt.scan(lin, A, X, backend="triton", deterministic=deterministic)
+        finally:
+            torch.use_deterministic_algorithms(False)
+        assert strategies == [want], (deterministic, flag, strategies)
+        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    strategies.clear()
+    out = evt.scan(lambda h, x: torch.tanh(h + x), X, backend="triton", deterministic=True)  # lanes: no strategy
+    assert strategies == [None]
+    torch.testing.assert_close(out, evt.scan(lambda h, x: torch.tanh(h + x), X), rtol=1e-5, atol=1e-6)
+    with pytest.raises(TypeError, match=r"evt.scan: deterministic must be True, False or None.*got 1"):
+        evt.scan(lin, A, X, deterministic=1)
+
+
 # ---------------------------------------------------------------------------------------------- one launch
 INIT_ROW_CONFIGS = [ScanConfig(strategy="lookback", window=2, block_t=4, block_n=4),
                     ScanConfig(strategy="lookback", window=1, block_t=8, block_n=8, sub=2),

@@ -91,7 +91,8 @@ def test_exact_gpu_forms_give_the_portable_bits(monkeypatch, shape, coupled):
     """On a GPU a float32 scan's tanh is ``tlmath.tanh_gpu`` (bare MUFU ops, fewer instructions on the step's
     dependent chain), the portable ``tlmath.tanh``'s values: the states and their gradients bit for bit against
     ``EVTORCH_FAST_MATH=never``, and within float32 rounding of a float64 loop. ``coupled``: every lane reads
-    lane 0, the one-program kernel."""
+    lane 0, the one-program kernel. The gradient's reverse scan is associative: ``deterministic=True``, or its
+    look-back's roundings differ between any two runs (which failed this test once, H200 2026-11-29)."""
     T, n = shape
     g = torch.Generator(device="cuda").manual_seed(5)
     X = torch.randn(T, n, device="cuda", generator=g)
@@ -100,7 +101,7 @@ def test_exact_gpu_forms_give_the_portable_bits(monkeypatch, shape, coupled):
     runs = {}
     for mode in ("never", "auto"):
         monkeypatch.setenv("EVTORCH_FAST_MATH", mode)
-        out = evt.scan(fn, A, X, init=X[:1])
+        out = evt.scan(fn, A, X, init=X[:1], deterministic=True)
         grad = None if coupled else torch.autograd.grad(out, A, torch.ones_like(out))[0]  # (lane-wise autograd)
         runs[mode] = (out.detach(), grad)
     assert torch.equal(runs["never"][0], runs["auto"][0])
@@ -110,3 +111,33 @@ def test_exact_gpu_forms_give_the_portable_bits(monkeypatch, shape, coupled):
         h = fn(h, A[t].detach().double(), X[t].double())
         ref.append(h)
     assert rel_err(runs["auto"][0], torch.stack(ref)) < 1e-5
+
+
+DET_CASES = [(2000, 3000, torch.float32), (65536, 1024, torch.float32), (20000, 4096, torch.bfloat16),
+             (6000, 2048, torch.float64)]
+
+
+@pytest.mark.parametrize("T,n,dtype", DET_CASES, ids=["short-fp32", "long-fp32", "long-bf16", "fp64"])
+def test_deterministic_scans_are_bit_identical_between_runs(T, n, dtype):
+    """``deterministic=True`` (and ``torch.use_deterministic_algorithms``) runs associative scans on the
+    three-pass strategy: five runs of ``a * h + x``, of a sum and of a logaddexp give the same bits, and so do the
+    gradients of ``a * h + x``, whose backward is itself an associative scan; each within rounding of a float64
+    reference. (The look-back's results differ between runs in the last bits: the failure that led to this.)"""
+    X, A = _data(T, n, seed=11)
+    X, A = X.to(dtype), A.to(dtype)
+    ref_sum, ref_lin = _refs(X, A)
+    for fn, args, ref in ((ADD, (X,), ref_sum), (LIN, (A, X), ref_lin), (lambda p, x: torch.logaddexp(p, x), (X,), None)):
+        runs = [evt.scan(fn, *args, init=X[:1], deterministic=True) for _ in range(5)]
+        assert all(torch.equal(runs[0], r) for r in runs[1:]), fn
+        if ref is not None:
+            assert rel_err(runs[0], ref) < {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float64: 1e-10}[dtype]
+    a = A.clone().requires_grad_()
+    grads = []
+    torch.use_deterministic_algorithms(True)
+    try:
+        for _ in range(3):
+            out = evt.scan(LIN, a, X, init=X[:1])
+            grads.append(torch.autograd.grad(out, a, torch.ones_like(out))[0])
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert all(torch.equal(grads[0], g) for g in grads[1:])

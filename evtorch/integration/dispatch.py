@@ -14,6 +14,8 @@ import threading
 import torch
 import torch.autograd.forward_ad as _fwad
 
+from ..errors import EpilogueTypeError
+
 try:  # torch-private (2.0 to 2.13 at least): without them the transform checks below are skipped, never errors
     from torch._C._functorch import TransformType as _Transform
     from torch._C._functorch import peek_interpreter_stack as _peek_transform
@@ -35,6 +37,20 @@ def running_op():
         yield
     finally:
         _state.inside = previous
+
+
+def resolve_deterministic(value, what: str = "deterministic") -> bool:
+    """A call's ``deterministic`` option: ``None`` (every entry point's default) follows
+    ``torch.use_deterministic_algorithms``, as torch's own kernels do, so a user who asks torch for bit-identical
+    runs gets them from evtorch's atomic reductions and parallel scans too (they combined in arrival order whatever
+    the flag said until 2026-11-29, when a scan's gradient differed between two runs on the H200). ``what``: the
+    parameter's name in the caller's error."""
+    if value is None:
+        return torch.are_deterministic_algorithms_enabled()
+    if not isinstance(value, bool):
+        raise EpilogueTypeError(f"{what} must be True, False or None (None follows torch.use_deterministic_algorithms), "
+                        f"got {value!r}")
+    return value
 
 
 def autocast_dtype(device_type: str) -> torch.dtype | None:

@@ -16,7 +16,7 @@ from ..autodiff.canonical import from_canonical, space, to_canonical
 from ..errors import EpilogueError
 from ..frontend.signature import check_hashable
 from ..runtime import knobs
-from .dispatch import autocast_dtype, autocast_target
+from .dispatch import autocast_dtype, autocast_target, resolve_deterministic
 from .ops import Entry, col_major, gemm_op, register
 
 
@@ -36,7 +36,11 @@ def _plan(fn, a_shape, a_dtype, b_shape, specs, wrt, out_dtype, backend, determi
     """(key, static info) of the plan for these arguments; built and registered on first use.
 
     ``fn`` is the epilogue, or ("linear", fn, has_bias) for ``evt.linear``'s composed epilogue (built here, out
-    of Dynamo's sight: a function created in a traced frame is not a constant)."""
+    of Dynamo's sight: a function created in a traced frame is not a constant), whose keyword inputs are checked
+    here in the user's epilogue's names (``linear._check_inputs``)."""
+    if isinstance(fn, tuple) and fn[0] == "linear":
+        from .linear import _check_inputs
+        _check_inputs(fn[1], [spec[0] for spec in specs])
     key = plan_key(fn, a_shape, a_dtype, b_shape, specs, wrt, out_dtype, backend, deterministic, allow_tf32, keep,
                    config, policy, layout)
     from .ops import entry
@@ -128,13 +132,14 @@ def _as_float(name: str, value) -> float:
     return float(value)
 
 
-def fused_gemm(A, B, epilogue=None, /, *, out_dtype=None, backend=None, deterministic=False, allow_tf32=False,
+def fused_gemm(A, B, epilogue=None, /, *, out_dtype=None, backend=None, deterministic=None, allow_tf32=False,
                outputs=None, config=None, policy="save", _lead_dims=None, **inputs):
     """``evt.gemm`` through ``torch.ops.evtorch.gemm`` (same arguments and results; see ``evtorch.api.gemm``).
 
     ``policy`` (extra option): "save" keeps the accumulator for the backward when it needs it; "recompute"
     recomputes ``A @ B`` in the backward instead (less memory, one more GEMM). ``_lead_dims`` (for
     ``evt.linear``): outputs whose first dim walks the rows get these leading dims instead of M."""
+    deterministic = resolve_deterministic(deterministic)
     if not torch.compiler.is_compiling():
         # eager: the same operator as an autograd.Function (ops.FusedGemm), without torch.library's call
         # overhead, prepared once per call signature (see _eager)

@@ -21,7 +21,7 @@ from ..errors import EpilogueTypeError, ShapeError
 from ..frontend.signature import check_dense, check_hashable, check_keywords, epilogue_params, signature_of
 from ..ir.types import FLOAT_DTYPES
 from ..runtime import knobs
-from .dispatch import autocast_dtype, check_transforms, transforms_active
+from .dispatch import autocast_dtype, check_transforms, resolve_deterministic, transforms_active
 
 BIAS = "linear_bias"
 
@@ -60,7 +60,7 @@ def _extra_params(fn) -> list:
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, fn: Callable | None = None, bias: torch.Tensor | None = None,
-           *, out_dtype=None, backend=None, deterministic=False, allow_tf32=False, policy="save", **inputs):
+           *, out_dtype=None, backend=None, deterministic=None, allow_tf32=False, policy="save", **inputs):
     """``fn(F.linear(x, weight, bias), **inputs)`` as one fused GEMM, for x of any leading dims flattened into rows.
 
     Args:
@@ -78,6 +78,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, fn: Callable | None = None, bi
     if fn is not None and not callable(fn):
         raise EpilogueTypeError(f"evt.linear: fn (the epilogue) must be a function or None, got {type(fn).__name__}")
     check_hashable(fn, "evt.linear: fn")
+    deterministic = resolve_deterministic(deterministic, "evt.linear: deterministic")
     if transforms_active() and not torch.compiler.is_compiling():
         check_transforms("evt.linear", (x, weight, bias, *inputs.values()), backend)
     if bias is not None:
@@ -97,7 +98,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, fn: Callable | None = None, bi
             key = call = None
         if call is None:
             _check(x, weight, bias)
-            _check_inputs(fn, inputs)
+            _check_inputs(fn, inputs)  # (eager: here; compiled: in function._plan)
             _check_flattening(fn, x, weight, bias, inputs)
             lead = tuple(x.shape[:-1])
             M = math.prod(lead)
@@ -106,8 +107,9 @@ def linear(x: torch.Tensor, weight: torch.Tensor, fn: Callable | None = None, bi
                                inputs, raw=((x, a_steps), (weight, (("permute", (1, 0)),))), out_dtype=out_dtype,
                                backend=backend, deterministic=deterministic, allow_tf32=allow_tf32, policy=policy)
         return call(x, weight, inputs)
+    # compiled: the keyword inputs are checked in the plan's construction (function._plan, out of Dynamo's sight:
+    # torch 2.11's Dynamo cannot trace inspect.signature of a builtin such as F.gelu, found on the H200 2026-11-29)
     _check(x, weight, bias)
-    _check_inputs(fn, inputs)
     _check_flattening(fn, x, weight, bias, inputs)
     lead = tuple(x.shape[:-1])
     A = x.reshape(-1, x.shape[-1])
@@ -152,12 +154,12 @@ def _check(x, weight, bias) -> None:
                              f"{out}, as F.linear takes)")
 
 
-def _check_inputs(fn, inputs: dict) -> None:
-    """The keyword inputs against the user's epilogue, in its own names: the GEMM's check would list the bias the
-    wrapper passes (``linear_bias``) among the inputs to give."""
+def _check_inputs(fn, names) -> None:
+    """The keyword inputs' ``names`` against the user's epilogue, in its own names: the GEMM's check would list the
+    bias the wrapper passes (``linear_bias``) among the inputs to give."""
     if fn is not None:
         try:
-            check_keywords(fn, {k: v for k, v in inputs.items() if k != BIAS})
+            check_keywords(fn, {k: None for k in names if k != BIAS})
         except EpilogueTypeError as e:
             raise EpilogueTypeError(f"evt.linear: {e}") from None
 

@@ -20,7 +20,7 @@ import torch
 
 from ..errors import EpilogueError, EpilogueTypeError
 from ..frontend.signature import check_dense
-from ..integration.dispatch import check_transforms, func_grad_active, transforms_active
+from ..integration.dispatch import check_transforms, func_grad_active, resolve_deterministic, transforms_active
 from ..ir.types import HALF_DTYPES
 from .autograd import differentiable
 from .body import RowSpec, ScanBody
@@ -71,11 +71,11 @@ def get_body(fn, post, states: list[RowSpec], inputs: list[RowSpec], k: int) -> 
 class _Runner:
     """What the autograd function calls to run a forward (and its backward's reverse scan) again."""
 
-    def __init__(self, backend: str, config):
-        self.backend, self.config = backend, config
+    def __init__(self, backend: str, config, deterministic: bool = False):
+        self.backend, self.config, self.deterministic = backend, config, deterministic
 
     def __call__(self, body, inits, inputs, T):
-        return run_forward(body, inits, inputs, T, self.backend, self.config)
+        return run_forward(body, inits, inputs, T, self.backend, self.config, self.deterministic)
 
 
 def _time_major(x: torch.Tensor, dim: int, what: str) -> tuple[torch.Tensor, int]:
@@ -91,7 +91,8 @@ def _time_major(x: torch.Tensor, dim: int, what: str) -> tuple[torch.Tensor, int
 # its own machinery (InternalTorchDynamoError even without fullgraph). Compiled code calls it eagerly (a graph break)
 @torch.compiler.disable(reason="evt.scan traces its body and launches its kernels outside torch.compile")
 def scan(body: Callable, *inputs: torch.Tensor, init=None, dim: int = 0, post: Callable | None = None,
-         backend: str | None = None, config: ScanConfig | None = None, length: int | None = None):
+         backend: str | None = None, config: ScanConfig | None = None, length: int | None = None,
+         deterministic: bool | None = None):
     """Run the recurrence ``state[t] = body(state[t-1], ..., inputs[t]...)`` over ``dim``.
 
     Args:
@@ -107,6 +108,13 @@ def scan(body: Callable, *inputs: torch.Tensor, init=None, dim: int = 0, post: C
             "reference" (a loop over time with torch ops; default on CPU).
         config: a ``ScanConfig`` overriding the launch heuristics.
         length: T when there are no inputs.
+        deterministic: bit-identical results (and gradients) from run to run. The parallel kernels of an
+            associative recurrence (``a * h + b``, sums, max, logaddexp) fold earlier chunks' totals in whatever
+            order the decoupled look-back finds them published, which changes float roundings between runs;
+            deterministic scans take the three-pass strategy (a fixed order; 1.1-1.8x the look-back's time on an
+            H200, docs/scan.md "Determinism"), and a ``config.strategy`` that looks back is refused. None (the default)
+            follows ``torch.use_deterministic_algorithms``. Step-by-step scans (``lanes``, coupled states, the
+            reference backend) are deterministic either way.
 
     Returns:
         The full history of each state (T steps along ``dim``; the first k are init), a tensor or a tuple
@@ -205,7 +213,7 @@ def scan(body: Callable, *inputs: torch.Tensor, init=None, dim: int = 0, post: C
     states = [RowSpec(f"s{j}", tuple(t.shape[1:]), t.dtype) for j, t in enumerate(inits)]
     specs = [RowSpec(f"x{i}", tuple(x.shape[1:]), x.dtype) for i, x in enumerate(xs)]
     traced = get_body(body, post, states, specs, k)
-    runner = _Runner(backend, config)
+    runner = _Runner(backend, config, resolve_deterministic(deterministic, "evt.scan: deterministic"))
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in inits + xs)
     if needs_grad:
         if post is None:

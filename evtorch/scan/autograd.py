@@ -95,7 +95,7 @@ def _reverse_linear(d: torch.Tensor, g_tail: torch.Tensor, run) -> torch.Tensor:
     from .api import scan
     g_rev = g_tail.flip(0).contiguous()
     d_rev = torch.cat([torch.ones_like(d[:1]), d.flip(0)]).contiguous()
-    lam_rev = scan(_adjoint_step, d_rev, g_rev, init=g_rev[:1], backend=run.backend)
+    lam_rev = scan(_adjoint_step, d_rev, g_rev, init=g_rev[:1], backend=run.backend, deterministic=run.deterministic)
     return lam_rev.flip(0)
 
 

@@ -14,7 +14,7 @@ cumsum on an H200 (docs/scan.md).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -211,11 +211,23 @@ def _assoc_config(body, g, steps: int, interp: bool) -> ScanConfig:
     return ScanConfig(16, bn, nw, strategy="lookback", window=1, seg=256, sub=1)  # (4096, 8192): 1.47x
 
 
-def heuristic(body, g, T: int, device, config: ScanConfig) -> ScanConfig:
+def heuristic(body, g, T: int, device, config: ScanConfig, deterministic: bool = False) -> ScanConfig:
+    """The launch configuration of group ``g``: ``config``'s fields where set, the measured heuristics' elsewhere.
+    ``deterministic``: an associative group takes the three-pass strategy, whose combination order is fixed (the
+    look-back strategies fold whichever earlier totals are published when a program looks, so their float
+    roundings change from run to run)."""
     interp = device.type != "cuda"
     if g.mode == "assoc":
         steps = max(1, T - body.k)
         h = _assoc_config(body, g, steps, interp)
+        if deterministic:
+            if config.strategy not in (None, "threepass"):
+                raise ScanError(f"evt.scan: config.strategy={config.strategy!r} combines chunks in the order their "
+                                "totals are published, which changes float roundings between runs, and the scan "
+                                "is deterministic (deterministic=True or torch.use_deterministic_algorithms): use "
+                                "strategy='threepass' or None")
+            if h.strategy != "threepass":
+                h = replace(h, strategy="threepass", window=1, seg=256, keep=False, prefetch=False, persist=None)
         bt = config.block_t or h.block_t
         bt = min(bt, max(2, _np2(steps))) if not config.block_t else bt
         seg = config.seg or h.seg
@@ -252,12 +264,12 @@ def heuristic(body, g, T: int, device, config: ScanConfig) -> ScanConfig:
     return ScanConfig(None, config.block_n or bn, config.num_warps or 4, config.depth)
 
 
-def run_group(body, g, inits, inputs, outs, posts, T: int, config: ScanConfig):
+def run_group(body, g, inits, inputs, outs, posts, T: int, config: ScanConfig, deterministic: bool = False):
     k = body.k
     if T <= k:
         return
     device = inits[0].device
-    cfg = heuristic(body, g, T, device, config or ScanConfig())
+    cfg = heuristic(body, g, T, device, config or ScanConfig(), deterministic)
     kern, fns = kernel_for(body, g, cfg, gpu_forms(inits[0], body.compute_dtype))
     tensors = {"x": inputs, "init": inits, "out": outs, "post": posts}
     n = math.prod(g.shape) if g.shape is not None else 0
@@ -330,8 +342,10 @@ def integer_coupled(body) -> list[int]:
             if not body.states[j].dtype.is_floating_point and body.states[j].dtype != torch.bool]
 
 
-def run_forward(body, inits, inputs, T: int, backend: str, config: ScanConfig | None = None) -> list:
-    """Time-major results: the states' histories, or post's outputs when the scan has a post."""
+def run_forward(body, inits, inputs, T: int, backend: str, config: ScanConfig | None = None,
+                deterministic: bool = False) -> list:
+    """Time-major results: the states' histories, or post's outputs when the scan has a post. ``deterministic``:
+    the associative groups on a fixed combination order (``heuristic``)."""
     coupled_ints = integer_coupled(body) if backend == "triton" else []
     if coupled_ints:
         import warnings
@@ -367,5 +381,5 @@ def run_forward(body, inits, inputs, T: int, backend: str, config: ScanConfig | 
             out[:k] = h
             posts.append(out)
     for g in body.groups:
-        run_group(body, g, inits, inputs, outs, posts, T, config)
+        run_group(body, g, inits, inputs, outs, posts, T, config, deterministic)
     return posts if body.post is not None else outs
