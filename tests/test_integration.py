@@ -185,6 +185,30 @@ def test_compiled_linear_checks_inputs_and_hashability_outside_dynamo():
     assert "linear_bias" not in str(e.value)
 
 
+def test_compiled_calls_follow_torchs_deterministic_flag(monkeypatch):
+    """Under torch.compile, ``deterministic=None`` reads ``torch.use_deterministic_algorithms`` when the frame is
+    traced, and Dynamo guards on the flag: turning it on after a compile runs a deterministic plan, and off again
+    the first one."""
+    from evtorch.integration import ops
+    torch._dynamo.reset()
+    ran = []
+    real = ops.forward_impl
+
+    def spy(A, B, tensors, scalars, plan):
+        ran.append(ops.entry(plan).deterministic)
+        return real(A, B, tensors, scalars, plan)
+    monkeypatch.setattr(ops, "forward_impl", spy)
+    A, B = torch.randn(8, 6, requires_grad=True), torch.randn(6, 5)
+    step = torch.compile(lambda A, B: evt.gemm(A, B, lambda acc: acc.sum(0)), fullgraph=True, backend="aot_eager")
+    for flag in (False, True, False):
+        torch.use_deterministic_algorithms(flag)
+        try:
+            torch.testing.assert_close(step(A, B), (A @ B).sum(0))
+        finally:
+            torch.use_deterministic_algorithms(False)
+    assert ran == [False, True, False]
+
+
 def test_compile_with_changing_shapes():
     """A second batch size makes Dynamo mark dims dynamic; evtorch specializes them (one plan per shape)."""
     torch._dynamo.reset()
