@@ -92,15 +92,22 @@ class Epilogue:
 
     # ------------------------------------------------------------------ results
     def output_dtype(self, o: OutputInfo, out_dtype: torch.dtype) -> torch.dtype:
-        """Full-size (tile) floating outputs take ``out_dtype``; reduction/vector outputs are float32
-        (float64 for float64 GEMMs); bool and integer outputs keep their dtype."""
+        """Full-size floating outputs take ``out_dtype``; reduction/vector outputs, and tile-stage outputs that
+        are not full-size (``row * 2`` of an (N,) input, a sum over a size-1 dim), are float32 (float64 for
+        float64 GEMMs); bool and integer outputs keep their dtype. (Non-full tile outputs took ``out_dtype``: a
+        float16 GEMM rounded a float32 row input's ``row * 2`` to float16, found by a probe 2026-11-29.)"""
         if o.position in self.output_dtype_overrides:
             return self.output_dtype_overrides[o.position]
         if not o.dtype.is_floating_point:
             return o.dtype
-        if o.kind == "tile":
+        if o.kind == "tile" and self.full_size(o):
             return out_dtype
         return torch.float64 if self.acc_dtype == torch.float64 else torch.float32
+
+    def full_size(self, o: OutputInfo) -> bool:
+        """Whether output ``o`` walks every axis of the accumulator (M and N, and L when batched)."""
+        walked = {a for axes, _ in o.dims for a in axes}
+        return walked >= ({"L", "M", "N"} if self.batched else {"M", "N"})
 
     def pack(self, values: dict):
         """Results in the epilogue's own return convention (a tensor or a tuple); unwanted outputs are None."""

@@ -97,3 +97,31 @@ def test_maximum_and_minimum_return_the_first_operand_on_a_tie(backend):
     X, Y = t([[0.0, -0.0, 1.0, float("nan")]]), t([[-0.0, 0.0, 1.0, 2.0]])
     _check(lambda acc, X, Y: (torch.maximum(X, Y), torch.maximum(Y, X), torch.minimum(X, Y), torch.minimum(Y, X)),
            torch.ones(1, 1), torch.ones(1, 4), backend, X=X, Y=Y)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_outputs_that_are_not_full_size_are_float32(backend):
+    """A tile-stage output that does not walk both M and N (``row * 2`` of an (N,) input, ``col * 2``, a 0-d
+    input's ``s * 2``, a sum or amax over a size-1 dim) is stored in float32 like a reduction's, not in A's dtype:
+    a float16 GEMM rounded them to float16 (found by a probe, 2026-11-29). Full-size outputs keep A's dtype. Also
+    under autograd (the operator's layouts read the same rule)."""
+    g = torch.Generator().manual_seed(4)
+    A, B = torch.randn(6, 5, generator=g).half(), torch.randn(5, 7, generator=g).half()
+    row, col, s = torch.randn(7, generator=g) + 1e-4, torch.randn(6, 1, generator=g) + 1e-4, torch.tensor(1.0001)
+
+    def fn(acc, row, col, s):
+        return row * 2, col * 2, s * 2, col.sum(1), col.amax(1, keepdim=True), acc.sum(1), acc * row
+
+    want = fn(A.float() @ B.float(), row, col, s)
+    for grad in (False, True):
+        r = row.clone().requires_grad_(grad)
+        got = evt.gemm(A, B, fn, row=r, col=col, s=s, backend=backend)
+        for i, (o, w) in enumerate(zip(got, want)):
+            dtype = torch.float16 if i == 6 else torch.float32
+            assert o.dtype == dtype and o.shape == w.shape, (i, grad, o.dtype, o.shape)
+            torch.testing.assert_close(o, w.to(dtype), rtol=0 if i < 5 else 2e-3, atol=0 if i < 5 else 2e-3)
+        if grad:
+            (dr,) = torch.autograd.grad(got[0].sum() + got[6].float().sum(), r)
+            r64 = row.double().requires_grad_()
+            (want_dr,) = torch.autograd.grad((r64 * 2).sum() + ((A.double() @ B.double()) * r64).sum(), r64)
+            torch.testing.assert_close(dr.double(), want_dr, rtol=2e-3, atol=2e-3)

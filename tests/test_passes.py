@@ -72,6 +72,17 @@ def test_cse_keeps_distinct_computations_apart():
     assert len(ops_in(g, "sub")) == 2 and len(ops_in(g, "add")) == 2 and len(ops_in(g, "cast")) == 2
 
 
+def test_cse_keeps_scaled_adds_in_their_order():
+    """``add(a, b, alpha=k)`` is ``a + k * b``: its operands do not commute (CSE merged the two below, so the
+    second output returned the first's values, found by a probe on 2026-11-29); unscaled adds still merge."""
+    fn = lambda acc, C: (torch.add(acc, C, alpha=2), torch.add(C, acc, alpha=2), acc + C, C + acc)  # noqa: E731
+    g = CSE().run(traced(fn, C=evt.spec((M, N))).traced.copy())
+    assert len(ops_in(g, "add")) == 3
+    A, B, C = torch.randn(M, 7), torch.randn(7, N), torch.randn(M, N)
+    for got, want in zip(evt.gemm(A, B, fn, C=C), fn(A @ B, C)):
+        torch.testing.assert_close(got, want)
+
+
 def test_prune_postcondition_and_outputs():
     def fn(acc, C):
         dead = torch.exp(acc) + C  # noqa: F841

@@ -14,7 +14,10 @@ from .base import Pass, fact
 def _key(node, position):
     # the stage is part of the computation: a vector-stage copy of a tile-stage load (made by the stage split)
     # is computed in another kernel and must not be merged back into the tile value
-    if node.op == "compute" and node.target in REGISTRY and REGISTRY[node.target].has(COMMUTATIVE):
+    # add(a, b, alpha=k) is a + k * b: commutative only without a scale (CSE merged add(acc, C, alpha=2) with
+    # add(C, acc, alpha=2), returning one output's values for the other, found by a probe 2026-11-29)
+    if node.op == "compute" and node.target in REGISTRY and REGISTRY[node.target].has(COMMUTATIVE) and \
+            node.attrs.get("alpha", 1) == 1:
         args = tuple(sorted(node.args, key=lambda a: position[id(a)]))
         return (node.op, node.target, node.key[2:5], tuple(id(a) for a in args), node.stage)
     return node.key + (node.stage,)
