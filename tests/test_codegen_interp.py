@@ -616,3 +616,15 @@ def test_float64_and_bfloat16_convert_exactly_in_the_interpreter():
     got = evt.gemm(A32, B32, lambda acc, C: (acc.double().bfloat16(), C.double() + 1e-3), C=C, backend="triton")
     want = ((A32 @ B32).double().bfloat16(), C.double() + 1e-3)
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1].float())
+
+
+@pytest.mark.interpreter
+def test_integers_and_bools_convert_to_bfloat16_in_the_interpreter():
+    """The interpreter also cast integers and bools to bfloat16 as bit patterns (1 became 9.2e-41, found by a
+    probe 2026-11-29); through ``runtime.interpreter_fixes`` they convert as eager's ``.to(torch.bfloat16)``,
+    rounded to nearest even (257 -> 256, 259 -> 260)."""
+    A, B = torch.eye(2, 4), torch.zeros(4, 3)
+    I = torch.tensor([[1, -2, 259], [257, 7, -9]], dtype=torch.int32)  # noqa: E741
+    fn = lambda acc, I: (I.to(torch.bfloat16) + acc, (I > 2).to(torch.bfloat16), I.to(torch.int8).bfloat16())  # noqa
+    for got, want in zip(evt.gemm(A, B, fn, I=I, backend="triton"), fn(A @ B, I)):
+        assert torch.equal(got, want.to(got.dtype)), (got, want)

@@ -3,9 +3,11 @@
 Triton 3.9's interpreter converts to and from bfloat16 wrongly: it holds bfloat16 as uint16 bit patterns and
 converts float64 <-> bfloat16 with numpy's ``astype``, i.e. between float values and those integers (a float64
 epilogue value stored to a bfloat16 output came back NaN), and it truncates float32 to bfloat16 instead of rounding
-to nearest (0.1 became 0.099609375, an ulp under eager's); both found 2026-11-29. The GPU compiles the casts
-correctly, so only the interpreter is corrected, and only conversions from and to bfloat16 of float32 and
-float64, through torch's (rounded to nearest even, as eager's ``x.to(torch.bfloat16)``). Where the interpreter's
+to nearest (0.1 became 0.099609375, an ulp under eager's); both found 2026-11-29. Integers and bools went to
+bfloat16 as their values' bit patterns too (1 became 9.2e-41, found by a probe the same day). The GPU compiles
+the casts correctly, so only the interpreter is corrected, and only conversions to bfloat16 from float32,
+float64, integers and bool, and from bfloat16 to float32 and float64, through torch's (rounded to nearest even,
+as eager's ``x.to(torch.bfloat16)``). Where the interpreter's
 classes are not as expected (another Triton), nothing is changed.
 """
 from __future__ import annotations
@@ -37,7 +39,7 @@ def apply() -> None:
 
     def fixed_cast_impl(self, src, dst_type):
         s, d = src.dtype.scalar, dst_type.scalar
-        if s in wide and d == tl.bfloat16:
+        if d == tl.bfloat16 and (s in wide or s.is_int() or s.is_bool()):
             data = torch.from_numpy(np.ascontiguousarray(src.data)).to(torch.bfloat16).view(torch.uint16).numpy()
             return handle(data, tl.bfloat16)
         if s == tl.bfloat16 and d in wide:
