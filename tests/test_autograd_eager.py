@@ -124,6 +124,24 @@ def test_hardsigmoid_gradient_is_eagers_bit_for_bit(backend, dtype):
 
 @pytest.mark.interpreter
 @pytest.mark.parametrize("backend", ["reference", "triton"])
+def test_gradients_at_kinks_and_special_values_are_eagers(backend):
+    """Found by a probe (2026-11-29), each bit for bit against eager's autograd now: hardswish at x = -3 and 3
+    (its rule had eager's kinks the other way round: 1.5 and -0.5 against 1 and 0), relu at NaN (torch passes g
+    where ``x <= 0`` is false; the rule gave 0), and ``x ** 0`` at 0 (``0 * x ** -1`` was NaN; torch gives 0)."""
+    A, B = torch.eye(4, 3), torch.eye(3, 5)
+    C = torch.tensor([[-3.0, 3.0, -3.5, 2.5, 0.0], [float("nan"), -0.0, 1.0, -1.0, 4.0],
+                      [0.0, 2.0, -2.0, float("nan"), 3.0], [-3.0, 3.0, 0.5, -4.0, 1e-3]]).requires_grad_()
+    g = torch.randn(4, 5)
+    for fn in (lambda acc, C: F.hardswish(acc * 0.0 + C), lambda acc, C: torch.relu(acc * 0.0 + C),
+               lambda acc, C: (acc * 0.0 + C) ** 0 + (acc * 0.0 + C) ** 1):
+        got, = torch.autograd.grad(evt.gemm(A, B, fn, backend=backend, C=C), C, g)
+        C2 = C.detach().clone().requires_grad_()
+        want, = torch.autograd.grad(fn(A @ B, C2), C2, g)
+        assert torch.equal(got, want), (got, want)
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("backend", ["reference", "triton"])
 def test_clamp_with_min_above_max_gives_max_the_gradient(backend):
     """torch.clamp with min > max returns max everywhere, and max takes the gradient; evtorch gave it to min as well
     where x < min (2026-11-29). 0-d bounds (lo > hi), and a row / column pair that crosses where lo_col > hi_row."""

@@ -11,6 +11,7 @@ tensors (reference backward, tested against torch autograd) and on traced values
 """
 from __future__ import annotations
 
+import functools
 import math
 import operator
 
@@ -71,8 +72,9 @@ def _pow(input, exponent): ...
 
 define("pow", _pow, operands=("input",), torch_ref=lambda x, exponent: x ** exponent,
        triton=lambda exponent: _pow_emission(exponent),
+       # x ** 0 is 1 everywhere, its gradient 0 (0 * x ** -1 was NaN at x = 0, found by a probe 2026-11-29)
        derivative=lambda g, x, out, exponent: (
-           g * exponent * torch.pow(x, exponent - 1) if exponent != 1 else g,),
+           g if exponent == 1 else torch.zeros_like(g) if exponent == 0 else g * exponent * torch.pow(x, exponent - 1),),
        torch_fns=(torch.pow,), methods=("pow", "__pow__"), traits=frozenset({FLOAT_ONLY}),
        doc="x ** c for a constant exponent c; small integer exponents become multiplications")
 
@@ -255,7 +257,9 @@ def _relu(input, inplace=False): ...
 
 
 define("relu", _relu, torch_ref=torch.relu, triton="tlmath.relu({0})",
-       derivative=lambda g, x, out, inplace=False: (torch.where(x > 0, g, 0.0),),
+       # torch's threshold_backward: 0 where x <= 0, else g, so a NaN x passes g (x > 0 gave it 0, found by a
+       # probe 2026-11-29)
+       derivative=lambda g, x, out, inplace=False: (torch.where(x <= 0, 0.0, g),),
        torch_fns=(torch.relu, F.relu), methods=("relu",), traits=frozenset({FLOAT_ONLY}),
        doc="primitive (not maximum(x, 0)) so that its gradient at 0 is 0, as in torch")
 
@@ -335,10 +339,25 @@ define("softplus", _softplus,
        derivative=_softplus_derivative, torch_fns=(F.softplus,), traits=frozenset({FLOAT_ONLY}))
 # hardswish / hardsigmoid: torch's backward formulas, which pick g or 0 by ranges of x (the clamp's own rule would
 # give 0 * g there, NaN for an infinite g, and its own choice at the kinks)
+@functools.cache
+def _hardswish_kinks() -> tuple[bool, bool]:
+    """(whether x = -3 takes 0, whether x = 3 takes g), as the installed torch's ``hardswish_backward`` has them:
+    torch 2.13's are ``x <= -3 -> 0``, ``x < 3 -> g * (x / 3 + 0.5)``, else g (evtorch had ``x < -3`` and
+    ``x <= 3``: 1.5 and -0.5 at the kinks against eager's 1 and 0, found by a probe 2026-11-29); read off torch
+    once, on the CPU, so that a torch whose kinks lie the other way is matched too."""
+    g = torch.ops.aten.hardswish_backward(torch.ones(2), torch.tensor([-3.0, 3.0]))
+    return bool(g[0] == 0), bool(g[1] == 1)
+
+
+def _hardswish_derivative(g, x, out, inplace=False):
+    low_closed, high_open = _hardswish_kinks()
+    zero = (x <= -3.0) if low_closed else (x < -3.0)
+    ramp = (x < 3.0) if high_open else (x <= 3.0)
+    return (torch.where(zero, 0.0, torch.where(ramp, g * (x / 3.0 + 0.5), g)),)
+
+
 define("hardswish", _hard, decompose=lambda x, inplace=False: x * torch.clamp(x + 3.0, 0.0, 6.0) / 6.0,
-       derivative=lambda g, x, out, inplace=False: (
-           torch.where(x < -3.0, 0.0, torch.where(x <= 3.0, g * (x / 3.0 + 0.5), g)),),
-       torch_fns=(F.hardswish,), traits=frozenset({FLOAT_ONLY}))
+       derivative=_hardswish_derivative, torch_fns=(F.hardswish,), traits=frozenset({FLOAT_ONLY}))
 # torch's hardsigmoid_backward multiplies by 1.0f / 6.0f in every dtype (CPU and CUDA): float64 gradients 3e-8 off
 # 1/6, and float32 ones an ulp off g / 6; the rule takes the same constant, so gradients match eager's bit for bit
 _ONE_SIXTH_F32 = float(torch.tensor(1.0 / 6.0, dtype=torch.float32))
