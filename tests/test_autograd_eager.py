@@ -142,6 +142,24 @@ def test_gradients_at_kinks_and_special_values_are_eagers(backend):
 
 @pytest.mark.interpreter
 @pytest.mark.parametrize("backend", ["reference", "triton"])
+def test_tensor_constants_as_operands_of_tensor_only_ops(backend):
+    """``torch.maximum(acc, torch.zeros_like(acc))`` ran without gradients and was refused with them: the backward's
+    replay turned the ``zeros_like`` constant into a number, which maximum does not take (found by a probe,
+    2026-11-29). Gradients of A against eager's."""
+    torch.manual_seed(1)
+    B, g = torch.randn(4, 5), torch.randn(6, 5)
+    for fn in (lambda acc: torch.maximum(acc, torch.zeros_like(acc)),
+               lambda acc: torch.minimum(acc, torch.ones_like(acc)) * 2,
+               lambda acc: torch.maximum(torch.full_like(acc, 0.25), acc).sum(1)):
+        A = torch.randn(6, 4, requires_grad=True)
+        out = evt.gemm(A, B, fn, backend=backend)
+        got, = torch.autograd.grad(out, A, g[:, 0] if out.dim() == 1 else g)
+        want, = torch.autograd.grad(fn(A @ B), A, g[:, 0] if out.dim() == 1 else g)
+        torch.testing.assert_close(got, want)
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("backend", ["reference", "triton"])
 def test_clamp_with_min_above_max_gives_max_the_gradient(backend):
     """torch.clamp with min > max returns max everywhere, and max takes the gradient; evtorch gave it to min as well
     where x < min (2026-11-29). 0-d bounds (lo > hi), and a row / column pair that crosses where lo_col > hi_row."""

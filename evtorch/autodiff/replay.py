@@ -161,7 +161,10 @@ class Values:
         if n.op in ("acc", "input", "scalar"):
             raise EpilogueError(f"internal: no value for leaf %{n.name} ({n.op} {n.target})")
         if n.op == "const":
-            if n.target is None or _number_dtype(n.target, torch.float32) == n.dtype:  # as the tracer types it
+            # a constant standing for a tensor (``zeros_like(acc)``) stays one: as a number it reached ops that take
+            # only tensors (``torch.maximum(acc, torch.zeros_like(acc))`` was refused under autograd, found by a
+            # probe 2026-11-29)
+            if n.target is None or _number_dtype(n.target, torch.float32) == n.dtype and not n.meta.get("tensor"):
                 return n.target
             return self._constant(n.target, n.dtype)
         if n.op == "index":
