@@ -117,6 +117,17 @@ def test_config_of_the_wrong_type():
         evt.scan(lambda h, x: h + x, torch.randn(4, 2), config="fast", backend="triton")
 
 
+def test_config_strategy_is_checked_when_built():
+    """An unknown strategy met a raw ValueError in the kernel renderer (``threepas``), an AttributeError for a
+    non-string, or was ignored on a lane-wise body (found by a probe, 2026-11-29): ScanConfig names it."""
+    from evtorch.scan import ScanConfig
+    for bad in ("threepas", "threepass/nocarry", 3, ""):
+        with pytest.raises(ScanError, match=r"ScanConfig.strategy=.*expected one of 'lookback'"):
+            ScanConfig(strategy=bad)
+    for good in (None, "lookback", "segmented", "packed", "threepass", "lookback/nocarry", "segmented/nocarry"):
+        assert ScanConfig(strategy=good).strategy == good
+
+
 def test_length_must_be_a_non_negative_integer():
     """length=3.7 silently ran 3 steps and length=-1 blamed init; an integer-like (numpy, 0-d tensor) is accepted."""
     init = torch.zeros(1, 2)

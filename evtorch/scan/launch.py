@@ -26,7 +26,7 @@ from ..ops import REGISTRY
 from ..runtime.source_cache import load_module
 from . import kernels as K
 from .errors import ScanError
-from .assoc import packed_ok
+from .assoc import STRATEGIES, packed_ok
 from .plan import leaves, state_of
 from .reference import held_dtype, run_post, run_reference
 
@@ -72,7 +72,13 @@ class ScanConfig:
     def __post_init__(self):
         """Fields a kernel cannot take are named here: a non-power-of-two tile failed inside Triton (``arange's
         range must be a power of 2``) after a look-back program had taken its ticket, and ``depth=0`` generated a
-        kernel that did not parse (found 2026-11-29)."""
+        kernel that did not parse (found 2026-11-29); an unknown ``strategy`` met a raw ValueError in the kernel
+        renderer, an AttributeError for a non-string, or nothing at all on a lane-wise body (found by a probe the
+        same day)."""
+        known = STRATEGIES + ("lookback/nocarry", "segmented/nocarry")
+        if self.strategy is not None and self.strategy not in known:
+            raise ScanError(f"ScanConfig.strategy={self.strategy!r}: expected one of {', '.join(map(repr, known))} "
+                            "or None (the nocarry ones are timing controls whose results are wrong)")
         for name in ("block_t", "block_n", "num_warps", "window", "sub"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1 or v & (v - 1)):
