@@ -575,6 +575,13 @@ def test_func_transforms_and_forward_ad_are_clear_errors():
         tangent = fwAD.unpack_dual(evt.gemm(a, B, torch.tanh, backend="reference")).tangent
     want = (1 - torch.tanh(A @ B) ** 2) * (torch.ones_like(A) @ B)
     torch.testing.assert_close(tangent, want)
+    # a vmap outside another transform: the primal is batched below the jvp (torch's raw "vmap: inplace
+    # arithmetic" error before, found by a probe 2026-11-29); jacfwd batches the tangents only and runs
+    f = lambda a: evt.gemm(a, B, torch.tanh, backend="reference")  # noqa: E731
+    with pytest.raises(evt.EpilogueError, match="vmap"):
+        torch.vmap(lambda a: torch.func.jvp(f, (a,), (torch.ones_like(a),))[1])(torch.randn(2, 6, 4))
+    jac = torch.func.jacfwd(lambda a: f(a).sum(1))(A)
+    torch.testing.assert_close(jac, torch.func.jacfwd(lambda a: torch.tanh(a @ B).sum(1))(A))
 
 
 @pytest.mark.interpreter

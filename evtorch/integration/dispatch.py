@@ -18,12 +18,29 @@ from ..errors import EpilogueTypeError
 
 try:  # torch-private (2.0 to 2.13 at least): without them the transform checks below are skipped, never errors
     from torch._C._functorch import TransformType as _Transform
+    from torch._C._functorch import get_unwrapped as _unwrap
+    from torch._C._functorch import is_batchedtensor as _is_batched
+    from torch._C._functorch import is_functorch_wrapped_tensor as _is_wrapped
     from torch._C._functorch import peek_interpreter_stack as _peek_transform
 except ImportError:  # pragma: no cover - a torch that moved them
     _Transform = None
 
     def _peek_transform():
         return None
+
+
+def _vmapped(t) -> bool:
+    """Whether tensor ``t`` is batched by a ``torch.vmap`` at any level under the transforms wrapping it: a vmap
+    outside another transform (``vmap(jvp(f))``) is not the innermost one, and went unnoticed (torch's raw "vmap:
+    inplace arithmetic" error from the reference executor, found by a probe 2026-11-29). ``jacfwd``'s vmap batches
+    the tangents only, not the primal this sees."""
+    while isinstance(t, torch.Tensor):
+        if _is_batched(t):
+            return True
+        if not _is_wrapped(t):
+            return False
+        t = _unwrap(t)
+    return False
 
 _state = threading.local()
 
@@ -105,7 +122,8 @@ def check_transforms(what: str, tensors, backend: str | None, vmap_on_reference:
             "operators"))
     top = _peek_transform()  # None where torch has no such stack (then _Transform is None too)
     kind = None if top is None else top.key()
-    if kind is not None and kind == _Transform.Vmap and (triton or not vmap_on_reference):
+    if kind is not None and (triton or not vmap_on_reference) and (
+            kind == _Transform.Vmap or any(_vmapped(t) for t in tensors)):
         raise EpilogueError(f"{what} does not support torch.vmap"
                             + ("; batch the GEMM instead: A of shape (L, M, K) with B (L, K, N) or (K, N)"
                                if what == "evt.gemm" else "") + (" on the triton backend (backend='reference' runs "
