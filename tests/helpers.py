@@ -219,12 +219,13 @@ def assert_matches(got: torch.Tensor, want: torch.Tensor, *, hi: torch.Tensor | 
 
 
 def expected_dtype(ep: evt.Epilogue, position: int, want: torch.Tensor, out_dtype: torch.dtype) -> torch.dtype:
-    """The contract's dtype for output ``position``: bool/int keep theirs, full-size floats take out_dtype,
-    reductions the accumulator's (float32, float64 for float64 GEMMs)."""
+    """The contract's dtype for output ``position`` (docs/epilogues.md, "Dtypes"): bool/int keep theirs, full-size
+    floats take out_dtype, reductions and other outputs that do not span M and N the accumulator's (float32,
+    float64 for float64 GEMMs)."""
     o = next(o for o in ep.outputs if o.position == position)
     if not o.dtype.is_floating_point:
         return want.dtype
-    if o.kind == "tile":
+    if o.kind == "tile" and ep.full_size(o):
         return out_dtype
     return ep.acc_dtype
 

@@ -628,3 +628,23 @@ def test_integers_and_bools_convert_to_bfloat16_in_the_interpreter():
     fn = lambda acc, I: (I.to(torch.bfloat16) + acc, (I > 2).to(torch.bfloat16), I.to(torch.int8).bfloat16())  # noqa
     for got, want in zip(evt.gemm(A, B, fn, I=I, backend="triton"), fn(A @ B, I)):
         assert torch.equal(got, want.to(got.dtype)), (got, want)
+
+
+@pytest.mark.interpreter
+def test_zero_d_inputs_in_nan_tests_in_the_interpreter():
+    """``tlmath.maximum``'s NaN test of a loaded 0-d value (``b != b``) came out of the interpreter as float data
+    and its ``|`` with a boolean tile failed in numpy (found by the random-DAG gradient test, 2026-11-29, on
+    ``logaddexp(acc, s)`` with a 0-d float64 s); ``runtime.interpreter_fixes`` reads it as the boolean. Values and
+    the 0-d input's gradient against eager, NaN included."""
+    for dtype in (torch.float32, torch.float64):
+        A, B = torch.randn(2, 3, dtype=dtype), torch.randn(3, 4, dtype=dtype)
+        for value in (0.3923, float("nan")):
+            s = torch.tensor(value, dtype=dtype, requires_grad=True)
+            fn = lambda acc, s: (torch.logaddexp(acc, s).mT, torch.maximum(acc, s), torch.minimum(s, acc))  # noqa
+            got = evt.gemm(A, B, fn, s=s, backend="triton")
+            want = fn(A @ B, s)
+            for g, w in zip(got, want):
+                torch.testing.assert_close(g, w, equal_nan=True)
+            gs, = torch.autograd.grad(sum(o.sum() for o in got), s)
+            ws, = torch.autograd.grad(sum(o.sum() for o in want), s)
+            torch.testing.assert_close(gs, ws, equal_nan=True)

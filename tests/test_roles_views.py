@@ -407,3 +407,26 @@ def test_gemm_accepts_a_traced_epilogue():
     torch.testing.assert_close(got2, fn(eager_acc(A2, B2), C2, 0.5))
     ref = ep.reference(eager_acc(A, B), C=C, alpha=2.0)
     torch.testing.assert_close(ref, want)
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("backend", ["reference", "triton"])
+def test_squeezing_a_size_one_axis_of_acc(backend):
+    """``acc.squeeze(0)`` with M = 1 (``squeeze(1)`` with N = 1, ``squeeze()`` with both) drops the dim as
+    ``reshape`` does: the triton backend crashed in the store ("Cannot broadcast ... (1) must match ... (16)") and
+    the output was not seen as full-size (float32 where ``reshape`` gave A's dtype; found by a probe 2026-11-29)."""
+    g = torch.Generator().manual_seed(2)
+    for (M, N), fn in [((1, 6), lambda acc: acc.squeeze(0)), ((1, 6), lambda acc: acc.squeeze()),
+                       ((5, 1), lambda acc: acc.squeeze(1)), ((5, 1), lambda acc: (acc.squeeze(-1), acc.sum(1))),
+                       ((1, 1), lambda acc: (acc.squeeze(0), acc.sum())), ((1, 6), lambda acc: acc.T.squeeze(1) * 2)]:
+        A, B = torch.randn(M, 4, generator=g, dtype=torch.float64), torch.randn(4, N, generator=g, dtype=torch.float64)
+        got, want = evt.gemm(A, B, fn, backend=backend, out_dtype=torch.float32), fn(A @ B)
+        got, want = (got, want) if isinstance(got, tuple) else ((got,), (want,))
+        for o, w in zip(got, want):
+            assert o.shape == w.shape, (M, N, o.shape, w.shape)
+            torch.testing.assert_close(o.double(), w, rtol=1e-6, atol=1e-6)
+        assert got[0].dtype == torch.float32  # full-size: out_dtype, as reshape's
+    A, B = torch.randn(1, 4, dtype=torch.float64), torch.randn(4, 1, dtype=torch.float64)
+    for fn in (lambda acc: acc.squeeze(), lambda acc: acc.reshape(())):  # 0-d: a tile has no 0-d store
+        with pytest.raises(evt.EpilogueError, match=r"0-d view of .* keep a dim \(.reshape\(1\)\) or reduce"):
+            evt.gemm(A, B, fn, backend=backend)

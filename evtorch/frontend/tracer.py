@@ -564,6 +564,14 @@ class Tracer:
                 sel = [i for i, x in enumerate(dims) if x.size == 1]
             sel = {D.norm_dim(d, rank, what) for d in (sel if isinstance(sel, (tuple, list)) else [sel])}
             new = tuple(x for i, x in enumerate(dims) if not (i in sel and x.size == 1))
+            if any(x.axes for i, x in enumerate(dims) if i in sel and x.size == 1):
+                # a size-1 dim that walks an axis of acc (M = 1, N = 1): dropped as a reshape drops it, the axis
+                # kept on a neighbouring dim (the bare drop lost it: the triton store met a [1, BN] address for a
+                # [BM, BN] value, and the output was not seen as full-size; found by a probe 2026-11-29)
+                try:
+                    new = D.reshape(dims, tuple(x.size for x in new), self.axis_sizes, f"{what} on {D.describe(dims)}")
+                except ShapeError as e:
+                    raise self._err(ShapeError, str(e)) from None
         elif method in ("reshape", "view", "flatten", "view_as", "reshape_as"):
             if method == "flatten":
                 start = D.norm_dim(args[0] if args else kwargs.get("start_dim", 0), rank, what)
@@ -604,6 +612,11 @@ class Tracer:
                     raise self._err(ShapeError, f"{what}: cannot expand dim of size {x.size} to {s}")
         else:
             raise self._err(UnsupportedOpError, f"view method .{method}() is not supported")
+        if not new and any(x.axes for x in dims):
+            # the one element of a 1 x 1 acc as a 0-d view: the tile store has no 0-d form (the triton backend
+            # failed inside Triton, "Value argument cannot be block type", found by a probe 2026-11-29)
+            raise self._err(UnsupportedOpError, f"{what} makes a 0-d view of {D.describe(dims)}, whose dims all have "
+                                                "size 1; keep a dim (.reshape(1)) or reduce it (.sum())")
         return TracedTensor(self, v.node, v.pending, new, v.dtype, label=v.label)
 
     def getitem(self, v: TracedTensor, index) -> TracedTensor:

@@ -49,3 +49,25 @@ def apply() -> None:
 
     builder.cast_impl = fixed_cast_impl
     # create_fp_trunc / create_fp_ext are lambdas calling self.cast_impl, so they take the fixed one
+
+    # A comparison of a loaded 0-d value with itself (``b != b``, NaN tests in ``tlmath.maximum``) comes out of the
+    # interpreter as float data when broadcast against a tile, and ``|`` with a real boolean tile then failed in
+    # numpy ("ufunc 'bitwise_or' not supported", found by the random-DAG gradient test 2026-11-29 on a 0-d float64
+    # input of logaddexp). Triton types ``&``, ``|``, ``^`` on integers and booleans only, so float data there is
+    # such a comparison: it is read as the boolean it stands for.
+    binary_op = getattr(builder, "binary_op", None)
+    if binary_op is None:  # pragma: no cover - another interpreter
+        return
+    logic = (np.bitwise_and, np.bitwise_or, np.bitwise_xor)
+
+    def as_bool(h):
+        if h.data.dtype.kind == "f":
+            return handle(h.data != 0, tl.int1)
+        return h
+
+    def fixed_binary_op(self, lhs, rhs, op):
+        if op in logic and np.bool_ in (lhs.data.dtype, rhs.data.dtype):
+            lhs, rhs = as_bool(lhs), as_bool(rhs)
+        return binary_op(self, lhs, rhs, op)
+
+    builder.binary_op = fixed_binary_op
