@@ -119,6 +119,13 @@ class Epilogue:
         if tuple(acc.shape) != self.acc_shape:
             raise EpilogueError(f"acc has shape {tuple(acc.shape)}, but {self.name} was traced for {self.acc_shape}")
         check_keywords(self.fn, inputs)
+        traced = {s.name for s in self.input_specs}
+        if set(inputs) != traced:
+            # a defaulted input given here but not at the trace is a constant of the trace (its value was silently
+            # ignored), and one traced but left out here had no value (a raw KeyError; found by a probe 2026-11-29)
+            raise EpilogueError(f"{self.name} was traced with inputs {sorted(traced) or 'none'} and is run with "
+                                f"{sorted(inputs) or 'none'}: give the inputs it was traced with, or trace it again "
+                                "(evt.gemm does, per call signature)")
         sizes = {a: s for a, s in zip(("L", "M", "N") if self.batched else ("M", "N"), acc.shape)}
         sizes.setdefault("L", 1)
         raw = Interpreter(self.graph, sizes).run(acc.to(self.acc_dtype), inputs)

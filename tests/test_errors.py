@@ -579,3 +579,18 @@ def test_linear_names_x_and_weight_and_checks_its_options_at_construction():
     layer = evt.nn.Linear(8, 4, epilogue=torch.nn.PReLU())
     assert list(layer.state_dict()) == ["weight", "bias"]
     torch.nn.Linear(8, 4).load_state_dict(layer.state_dict())
+
+
+def test_epilogue_reference_takes_the_traced_inputs():
+    """``Epilogue.reference`` with a defaulted input given but not traced ignored its value (a constant of the
+    trace), and one traced but left out met a raw KeyError (found by a probe, 2026-11-29): both are named."""
+    def epi(acc, alpha=1.0):
+        return acc * alpha
+
+    acc = torch.randn(4, 3)
+    with pytest.raises(evt.EpilogueError, match=r"traced with inputs none and is run with \['alpha'\]"):
+        evt.trace(epi, acc=evt.spec((4, 3))).reference(acc, alpha=3.0)
+    ep = evt.trace(epi, acc=evt.spec((4, 3)), alpha=2.0)
+    with pytest.raises(evt.EpilogueError, match=r"traced with inputs \['alpha'\] and is run with none"):
+        ep.reference(acc)
+    torch.testing.assert_close(ep.reference(acc, alpha=3.0), acc * 3.0)

@@ -101,7 +101,7 @@ def test_reductions_of_views_and_merged_dims():
 
 def test_reduction_outputs_are_float32_for_any_input_dtype():
     def fn(acc, C, Ci):
-        return (acc > 0).sum(1), Ci.sum(0), (acc * Ci).amax(), C.sum(1), acc.sum(1, dtype=torch.float64)
+        return (acc > 0).sum(1), Ci.sum(0), (acc * Ci).amax(), C.sum(1), acc.sum(1, dtype=acc.dtype)
 
     for dtype in (torch.float16, torch.bfloat16, torch.float32):
         A, B = operands(M, N, K, dtype, seed=12)
@@ -110,6 +110,20 @@ def test_reduction_outputs_are_float32_for_any_input_dtype():
     A, B = operands(M, N, K, torch.float64, seed=12)
     got = check_gemm(fn, A, B, C=rand((M, N), torch.float64, seed=13), Ci=rand_int((M, N), -4, 4, seed=14))
     assert all(g.dtype == torch.float64 for g in got)
+
+
+
+def test_reduction_dtype_and_repeated_dims_are_refused():
+    """A reduction's ``dtype=`` other than the accumulator's was accepted and ignored (``acc.sum(1,
+    dtype=torch.float16)`` came back float32), and ``sum((0, 0))`` ran where eager refuses a repeated dim (found by
+    a probe, 2026-11-29). Both are named errors now; ``dtype=`` equal to the accumulator's still runs."""
+    A, B = operands(M, N, K, seed=15)
+    for fn, match in [(lambda acc: acc.sum(1, dtype=torch.float16), r"dtype=torch.float16 is not supported.*float32"),
+                      (lambda acc: acc.mean(1, dtype=torch.float64), r"dtype=torch.float64 is not supported"),
+                      (lambda acc: acc.sum((0, 0)), r"names a dim more than once"),
+                      (lambda acc: acc.amax((1, -1)), r"names a dim more than once")]:
+        with pytest.raises(evt.EpilogueError, match=match):
+            evt.gemm(A, B, fn)
 
 
 def test_reduction_edge_cases():

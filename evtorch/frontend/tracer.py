@@ -650,8 +650,12 @@ class Tracer:
         what = f"{op.name}()"
         if not isinstance(x, TracedTensor):
             raise self._err(EpilogueTypeError, f"{what} needs a traced tensor, got {type(x).__name__}")
-        if dtype is not None and dtype not in FLOAT_DTYPES:
-            raise self._err(EpilogueTypeError, f"{what}: dtype={dtype} is not supported; reductions produce float32")
+        red_dtype = torch.float64 if self.acc_dtype == torch.float64 else torch.float32
+        if dtype is not None and dtype != red_dtype:
+            # reductions run and return in the accumulator's dtype; another dtype= was accepted and ignored (a
+            # float16 sum came back float32, found by a probe 2026-11-29)
+            raise self._err(EpilogueTypeError, f"{what}: dtype={dtype} is not supported; reductions here run and "
+                                                f"return {red_dtype} (cast the result: .to({dtype}))")
         if op.name == "mean" and dtype is None and not x.dtype.is_floating_point:
             # eager refuses these of integers ("could not infer output dtype"); a traced epilogue must not run
             # where its eager self does not (found 2026-11-29)
@@ -664,15 +668,17 @@ class Tracer:
         else:
             if isinstance(dim, TracedTensor) or not isinstance(dim, (int, tuple, list)):
                 raise self._err(EpilogueTypeError, f"{what}: dim must be an int or a tuple of ints, got {dim!r}")
-            sel = {D.norm_dim(d, rank, f"{what} over dim {d} of {D.describe(x.dims)}")
-                   for d in (dim if isinstance(dim, (tuple, list)) else [dim])}
+            listed = [D.norm_dim(d, rank, f"{what} over dim {d} of {D.describe(x.dims)}")
+                      for d in (dim if isinstance(dim, (tuple, list)) else [dim])]
+            sel = set(listed)
+            if len(sel) < len(listed):  # as eager: "dim 0 appears multiple times in the list of dims"
+                raise self._err(ShapeError, f"{what}: dim {dim!r} names a dim more than once")
         over = set()
         for i in sel:
             if x.dims[i].expanded:
                 raise self._err(ShapeError, f"{what}: reducing over an expanded dim is not supported")
             over |= set(x.dims[i].axes)
         out_dims = tuple(D.ONE if i in sel else d for i, d in enumerate(x.dims) if keepdim or i not in sel)
-        red_dtype = torch.float64 if self.acc_dtype == torch.float64 else torch.float32
         node = x.node
         if node.dtype != red_dtype:
             node = self._compute(self.registry["cast"], [node], {"dtype": red_dtype}, red_dtype, what)
