@@ -44,7 +44,14 @@ class Epilogue:
         self.input_specs = list(inputs)
         self.keep = normalize_keep(keep)
         tracer = Tracer(self.acc_shape, acc_dtype, self.input_specs)
-        result = fn(tracer.acc, **tracer.inputs)
+        if getattr(fn, "__objclass__", None) in (torch.Tensor, torch._C.TensorBase):
+            # an unbound Tensor method (torch.Tensor.exp) refuses the tracer's proxy with a raw TypeError
+            # ("descriptor 'exp' for 'torch._C.TensorBase' objects doesn't apply", found by a probe 2026-11-29): it
+            # is the method of that name on acc
+            name = fn.__name__
+            result = getattr(tracer.acc, name)(**tracer.inputs)
+        else:
+            result = fn(tracer.acc, **tracer.inputs)
         self.returns_tuple = isinstance(result, (tuple, list))
         bound = tracer.finish(result)
         if self.keep is not None:  # positions as in Python indexing; anything else names no output: an error

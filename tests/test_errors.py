@@ -594,3 +594,16 @@ def test_epilogue_reference_takes_the_traced_inputs():
     with pytest.raises(evt.EpilogueError, match=r"traced with inputs \['alpha'\] and is run with none"):
         ep.reference(acc)
     torch.testing.assert_close(ep.reference(acc, alpha=3.0), acc * 3.0)
+
+
+def test_unbound_tensor_methods_as_epilogues():
+    """``torch.Tensor.exp`` as the epilogue met a raw TypeError (the descriptor refuses the tracer's proxy; found by
+    a probe, 2026-11-29): it runs as the method of that name on acc, with and without gradients."""
+    A, B = torch.randn(8, 4), torch.randn(4, 6)
+    for f in (torch.Tensor.exp, torch.Tensor.relu, torch.Tensor.sigmoid):
+        assert torch.equal(evt.gemm(A, B, f), f(A @ B))
+    Ag = A.clone().requires_grad_()
+    got, = torch.autograd.grad(evt.gemm(Ag, B, torch.Tensor.tanh).sum(), Ag)
+    A2 = A.clone().requires_grad_()
+    want, = torch.autograd.grad(torch.Tensor.tanh(A2 @ B).sum(), A2)
+    torch.testing.assert_close(got, want)
