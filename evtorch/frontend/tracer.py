@@ -21,7 +21,7 @@ import torch
 from ..errors import (EpilogueError, EpilogueTypeError, ShapeError, UnsupportedOpError)
 from ..ir.graph import Graph
 from ..ir.node import Node
-from ..ir.types import FLOAT_DTYPES, HALF_DTYPES, SUPPORTED_DTYPES, Stage, canonical, dtype_name, is_float
+from ..ir.types import HALF_DTYPES, SUPPORTED_DTYPES, Stage, canonical, dtype_name, is_float
 from ..ops import REGISTRY
 from ..ops.registry import BOOL_ONLY, FLOAT_ONLY, REDUCTION, OpDef
 from . import dims as D
