@@ -123,7 +123,7 @@ def gemm(A: torch.Tensor, B: torch.Tensor, epilogue: Callable | Epilogue | None 
         key = hit = None
     fresh = hit is None
     if fresh:
-        hit = _prepare(A, B, epilogue, out_dtype, backend, outputs, inputs, deterministic, allow_tf32)
+        hit = _prepare(A, B, epilogue, out_dtype, backend, outputs, inputs, allow_tf32)
         if key is not None:
             if len(_calls) >= _CALLS_LIMIT:
                 _calls.clear()
@@ -166,14 +166,14 @@ def _call_key(A, B, epilogue, out_dtype, backend, deterministic, allow_tf32, out
     return tuple(key)
 
 
-def check_options(epilogue, deterministic, allow_tf32, inputs: dict) -> None:
+def check_options(epilogue, allow_tf32, inputs: dict) -> None:
     """The call's options, before the epilogue is traced (by evt.gemm and ``integration.function.prepare``): the
     epilogue given as ``epilogue=`` reached the tracer as an input of the identity epilogue, and a string for a
     flag was taken as true."""
     if epilogue is None and "epilogue" in inputs:
         raise EpilogueTypeError("evt.gemm takes the epilogue positionally, after A and B: evt.gemm(A, B, fn, "
                                 "**inputs); got it as the keyword epilogue=")
-    if not isinstance(allow_tf32, bool):  # deterministic: dispatch.resolve_deterministic, at the entry points
+    if not isinstance(allow_tf32, bool):  # (deterministic is checked by dispatch.resolve_deterministic)
         raise EpilogueTypeError(f"allow_tf32 must be True or False, got {allow_tf32!r}")
 
 
@@ -198,10 +198,10 @@ def check_backend(A, backend) -> str:
     return backend
 
 
-def _prepare(A, B, epilogue, out_dtype, backend, outputs, inputs, deterministic=False, allow_tf32=False) -> tuple:
+def _prepare(A, B, epilogue, out_dtype, backend, outputs, inputs, allow_tf32=False) -> tuple:
     """Every check of a call and its traced epilogue: (epilogue, out_dtype, backend, its ``LaunchSite`` on the
     Triton backend, else None)."""
-    check_options(epilogue, deterministic, allow_tf32, inputs)
+    check_options(epilogue, allow_tf32, inputs)
     epilogue = _identity if epilogue is None else epilogue
     L, M, N, K, batched = check_operands(A, B)
     if out_dtype is not None and out_dtype not in GEMM_DTYPES:

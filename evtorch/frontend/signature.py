@@ -46,8 +46,9 @@ def check_hashable(fn, what: str) -> None:
     compiled paths key their plans by the epilogue object, and evt.linear its wrapper epilogue (a raw
     "unhashable type" before, found 2026-11-29). Not while Dynamo traces: torch 2.11's Dynamo cannot trace
     ``hash`` of a function (a fullgraph ``torch.compile`` of ``evt.linear`` failed on it, found on the H200
-    2026-11-29; 2.13's can), nor construct this error. Under ``torch.compile`` an unhashable epilogue is refused by Dynamo
-    (torch 2.13: "unhashable type", or an Unsupported from the plan's constant folding with ``fullgraph=True``)."""
+    2026-11-29; 2.13's can), nor construct this error. Under ``torch.compile`` an unhashable epilogue is refused
+    by Dynamo (torch 2.13: "unhashable type", or an Unsupported from the plan's constant folding with
+    ``fullgraph=True``)."""
     if torch.compiler.is_compiling():
         return
     try:

@@ -65,8 +65,8 @@ def resolve_deterministic(value, what: str = "deterministic") -> bool:
     if value is None:
         return torch.are_deterministic_algorithms_enabled()
     if not isinstance(value, bool):
-        raise EpilogueTypeError(f"{what} must be True, False or None (None follows torch.use_deterministic_algorithms), "
-                        f"got {value!r}")
+        raise EpilogueTypeError(f"{what} must be True, False or None (None follows "
+                                f"torch.use_deterministic_algorithms), got {value!r}")
     return value
 
 

@@ -97,7 +97,7 @@ def prepare(A, B, epilogue=None, /, *, as_op=False, out_dtype=None, backend=None
         cast_A, cast_B = autocast_target(A.dtype, low), autocast_target(B.dtype, low)
         A = A.to(cast_A) if cast_A is not None else A
         B = B.to(cast_B) if cast_B is not None else B
-    check_options(epilogue, deterministic, allow_tf32, inputs)
+    check_options(epilogue, allow_tf32, inputs)
     check_hashable(epilogue, "the epilogue")
     backend = check_backend(A, backend)
     fn = epilogue.fn if isinstance(epilogue, Epilogue) else (epilogue if epilogue is not None else _identity)

@@ -1,14 +1,18 @@
 """Corrections to Triton's CPU interpreter that the generated kernels need, applied once when it runs them.
 
-Triton 3.9's interpreter converts to and from bfloat16 wrongly: it holds bfloat16 as uint16 bit patterns and
-converts float64 <-> bfloat16 with numpy's ``astype``, i.e. between float values and those integers (a float64
-epilogue value stored to a bfloat16 output came back NaN), and it truncates float32 to bfloat16 instead of rounding
-to nearest (0.1 became 0.099609375, an ulp under eager's); both found 2026-11-29. Integers and bools went to
-bfloat16 as their values' bit patterns too (1 became 9.2e-41, found by a probe the same day). The GPU compiles
-the casts correctly, so only the interpreter is corrected, and only conversions to bfloat16 from float32,
-float64, integers and bool, and from bfloat16 to float32 and float64, through torch's (rounded to nearest even,
-as eager's ``x.to(torch.bfloat16)``). Where the interpreter's
-classes are not as expected (another Triton), nothing is changed.
+Two of them, both where the GPU compiles the kernels correctly, so only the interpreter is corrected:
+
+- **Casts to and from bfloat16.** Triton 3.9's interpreter holds bfloat16 as uint16 bit patterns and converts
+  float64 <-> bfloat16 with numpy's ``astype``, i.e. between float values and those integers (a float64 epilogue
+  value stored to a bfloat16 output came back NaN); it truncates float32 to bfloat16 instead of rounding to
+  nearest (0.1 became 0.099609375, an ulp under eager's); and integers and bools went to bfloat16 as their values'
+  bit patterns too (1 became 9.2e-41); all found 2026-11-29. Conversions to bfloat16 from float32, float64,
+  integers and bool, and from bfloat16 to float32 and float64, go through torch's (rounded to nearest even, as
+  eager's ``x.to(torch.bfloat16)``).
+- **``&``, ``|``, ``^`` of a boolean tile with a loaded 0-d value's comparison**, which the interpreter hands over
+  as float data (``apply``, at the fix).
+
+Where the interpreter's classes are not as expected (another Triton), nothing is changed.
 """
 from __future__ import annotations
 
