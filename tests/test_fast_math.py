@@ -131,6 +131,8 @@ def test_rule_continuous_chain_to_16bit_output():
 
 
 def test_rule_fp64_never():
+    """float64 epilogues are never approximated, and tanh's exact GPU form (MUFU ops, float32 only) leaves them as
+    they are: the portable program, its hash included."""
     ep = _ep(lambda acc: torch.tanh(acc), acc_dtype=torch.float64)
     assert _fast_targets(ep, BF16, "always") == []
     assert not fastmath.plan(ep, BF16, "always")[1]
@@ -158,6 +160,26 @@ def test_rule_exact_gpu_forms_where_no_approximation_is_allowed():
     ep = _ep(lambda acc: torch.where(torch.tanh(acc) > 0.5, acc, 0.0))
     assert _plan_targets(ep, BF16, "auto") == ([], ["tanh"])
     assert _plan_targets(_ep(lambda acc: torch.tanh(acc), acc_dtype=torch.float64), F32, "auto") == ([], [])
+
+
+@pytest.mark.parametrize("acc_dtype", [F32, torch.float64])
+def test_pow_takes_eagers_libdevice_pow_on_a_gpu(acc_dtype, monkeypatch):
+    """On a GPU, ``x ** p`` is libdevice's pow (eager's own function there, in float32 and float64) for every
+    exponent that eager's pow kernel does not compute another way; those (0, 1, 2, 3, -1, -2, 0.5, -0.5) keep the
+    portable emission, which is what eager computes for them, and the program keeps its hash."""
+    assert REGISTRY["pow"].triton_gpu_float64 and not REGISTRY["tanh"].triton_gpu_float64
+    ep = _ep(lambda acc: (acc ** 2.7, acc ** 4, acc ** -3, acc ** 33), acc_dtype=acc_dtype)
+    assert _plan_targets(ep, F32, "auto") == ([], ["pow"] * 4)
+    assert _plan_targets(ep, F32, "never") == ([], [])
+    ep = _ep(lambda acc: (acc ** 2, acc ** 3, acc ** -1, acc ** -2, acc ** 0.5, acc ** -0.5), acc_dtype=acc_dtype)
+    graph, emissions = fastmath.plan(ep, F32, "auto")
+    assert not emissions and graph is ep.graph
+    monkeypatch.setenv("TRITON_INTERPRET", "0")               # what a GPU process would generate
+    src = build_program(_ep(lambda acc: acc ** 2.7 + acc ** 3, acc_dtype=acc_dtype), out_dtype=F32,
+                        fast_math="auto").source
+    assert "tlmath.pow_gpu(" in src and "tlmath.powf(" not in src
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert "tlmath.pow_gpu(" not in _ep(lambda acc: acc ** 2.7, acc_dtype=acc_dtype).source(F32)
 
 
 def test_issue_workloads_take_no_exact_forms():
@@ -337,3 +359,34 @@ def test_gpu_tanh_exact_form_gives_the_accurate_bits():
     assert bool(same.all()), x[~same][:8].tolist()
     ref = torch.tanh(x.double())
     assert ((b.double() - ref).abs() / ref.abs().clamp_min(1e-30))[x.abs() < 60].max().item() < 1e-6
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [F32, BF16, torch.float64])
+def test_gpu_pow_gives_eagers_bits(dtype, monkeypatch):
+    """On a GPU ``x ** p`` is libdevice's pow, the function ATen's CUDA kernel calls: eager's bits, every exponent
+    (the special-cased ones through the portable products, sqrt and reciprocals). Under ``EVTORCH_FAST_MATH=never``
+    the portable float64 route: within an ulp in float32."""
+    g = torch.Generator(device="cuda").manual_seed(0)
+    N = 1 << 16
+    X = torch.cat([torch.rand(1, N, device="cuda", generator=g) * 20, torch.rand(1, N, device="cuda", generator=g) * 1e-3,
+                   torch.tensor([[0.0, -0.0, float("inf"), float("-inf"), float("nan"), -2.0, -0.5, 1.0, -1.0]],
+                                device="cuda")], 1).to(dtype)
+    A, B = torch.ones(1, 1, device="cuda", dtype=dtype), torch.ones(1, X.shape[1], device="cuda", dtype=dtype)
+    exps = (2.7, -1.3, 0.33, 1.5, 4, -3, -4, 5, 33, -35, 2, -1, 0.5, -0.5)
+    if dtype != BF16:  # eager's 16-bit x ** 3 and x ** -2 round x * x to 16 bits first (docs/epilogues.md, "Dtypes")
+        exps += (3, -2)
+    fn = lambda acc, C: tuple(C ** p for p in exps)
+    got, want = evt.gemm(A, B, fn, C=X), fn(None, X)
+    for p, a, b in zip(exps, got, want):
+        torch.testing.assert_close(a, b.to(a.dtype), rtol=0, atol=0, equal_nan=True, msg=lambda m, p=p: f"x ** {p}: {m}")
+    monkeypatch.setenv("EVTORCH_FAST_MATH", "never")
+    got = evt.gemm(A, B, fn, C=X)
+    for p, a, b in zip(exps, got, want):
+        b = b.to(a.dtype)
+        real = torch.isfinite(b) & (b != 0)
+        step = (b.nextafter(torch.full_like(b, float("inf"))) - b).abs()
+        ulps = ((a - b).abs() / step)[real].max().item()
+        assert ulps <= (1 if dtype != torch.float64 else 2000), (p, ulps)
+        assert torch.equal(torch.isnan(a), torch.isnan(b)) and torch.equal(torch.isinf(a), torch.isinf(b)), p

@@ -90,6 +90,49 @@ def test_integer_powers_from_five_are_products(backend):
         assert ((got - R ** p).abs() / (R ** p).abs().clamp_min(1e-30)).max() < 1.2e-7
 
 
+def _ulps(got, want):
+    """|got - want| in units of want's last place (finite, non-zero wants)."""
+    step = (want.nextafter(torch.full_like(want, float("inf"))) - want).abs()
+    return ((got - want).abs() / step).max().item()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_general_powers_are_within_an_ulp_of_eagers_pow(backend):
+    """x ** p for the exponents eager computes with pow (non-integers, 4, -3, and integers beyond 32): exp2(p *
+    log2|x|) in float32 was up to 100 ulps off (x ** 40) and 35 at x ** 2.7; float32 values now go through float64
+    and are rounded once, and integers up to 32 in magnitude are float64 squares (a reciprocal for negative ones).
+    The edge values (signed zeros, infinities, NaN, negative bases) are eager's bit for bit."""
+    g = torch.Generator().manual_seed(0)
+    # 1024 values: eager's CPU pow takes its vectorized path for all of them, which rounds the exponent to float32
+    # as the CUDA kernel does (a scalar tail would use the double exponent: x ** 2.7 up to 8 ulps away)
+    R = torch.cat([torch.rand(1, 624, generator=g) * 20, torch.rand(1, 200, generator=g) * 1e-3,
+                   torch.rand(1, 200, generator=g) * 1e4], 1)
+    for p in (2.7, -1.3, 0.33, 1.5, -2.5, 0.1, 4, -3, -4, -7, 33, 40, -35):
+        got = evt.gemm(torch.ones(1, 1), torch.ones(1, R.shape[1]), lambda acc, C: C ** p, backend=backend, C=R)
+        want = R ** p
+        real = torch.isfinite(want) & (want != 0)
+        assert _ulps(got[real], want[real]) <= 1, p
+        assert torch.equal(torch.isinf(got), torch.isinf(want)) and torch.equal(got == 0, want == 0), p
+        if backend == "triton":   # and correctly rounded but for ties: within half an ulp and a little
+            exact = (R.double() ** torch.tensor(p, dtype=torch.float32).item()).float()
+            assert _ulps(got[real], exact[real]) <= 1 and (got == exact).float().mean() > 0.999, p
+    C = t([[0.0, -0.0, float("inf"), float("-inf"), float("nan"), -2.0, -0.5, 1.0, -1.0, 3e38, 1e-45]])
+    _check(lambda acc, C: (C ** 2.5, C ** -2.5, C ** 33, C ** 34, C ** -33, C ** -4, C ** 4, C ** -3),
+           torch.ones(1, 1), torch.ones(1, C.shape[1]), backend, C=C)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_16bit_powers_exponent_is_rounded_to_its_dtype_as_eagers(backend, dtype):
+    """Eager converts the exponent to a 16-bit tensor's dtype on every device: bf16 ``x ** 2.7`` is ``x ** 2.703125``
+    (2.5% above the unrounded power at x = 5937) and ``x ** 257`` is ``x ** 256``; the triton backend used the
+    unrounded exponent. Bit for bit against eager (1024 values: eager's vectorized path)."""
+    g = torch.Generator().manual_seed(1)
+    C = (torch.rand(1, 1024, generator=g) * (60 if dtype == torch.float16 else 6000)).to(dtype)
+    _check(lambda acc, C: (C ** 2.7, C ** -1.3, C ** 0.33), torch.ones(1, 1), torch.ones(1, 1024), backend, C=C)
+    _check(lambda acc, C: C ** 257, torch.ones(1, 1), torch.ones(1, 1024), backend, C=1 + C / 6000)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_maximum_and_minimum_return_the_first_operand_on_a_tie(backend):
     """Eager's maximum / minimum return the first operand on a tie (-0.0 against 0.0); the triton backend returned

@@ -416,8 +416,7 @@ def test_random_dag_gpu_emission_plan(case, out, mode):
         assert REGISTRY[graph.nodes[i].target].triton_fast is not None
     for i in emissions.exact:
         assert REGISTRY[graph.nodes[i].target].triton_gpu is not None
-    with_form = {i for i, n in enumerate(graph.nodes) if n.op == "compute" and n.stage == Stage.TILE
-                 and n.target in REGISTRY.ops and REGISTRY[n.target].triton_gpu is not None}
+    with_form = {i for i, n in enumerate(graph.nodes) if fastmath.has_emission(n, "triton_gpu")}
     event(f"mode {mode}, exact forms: {len(emissions.exact)}, approximations: {len(emissions.fast)}")
     if mode == "never" or ep.acc_dtype != torch.float32:
         assert not emissions

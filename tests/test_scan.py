@@ -344,10 +344,11 @@ def test_generated_sources_use_no_libdevice():
             assert "@triton.jit" in kern.source
 
 
-def test_exact_gpu_forms_only_in_the_gpus_float32_kernels(monkeypatch):
+def test_exact_gpu_forms_only_in_the_gpus_kernels(monkeypatch):
     """A GPU's float32 scan kernels take the ops' exact GPU forms (tanh's ``tlmath.tanh_gpu``: the same values in
     fewer instructions, tests/test_scan_gpu.py), one kernel per choice; the interpreter's never (inline PTX does
-    not run there), nor float64 ones, nor any under ``EVTORCH_FAST_MATH=never``."""
+    not run there), nor any under ``EVTORCH_FAST_MATH=never``. float64 kernels take only the forms that serve
+    float64: pow's (libdevice), not tanh's (MUFU ops are float32 only)."""
     from evtorch.scan import launch
     fns = {"lanes": lambda h, x: torch.tanh(0.5 * h + x),
            "coupled": lambda h, x: torch.tanh(0.5 * h + x + h[..., :1]),
@@ -362,7 +363,13 @@ def test_exact_gpu_forms_only_in_the_gpus_float32_kernels(monkeypatch):
     x = torch.randn(4, 8)
     assert not launch.gpu_forms(x, torch.float32)  # a CPU tensor: the interpreter
     monkeypatch.setattr(launch, "fast_math_mode", lambda t: "auto")  # as on a capable GPU
-    assert launch.gpu_forms(x, torch.float32) and not launch.gpu_forms(x, torch.float64)
+    assert launch.gpu_forms(x, torch.float32) and launch.gpu_forms(x, torch.float64)
+    f64 = torch.float64
+    body = get_body(lambda h, x: torch.tanh(0.5 * h + x) + x ** 2.5, None, [RowSpec("s0", (8,), f64)],
+                    [RowSpec("x0", (8,), f64)], 1)
+    g, = body.groups
+    gpu = kernel_for(body, g, ScanConfig(), True)[0].source
+    assert "tlmath.tanh(" in gpu and "tlmath.tanh_gpu(" not in gpu and "tlmath.pow_gpu(" in gpu
     monkeypatch.setattr(launch, "fast_math_mode", lambda t: "never")
     assert not launch.gpu_forms(x, torch.float32)
 

@@ -67,8 +67,8 @@ def compute_expr(node: Node, operands: list[str], compute: torch.dtype, emission
     op = REGISTRY[node.target]
     args = node.args
     compute = op_compute_dtype(node, compute)
-    if compute == torch.float64:
-        emission = None  # the GPU-only forms are float32's
+    if compute == torch.float64 and not (emission == "exact" and op.triton_gpu_float64):
+        emission = None  # the GPU-only forms are float32's but those that say they serve float64 (fastmath.exact_op)
     if op.has(CAST):
         target = node.attrs["dtype"]
         if target == torch.bool:
@@ -138,6 +138,8 @@ def format_op(op, attrs: dict, operands: list[str], compute: torch.dtype, emissi
     one where it has it. The epilogue's and the scans' emitters hold values differently but format ops here."""
     chosen = {"fast": op.triton_fast, "exact": op.triton_gpu}.get(emission) or op.triton
     template = chosen(**attrs) if callable(chosen) else chosen
+    if template is None and chosen is not op.triton:  # a GPU form that has none for these attributes
+        template = op.triton(**attrs) if callable(op.triton) else op.triton
     if template is None:
         raise NotImplementedError(f"op {op.name!r} has no Triton emission and no decomposition")
     return template.format(*operands, **{k: literal(v, compute) if isinstance(v, (int, float)) else v

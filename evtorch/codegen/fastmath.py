@@ -27,14 +27,19 @@ shows as more values rounding one ulp the other way: on the H200, dgelu_bgrad's 
 7.6e-3 (torch.compile: 8.0e-3; one bf16 ulp of gelu' in [1, 2) is 7.8e-3) and its fp32 column sum from 1e-6 to
 4.8e-4 of its largest value, about the noise that the program's own bf16 rounding of gelu' puts there.
 
-**Exact GPU forms.** An op may also have an ``OpDef.triton_gpu`` emission: its accurate computation with the range
-fix-ups its operands never need left out, in inline PTX (``tlmath.tanh_gpu``: ``tanh``'s ex2 and reciprocal as bare
-MUFU ops, 27 -> 21 SASS instructions a value, the same bits). Being no approximation, it is used on every node of
-such an op that does not take ``triton_fast``, in ``auto`` and ``always``: a tanh that feeds a float32 output or a
-sum (the backward's GELU derivative ahead of the bias gradient). ``never`` keeps the portable emissions.
+**Exact GPU forms.** An op may also have an ``OpDef.triton_gpu`` emission: its accurate computation in a form only
+a GPU runs. ``tlmath.tanh_gpu``: ``tanh`` with the range fix-ups its operands never need left out, its ex2 and
+reciprocal as bare MUFU ops in inline PTX (27 -> 21 SASS instructions a value, the same bits). ``tlmath.pow_gpu``:
+libdevice's pow, the function eager's pow kernel calls on a GPU, so ``x ** 2.7`` gives eager's bits there (the
+portable ``powf`` is within an ulp of it in float32, and up to some hundred ulps off in float64, which has no wider
+type to compute in). Being no approximation, a GPU form is used on every node of such an op that does not take
+``triton_fast``, in ``auto`` and ``always``: a tanh that feeds a float32 output or a sum (the backward's GELU
+derivative ahead of the bias gradient). pow's serves float64 computations too (``OpDef.triton_gpu_float64``: libdevice
+has a float64 pow; MUFU ops are float32 only). ``never`` keeps the portable emissions.
 
 Modes (``EVTORCH_FAST_MATH``): ``auto`` (the rule, default), ``always`` (every op with a fast emission, whatever
-the output precision), ``never``. Whatever the mode: only fp32 compute (not fp64 epilogues), and the runtime asks
+the output precision), ``never``. Whatever the mode: only fp32 compute is approximated or reassociated (fp64
+epilogues take only the exact GPU forms), and the runtime asks
 for it only for CUDA tensors on an NVIDIA GPU of compute capability >= 7.5 and never under the interpreter
 (``runtime/gemm.py``). The chosen nodes enter the program's hash (``program_hash``), so a program, its module
 file, its autotuning key and its launches are never shared between the two emissions.
@@ -71,12 +76,17 @@ def resolve_mode(fast_math) -> str:
     return fast_math
 
 
-def _has(n, emission: str) -> bool:
+def has_emission(n, emission: str) -> bool:
     """Whether tile node ``n``'s op has the GPU-only emission ``emission`` (an ``OpDef`` field)."""
     if n.op != "compute" or n.stage != Stage.TILE or n.target not in REGISTRY:
         return False
     op = REGISTRY[n.target]
-    return getattr(op, emission) is not None and op.user_defined is None
+    form = getattr(op, emission)
+    if form is None or op.user_defined is not None:
+        return False
+    # a callable emission may have none for some attributes (pow's GPU form: none for the exponents eager
+    # computes without pow), and a node emitted as the portable form must not count as a GPU-only one
+    return not callable(form) or form(**{k: n.attrs[k] for k in op.attr_names if k in n.attrs}) is not None
 
 
 def rounded_nodes(graph: Graph, output_dtypes: dict, any_precision: bool = False) -> frozenset:
@@ -127,7 +137,7 @@ def select(graph: Graph, output_dtypes: dict, compute: torch.dtype, mode: str) -
     position -> the dtype it is stored in."""
     if not _active(mode, compute):
         return frozenset()
-    candidates = [i for i, n in enumerate(graph.nodes) if _has(n, "triton_fast")]
+    candidates = [i for i, n in enumerate(graph.nodes) if has_emission(n, "triton_fast")]
     if mode == "always" or not candidates:
         return frozenset(candidates)
     exact = {i for i in candidates if REGISTRY[graph.nodes[i].target].fast_exact}
@@ -136,8 +146,18 @@ def select(graph: Graph, output_dtypes: dict, compute: torch.dtype, mode: str) -
 
 
 def exact_forms_active(mode: str, compute: torch.dtype) -> bool:
-    """Whether a computation in ``compute`` under ``mode`` uses the exact GPU forms (the scans ask this too)."""
-    return _active(mode, compute)
+    """Whether a computation in ``compute`` under ``mode`` uses the exact GPU forms (the scans ask this too). Being
+    no approximations, they also serve float64 computations, those ops' whose form takes float64
+    (``OpDef.triton_gpu_float64``)."""
+    if mode not in MODES:
+        raise ValueError(f"unknown fast-math mode {mode!r}")
+    return mode != "never" and compute in (torch.float32, torch.float64)
+
+
+def exact_op(op, compute: torch.dtype) -> bool:
+    """Whether ``op``'s exact GPU form serves a computation in ``compute`` (the epilogues' and the scans' emitters
+    ask)."""
+    return compute != torch.float64 or op.triton_gpu_float64
 
 
 def exact_nodes(graph: Graph, compute: torch.dtype, mode: str, fast: frozenset) -> frozenset:
@@ -145,7 +165,8 @@ def exact_nodes(graph: Graph, compute: torch.dtype, mode: str, fast: frozenset) 
     one, outside ``fast``, wherever ``mode`` is active."""
     if not exact_forms_active(mode, compute):
         return frozenset()
-    return frozenset(i for i, n in enumerate(graph.nodes) if i not in fast and _has(n, "triton_gpu"))
+    return frozenset(i for i, n in enumerate(graph.nodes)
+                     if i not in fast and has_emission(n, "triton_gpu") and exact_op(REGISTRY[n.target], compute))
 
 
 @dataclass(frozen=True)

@@ -5,14 +5,17 @@ so functions such as tanh, log1p and round-half-even are written here from exp/l
 care for accuracy where the naive formula cancels (tanh and log1p near 0). The op registry's Triton
 emissions call these as ``tlmath.<name>``; generated modules import this module under that name.
 
-The exception is the ``*_approx`` functions at the end: hardware approximations in inline PTX for the fast-math
-path (``codegen/fastmath.py``). Defining them is harmless everywhere; they are *called* only from kernels compiled
-for an NVIDIA GPU of compute capability >= 7.5, never under the interpreter, and only where every value they
-produce is rounded to 16 bits before it reaches an output (sigmoid's: wherever fast math is on, it measured as
-accurate as ``sigmoid``).
+The exceptions are the functions at the end, in the fast-math section: the ``*_approx`` ones, hardware
+approximations in inline PTX (``codegen/fastmath.py``), used only where every value they produce is rounded to 16
+bits before it reaches an output (sigmoid's: wherever fast math is on, it measured as accurate as ``sigmoid``); and
+the ``*_gpu`` ones, exact GPU forms (``OpDef.triton_gpu``): ``tanh_gpu`` (``tanh``'s bits in fewer instructions,
+inline PTX) and ``pow_gpu`` (libdevice's pow, eager's own function on a GPU). Defining them is harmless
+everywhere; they are *called* only from kernels compiled for an NVIDIA GPU of compute capability >= 7.5, never
+under the interpreter.
 """
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
 
 
 @triton.jit
@@ -184,6 +187,24 @@ def powf(x, p: tl.constexpr, PARITY: tl.constexpr):
     # PARITY is 1 for an odd integer p (the result takes x's sign, -0.0 and -inf included), 2 for an even one
     # (|x| ** p), 0 otherwise (a finite x < 0 gives NaN; -inf gives +inf or +0 as |x| does). |x| = 0 and inf
     # need no case of their own: exp2 of -inf / +inf is 0 / inf.
+    # The product p * log2|x| carries log2's rounding times |p log2 x|, and exp2 turns that absolute error into a
+    # relative one: in float32 it was up to 100 ulps at p = 40 and 35 at p = 2.7 against eager's powf (2026-11-29).
+    # A float32 x therefore goes through float64, where the same error is 2^29 times smaller, and is rounded once:
+    # within an ulp of eager's powf. p is first rounded to float32 as eager rounds it: ATen's CUDA kernel converts
+    # the exponent to the tensor's dtype, and so does its vectorized CPU path (only the CPU's scalar tail, the last
+    # elements of a row that fill no vector, takes the double exponent). float64 has no wider type here: its error
+    # stays up to |ln(x ** p)| ulps or so (docs/epilogues.md, "Powers"); on a GPU `pow_gpu` replaces this with
+    # eager's own function.
+    if x.dtype == tl.float32:
+        p32 = tl.zeros_like(x) + p
+        y = _pow_exp2(x.to(tl.float64), p32.to(tl.float64), PARITY).to(tl.float32)
+    else:
+        y = _pow_exp2(x, p, PARITY)
+    return y
+
+
+@triton.jit
+def _pow_exp2(x, p, PARITY: tl.constexpr):
     y = tl.exp2(p * tl.log2(tl.abs(x)))
     if PARITY == 1:
         y = tl.where(signbit(x), neg(y), y)
@@ -254,6 +275,18 @@ def tanh_gpu(x):
     big = 1.0 - (2.0 * e) * r
     t = tl.where(ax < 0.55, mid, big)
     return tl.where(ax < 0.1, small, tl.where(x < 0, -t, t))
+
+
+@triton.jit
+def pow_gpu(x, p: tl.constexpr):
+    # x ** p as eager computes it on a GPU: ATen's pow kernel calls the CUDA math library's pow (powf for float32 and
+    # for 16-bit tensors, which it computes in float32; pow for float64), which is libdevice's __nv_powf / __nv_pow:
+    # the same function, so the same bits and edge values, for every exponent eager does not special-case (0, 1, 2, 3,
+    # -1, -2, 0.5, -0.5, which the portable emissions compute as eager does). The exponent is converted to x's dtype
+    # (float32 or float64) as ATen's CUDA kernel converts it (exp_scalar.to<scalar_t>(); a 16-bit tensor's exponent
+    # was rounded to its dtype when traced, as eager rounds it on every device). libdevice does not run in the
+    # interpreter: GPU only.
+    return libdevice.pow(x, tl.zeros_like(x) + p)
 
 
 @triton.jit

@@ -64,6 +64,16 @@ class _Pending:
     meta: dict = field(default_factory=dict)  # copied onto the node it becomes (autodiff's replay marks some)
 
 
+def _eager_exponent(x, exponent):
+    """``x ** exponent``'s exponent as eager uses it: ATen converts it to a float16 / bfloat16 tensor's own dtype on
+    every device (``exp_scalar.to<scalar_t>()``: ``x16 ** 2.7`` is ``x16 ** 2.703125`` in bfloat16, up to several
+    percent away from the unrounded power), so a 16-bit operand's exponent is rounded here; other dtypes keep it."""
+    if not (isinstance(x, TracedTensor) and x.dtype in HALF_DTYPES) or isinstance(exponent, bool):
+        return exponent
+    rounded = torch.tensor(exponent, dtype=torch.float64).to(x.dtype).item()
+    return int(rounded) if isinstance(exponent, int) and float(rounded).is_integer() else rounded
+
+
 class Tracer:
     def __init__(self, acc_shape: tuple[int, ...], acc_dtype: torch.dtype, inputs: list[InputSpec],
                  device: torch.device | str = "cpu"):
@@ -192,6 +202,7 @@ class Tracer:
                 raise self._err(UnsupportedOpError, f"{spelled}: the exponent must be a constant number, got "
                                                     f"{type(attrs['exponent']).__name__}; for a tensor exponent "
                                                     "write torch.exp(y * torch.log(x))")
+            attrs = dict(attrs, exponent=_eager_exponent(operands[0], attrs["exponent"]))
         if op.name == "add" and all(isinstance(v, bool) or (isinstance(v, TracedTensor) and v.dtype == torch.bool)
                                     for v in operands) and attrs.get("alpha", 1) in (1, True):
             # torch's bool + bool is a logical or (True + True is True); a kernel's 1-bit add would wrap to False

@@ -71,7 +71,8 @@ def _pow(input, exponent): ...
 
 
 define("pow", _pow, operands=("input",), torch_ref=lambda x, exponent: x ** exponent,
-       triton=lambda exponent: _pow_emission(exponent),
+       triton=lambda exponent: _pow_emission(exponent), triton_gpu=lambda exponent: _pow_gpu_emission(exponent),
+       triton_gpu_float64=True,
        # x ** 0 is 1 everywhere, its gradient 0 (0 * x ** -1 was NaN at x = 0, found by a probe 2026-11-29)
        derivative=lambda g, x, out, exponent: (
            g if exponent == 1 else torch.zeros_like(g) if exponent == 0 else g * exponent * torch.pow(x, exponent - 1),),
@@ -91,24 +92,39 @@ def _power_by_squaring(p: int) -> str:
     return "(" + " * ".join(terms) + ")"
 
 
+# the exponents ATen's pow kernels compute without pow (a product, a reciprocal, sqrt, rsqrt): evtorch computes them
+# the same way on every device; every other exponent is pow itself on a GPU (``pow_gpu``, the ``triton_gpu`` form)
+EAGER_POW_SPECIAL = frozenset({0, 1, 2, 3, -1, -2, 0.5, -0.5})
+
+
 def _pow_emission(exponent) -> str:
+    """The portable emission of ``x ** exponent``, within an ulp of eager's pow for float32 and 16-bit values."""
     if exponent == 0:
         return "tlmath.ones_like({0})"
-    if float(exponent).is_integer() and 1 <= abs(exponent) <= 4:
-        prod = " * ".join(["{0}"] * int(abs(exponent)))
-        return f"({prod})" if exponent > 0 else f"(1.0 / ({prod}))"
-    if float(exponent).is_integer() and 5 <= exponent <= 32:
-        # by squaring in float64, rounded once: exp2(p * log2|x|) took up to 14 ulps (3.0 ** 5 gave 242.99997,
-        # found 2026-11-29), float32 squares up to a few; negative bases, signed zeros and infinities come out as
-        # the products give them, and a float32 result that overflows is inf as eager's
-        return f"({_power_by_squaring(int(exponent)).replace('{0}', '{0}.to(tl.float64)')}).to({{0}}.dtype)"
+    if exponent in (1, 2, 3):
+        return "(" + " * ".join(["{0}"] * int(exponent)) + ")"
+    if exponent in (-1, -2):
+        return "(1.0 / (" + " * ".join(["{0}"] * int(-exponent)) + "))"
     if exponent == 0.5:
         return "tl.sqrt({0})"
     if exponent == -0.5:
         return "tlmath.rsqrt({0})"
-    # an integer exponent keeps negative bases (x ** 5 of a negative x is negative, not NaN): powf's PARITY
+    if float(exponent).is_integer() and 4 <= abs(exponent) <= 32:
+        # by squaring in float64, rounded once: exp2(p * log2|x|) took up to 14 ulps (3.0 ** 5 gave 242.99997,
+        # found 2026-11-29), float32 squares up to a few; negative bases, signed zeros and infinities come out as
+        # the products give them, and a float32 result that overflows is inf as eager's. A negative exponent is the
+        # reciprocal of the float64 power (1 / (+-0.0) is +-inf, 1 / inf is 0, as eager's powf)
+        power = _power_by_squaring(int(abs(exponent))).replace("{0}", "{0}.to(tl.float64)")
+        return f"({power if exponent > 0 else f'(1.0 / {power})'}).to({{0}}.dtype)"
+    # an integer exponent keeps negative bases (x ** 35 of a negative x is negative, not NaN): powf's PARITY
     parity = (1 if int(exponent) % 2 else 2) if float(exponent).is_integer() else 0
     return f"tlmath.powf({{0}}, {float(exponent)!r}, {parity})"
+
+
+def _pow_gpu_emission(exponent) -> str | None:
+    """The exact GPU form of ``x ** exponent``: eager's pow (libdevice) where eager calls it, else None (the
+    portable emission already computes as eager does)."""
+    return None if exponent in EAGER_POW_SPECIAL else f"tlmath.pow_gpu({{0}}, {float(exponent)!r})"
 
 
 define("square", _unary, decompose=lambda x: x * x, torch_fns=(torch.square,), methods=("square",))

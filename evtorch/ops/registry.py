@@ -17,10 +17,11 @@ An ``OpDef`` says everything evtorch knows about an op, in one place:
   told to approximate this node (``codegen/fastmath.py``: 16-bit outputs, a real GPU, ``EVTORCH_FAST_MATH``): it
   may use inline PTX (``tanh.approx.f32``), so it never runs under the interpreter; ``fast_exact`` says it measured
   as accurate as ``triton`` on a GPU, so the rule may use it whatever the output precision;
-- ``triton_gpu``: optional exact GPU form (same format): ``triton``'s own computation with the range fix-ups that
-  its operands never need left out, in inline PTX, so it never runs under the interpreter either; the same bits
-  as ``triton`` (checked on a GPU), fewer instructions. Used on a GPU wherever fast math is on and the node does
-  not take ``triton_fast`` (``codegen/fastmath.py``);
+- ``triton_gpu``: optional exact GPU form (same format, or a callable of the attributes that returns None where
+  ``triton`` is already what eager computes): an accurate computation that only a GPU runs (inline PTX, libdevice),
+  at least as accurate as ``triton``: ``tanh``'s bits in fewer instructions, or eager's own libdevice function
+  (pow). Used on a GPU wherever fast math is on and the node does not take ``triton_fast``
+  (``codegen/fastmath.py``), in float32 computations and, where ``triton_gpu_float64`` says so, float64 ones;
 - ``decompose``: instead of an emission, a composite written in other ops (few primitives, many composites);
 - ``derivative``: reverse-mode rule ``(ctx, grad, *operands, out, **attrs) -> tuple of grads`` written with
   ctx's builder ops (see ``evtorch.autodiff``); a composite's, where given, replaces differentiating its
@@ -55,7 +56,8 @@ class OpDef:
     triton: str | Callable | None = None
     triton_fast: str | Callable | None = None  # hardware approximation (fast-math path; see codegen/fastmath.py)
     fast_exact: bool = False   # triton_fast measured as accurate as triton (then not limited to 16-bit outputs)
-    triton_gpu: str | Callable | None = None  # triton's values in inline PTX, fewer instructions (GPU only)
+    triton_gpu: str | Callable | None = None  # accurate GPU-only form: tanh's bits in PTX, eager's libdevice pow
+    triton_gpu_float64: bool = False  # triton_gpu also serves float64 computations (libdevice: yes; MUFU PTX: no)
     decompose: Callable | None = None
     derivative: Callable | None = None
     torch_fns: tuple = ()

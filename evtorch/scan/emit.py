@@ -19,6 +19,7 @@ from ..ops import REGISTRY
 from ..ops.registry import BOOL_ONLY, CAST, COMPARE
 # one spelling of dtypes, constants and ops in generated code
 from ..codegen.expr import TL_DTYPE as TL, format_op, literal
+from ..codegen.fastmath import exact_op
 from . import lanes as LN
 
 HEADER = '''import triton
@@ -61,7 +62,8 @@ def convert(value, compute) -> str:
 
 def compute_expr(n: Node, operands: list, compute, exact: bool = False) -> tuple[str, object]:
     """(expression, held dtype) of compute node ``n`` from operand (expression, held dtype) pairs. ``exact``: ops
-    with an exact GPU form (``OpDef.triton_gpu``, the same values in fewer instructions) use it."""
+    with an exact GPU form (``OpDef.triton_gpu``: tanh's values in fewer instructions, eager's pow) use it where it
+    serves ``compute`` (``fastmath.exact_op``)."""
     op = REGISTRY[n.target]
     if op.has(CAST):
         target = n.attrs["dtype"]
@@ -83,7 +85,8 @@ def compute_expr(n: Node, operands: list, compute, exact: bool = False) -> tuple
         conv = [operands[0][0]] + [convert(v, compute) if floating else v[0] for v in operands[1:]]
     else:
         conv = [convert(v, compute) if floating else v[0] for v in operands]
-    return format_op(op, n.attrs, conv, compute, "exact" if exact else None), (compute if floating else n.dtype)
+    emission = "exact" if exact and exact_op(op, compute) else None
+    return format_op(op, n.attrs, conv, compute, emission), (compute if floating else n.dtype)
 
 
 def emit_graph(w: Writer, graph: Graph, leaf_value, compute, prefix: str, exact: bool = False) -> dict:
