@@ -173,6 +173,53 @@ def test_float64_epilogue_takes_python_float_scalars_as_float64():
         assert ("sc_s: tl.float64," in source) is annotated and ("sc_t: tl.float64," in source) is annotated
 
 
+SCALAR_VALUES = {"float": -0.3, "int": 3, "bool": True, "0-d f64": torch.tensor(0.7, dtype=torch.float64),
+                 "0-d f32": torch.tensor(-1.5), "0-d int": torch.tensor(2)}
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16], ids=["f64", "f32", "f16"])
+@pytest.mark.parametrize("itype", [torch.int64, torch.int32, torch.bool], ids=["i64", "i32", "bool"])
+def test_integer_tiles_times_scalars_in_the_interpreter(dtype, itype):
+    """An integer or boolean tile times a float scalar computes in float32 (eager's promotion), so a float64
+    epilogue's float64 scalar argument is cast: the interpreter handed the kernel the Python float itself, and
+    ``.to`` on it failed ("'float' object has no attribute 'to'"; ``-s`` in ``tlmath.neg`` failed in float32
+    kernels too, found by a probe 2026-11-30). ``runtime.interpreter_fixes`` types float arguments as a compiled
+    kernel does. Every kind of scalar (Python float, int, bool, 0-d tensors) against eager, with the constant form
+    and a float scalar meeting a float64 value in a float32 GEMM."""
+    import helpers
+    A, B = helpers.operands(7, 6, 5, dtype, seed=3)
+    I = helpers.rand_int((7, 6), -4, 5, seed=4, dtype=itype if itype != torch.bool else torch.int64)  # noqa: E741
+    I = I > 0 if itype == torch.bool else I  # noqa: E741
+    D = helpers.rand((7, 6), torch.float64, seed=5)
+    run = lambda A, B, fn, **kw: evt.gemm(A, B, fn, backend="triton", **kw)  # noqa: E731
+    for s in SCALAR_VALUES.values():
+        helpers.check_gemm(lambda acc, I, s: acc + I * s, A, B, runner=run, I=I, s=s)
+        helpers.check_gemm(lambda acc, I, s: acc * (I * -s + 1), A, B, runner=run, I=I, s=s)
+    helpers.check_gemm(lambda acc, I: acc + I * 0.5, A, B, runner=run, I=I)
+    helpers.check_gemm(lambda acc, D, s: (acc + D * s, acc.double() * s, acc.float() - s), A, B, runner=run,
+                       D=D, s=0.1)
+
+
+@pytest.mark.interpreter
+def test_float_arguments_are_typed_as_compiled_kernels_type_them():
+    """``interpreter_fixes.typed_float_arguments``: a Python float for a ``tl.float64`` parameter becomes a float64
+    value, one for an unannotated parameter fp32 (``triton.runtime.jit.mangle_type``'s type; beyond its range
+    inf), and constexprs, ints and parameters of other types take it as given."""
+    import numpy as np
+    from triton.runtime.interpreter import TensorHandle
+
+    from evtorch.runtime.interpreter_fixes import typed_float_arguments
+
+    def kernel(x, a: tl.float64, b, c: tl.constexpr, d: tl.int64):
+        pass
+    third = 1 / 3
+    (x, a, b), kw = typed_float_arguments(kernel, (7, third, 1e300), {"c": 0.5, "d": 2.5}, tl, TensorHandle)
+    assert x == 7 and kw["c"] == 0.5 and kw["d"] == 2.5
+    assert a.dtype == tl.float64 and a.handle.data.tolist() == [third]
+    assert b.dtype == tl.float32 and np.isinf(b.handle.data).all()
+
+
 @pytest.mark.interpreter
 def test_float64_kernels_type_their_inexact_constants_float64():
     """A float64 kernel's constants that float32 cannot hold (gelu's 0.044715 and sqrt(2/pi), a mean's 1/n) reach

@@ -1,6 +1,6 @@
 """Corrections to Triton's CPU interpreter that the generated kernels need, applied once when it runs them.
 
-Two of them, both where the GPU compiles the kernels correctly, so only the interpreter is corrected:
+Three of them, all where the GPU compiles the kernels correctly, so only the interpreter is corrected:
 
 - **Casts to and from bfloat16.** Triton 3.9's interpreter holds bfloat16 as uint16 bit patterns and converts
   float64 <-> bfloat16 with numpy's ``astype``, i.e. between float values and those integers (a float64 epilogue
@@ -11,15 +11,27 @@ Two of them, both where the GPU compiles the kernels correctly, so only the inte
   eager's ``x.to(torch.bfloat16)``).
 - **``&``, ``|``, ``^`` of a boolean tile with a loaded 0-d value's comparison**, which the interpreter hands over
   as float data (``apply``, at the fix).
+- **Python float arguments.** A compiled kernel receives a float argument as a typed scalar (fp64 where the
+  signature says ``tl.float64``, fp32 otherwise); the interpreter handed the kernel the Python float itself, which
+  has no ``.to`` and no ``.dtype``: a float64 epilogue's float scalar in a float32 op (``acc + I * s``, I an
+  integer tile) failed with "'float' object has no attribute 'to'" (found by a probe 2026-11-30). They are typed
+  as the compiled kernel types them (``typed_float_arguments``).
 
 Where the interpreter's classes are not as expected (another Triton), nothing is changed.
 """
 from __future__ import annotations
 
+import inspect
+import weakref
+
 import numpy as np
 import torch
 
 _applied = False
+# the numpy dtype a float argument takes in a compiled kernel, by its parameter's normalised annotation (Triton's
+# ``_normalize_ty``); an unannotated one is fp32, as ``triton.runtime.jit.mangle_type`` types a Python float
+_FLOAT_ARGUMENT = {"fp64": np.float64, "fp32": np.float32, "fp16": np.float16}
+_float_types: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def apply() -> None:
@@ -75,3 +87,57 @@ def apply() -> None:
         return binary_op(self, lhs, rhs, op)
 
     builder.binary_op = fixed_binary_op
+    _type_float_arguments(interpreter, tl, handle)
+
+
+def _type_float_arguments(interpreter, tl, handle) -> None:
+    """Make the interpreter's kernel calls pass Python floats as the typed scalars a compiled kernel gets
+    (``typed_float_arguments``): ``GridExecutor.__call__`` converts ints, bools and tensors to Triton values but
+    leaves a float as it is."""
+    executor = getattr(interpreter, "GridExecutor", None)
+    call = vars(executor).get("__call__") if executor is not None else None
+    if call is None:  # pragma: no cover - another interpreter
+        return
+
+    def typed_call(self, *args, **kwargs):
+        args, kwargs = typed_float_arguments(self.fn, args, kwargs, tl, handle)
+        return call(self, *args, **kwargs)
+
+    executor.__call__ = typed_call
+
+
+def typed_float_arguments(fn, args: tuple, kwargs: dict, tl, handle) -> tuple[tuple, dict]:
+    """``fn``'s arguments with each Python float for a parameter that is not a constexpr made a 0-d Triton value of
+    the type a compiled kernel gives it: the parameter's annotation where it is a float type (a float64 epilogue's
+    scalars are ``tl.float64``), else fp32 (a value beyond fp32's range becomes inf there, as compiled)."""
+    types = _parameter_float_types(fn)
+    names = list(types)
+
+    def typed(name, value):
+        np_type = types.get(name)
+        if type(value) is not float or np_type is None:
+            return value
+        with np.errstate(over="ignore"):
+            data = np.array([value], dtype=np.float64).astype(np_type)
+        ty = tl.str_to_ty({np.float64: "fp64", np.float32: "fp32", np.float16: "fp16"}[np_type], None)
+        return tl.tensor(handle(data, ty), ty)
+
+    args = tuple(typed(names[i] if i < len(names) else None, v) for i, v in enumerate(args))
+    return args, {k: typed(k, v) for k, v in kwargs.items()}
+
+
+def _parameter_float_types(fn) -> dict:
+    """{parameter: the numpy type a float argument for it takes, None for a constexpr or a non-float
+    annotation}, in signature order (cached per function)."""
+    hit = _float_types.get(fn)
+    if hit is not None:
+        return hit
+    from triton.runtime.jit import _normalize_ty
+    annotations = inspect.get_annotations(fn)
+    types = {}
+    for name in inspect.signature(fn).parameters:
+        ann = annotations.get(name)
+        ty = _normalize_ty(ann) if ann is not None else "fp32"
+        types[name] = _FLOAT_ARGUMENT.get(ty)
+    _float_types[fn] = types
+    return types
