@@ -452,6 +452,106 @@ def test_outputs_may_be_modified_in_place(backend):
     y.sum().backward()
 
 
+def _in_place_cases():
+    """(name, make) pairs: ``make(api)`` builds fresh random tensors, runs a product through ``api`` (evtorch's or
+    eager's calls, same signature), modifies a tensor the backward needs in place and returns the loss."""
+    x3 = (2, 3, K)
+
+    def row(api, grad_mode):  # a (N,) row input, a leaf modified under no_grad or a non-leaf modified in grad mode
+        A, B, b = *operands(), rand(N)
+        v = b if grad_mode == "leaf" else b * 2
+        out = api.gemm(A, B, lambda acc, b: acc * b, b=v)
+        with torch.no_grad() if grad_mode == "leaf" else torch.enable_grad():
+            v.add_(1)
+        return out.sum()
+
+    def col(api):  # an (M, 1) column input
+        A, B, c = *operands(), rand(M, 1) * 2
+        out = api.gemm(A, B, lambda acc, c: acc * c, c=c)
+        c.mul_(3)
+        return out.sum()
+
+    def base_of_row(api):  # the row input is a view of a tensor the caller modifies
+        A, B, P = *operands(), rand(2, N) * 1
+        out = api.gemm(A, B, lambda acc, b: acc * b, b=P[0])
+        P.add_(1)
+        return out.sum()
+
+    def linear(api, which, shape=(M, K)):  # evt.linear's weight (saved transposed), x (reshaped) or bias
+        x, W, bias = rand(*shape), rand(N, K), rand(N)
+        t = {"weight": W, "x": x, "bias": bias}
+        if which != "weight":
+            t[which] = t[which] * 1
+        out = api.linear(t["x"], t["weight"], lambda y: y * y, t["bias"])
+        with torch.no_grad():
+            t[which].add_(1)
+        return out.sum()
+
+    return [("row leaf", lambda api: row(api, "leaf")), ("row non-leaf", lambda api: row(api, "non-leaf")),
+            ("column", col), ("view of a modified base", base_of_row),
+            ("linear weight", lambda api: linear(api, "weight")),
+            ("linear weight, 3-D x", lambda api: linear(api, "weight", x3)),
+            ("linear x, 3-D", lambda api: linear(api, "x", x3)),
+            # eager's linear does not save its bias; evtorch's backward recomputes the activation's input from it
+            ("linear bias", lambda api: linear(api, "bias"))]
+
+
+class _Eager:
+    """evt.gemm's and evt.linear's signatures on eager torch (the in-place test's reference)."""
+
+    @staticmethod
+    def gemm(A, B, fn, **inputs):
+        return fn(A @ B, **inputs)
+
+    @staticmethod
+    def linear(x, W, fn, bias):
+        return fn(F.linear(x, W, bias))
+
+
+@pytest.mark.parametrize("backend", ["reference", pytest.param("triton", marks=pytest.mark.interpreter)])
+@pytest.mark.parametrize("name, make", _in_place_cases(), ids=[n for n, _ in _in_place_cases()])
+def test_inputs_modified_in_place_before_backward_get_torchs_error(backend, name, make):
+    """A row / column input, or evt.linear's weight, modified in place between the forward and the backward got
+    torch's "A view was created in no_grad mode ..." error (the forward saved the views it made of them, found by a
+    probe 2026-11-30); as in eager, the backward now refuses with "modified by an inplace operation". (evtorch's
+    linear also needs its bias, which eager's does not save: only evtorch raises there.)"""
+    import functools
+    import os
+    if backend == "triton" and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("needs TRITON_INTERPRET=1")
+
+    class Evt:
+        gemm = functools.partial(evt.gemm, backend=backend)
+        linear = functools.partial(evt.linear, backend=backend)
+    for api in (Evt,) if name == "linear bias" else (_Eager, Evt):
+        loss = make(api)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            loss.backward()
+
+
+@pytest.mark.parametrize("backend", ["reference", pytest.param("triton", marks=pytest.mark.interpreter)])
+def test_saved_inputs_give_eagers_gradients(backend):
+    """The forward saves the caller's row input, weight and 3-D x (the backward makes their views again): the
+    gradients are eager's, also where another tensor was modified in place after the forward."""
+    import os
+    if backend == "triton" and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("needs TRITON_INTERPRET=1")
+    A, B, b, c = *operands(), rand(N), rand(M, 1)
+    x, W, bias = rand(2, 3, K), rand(N, K), rand(N)
+    other = torch.randn(N, dtype=DT)
+    outs = (evt.gemm(A, B, lambda acc, b, c: torch.tanh(acc * b) * c, b=b * 1, c=c, backend=backend),
+            evt.linear(x, W, lambda y: y * y, bias, backend=backend))
+    other.add_(1)
+    sum(o.sum() for o in outs).backward()
+    leaves = (A, B, b, c, x, W, bias)
+    got = [t.grad for t in leaves]
+    for t in leaves:
+        t.grad = None
+    (torch.tanh((A @ B) * b) * c).sum().add(F.linear(x, W, bias).square().sum()).backward()
+    for g, t in zip(got, leaves):
+        torch.testing.assert_close(g, t.grad)
+
+
 def test_gradient_penalty_through_autograd_grad_is_a_clear_error():
     """``torch.autograd.grad(loss, [A])`` of a loss holding a create_graph gradient (a gradient penalty) must reach
     the refusing node: it hung off a fresh leaf that autograd.grad never visits, and the second-order term was

@@ -383,15 +383,15 @@ class FusedGemm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, A, B, scalars, call, *tensors):
+        given = (A, B, tensors)
         A, B, tensors = call.operands(A, B, tensors)
         out = call.forward(A, B, tensors, scalars)
-        keep_A, keep_B, used, n_user = call.entry.saves
+        n_user = call.entry.saves[3]
         ctx.call, ctx.scalars = call, scalars
         # the last output, empty, is this node's anchor: saved, it comes back in the backward with
         # this node as its grad_fn, so gradients made with create_graph=True can lead back to A, B and the inputs
         anchor = A.new_empty(0)
-        ctx.save_for_backward(*([A] if keep_A else []), *([B] if keep_B else []), *[tensors[i] for i in used],
-                              *out[n_user:], anchor)
+        ctx.save_for_backward(*call.to_save(given, (A, B, tensors)), *out[n_user:], anchor)
         ctx.set_materialize_grads(False)
         if len(out) > n_user:
             ctx.mark_non_differentiable(*out[n_user:])
@@ -415,6 +415,13 @@ def _apply(t: Tensor, steps) -> Tensor:
     for method, arg in steps:
         t = getattr(t, method)(arg)
     return t
+
+
+def _redo(steps) -> tuple | None:
+    """The steps ``FusedGemm``'s backward applies to the saved caller's tensor to make an operand or input again
+    (``EagerCall.to_save``): ``steps`` where they are views (reshape, permute: cheap), None where an autocast
+    cast ends them (a new tensor, which the forward saves itself rather than cast again)."""
+    return None if any(method == "to" for method, _ in steps) else steps
 
 
 _TRANSPOSE = ("permute", (1, 0))
@@ -453,6 +460,7 @@ class EagerCall:
         cast_A, cast_B = autocast_target(A.dtype, low), autocast_target(B.dtype, low)
         self.a_steps = a_steps + ((("to", cast_A),) if cast_A is not None else ())
         self.b_steps = b_steps + ((("to", cast_B),) if cast_B is not None else ())
+        self.a_redo, self.b_redo = _redo(self.a_steps), _redo(self.b_steps)
         # gradients: back to the user's dtype (autocast), then through the inverse views; a column-major operand's
         # gradient comes from the backward as its transpose (see EagerBackward), a transpose more to undo
         self.a_back = _back(raw_A, cast_A, a_steps, False)
@@ -466,6 +474,7 @@ class EagerCall:
         self.names = e.names
         self.inputs = [canonical_steps(tuple(inputs[k.name].shape), k.binding, order, self.sizes) for k in p.keys]
         self.backs = [inverse_steps(tuple(inputs[k.name].shape), steps) for k, steps in zip(p.keys, self.inputs)]
+        self.used_redo = [_redo(self.inputs[i]) for i in e.saves[2]]
         self.params = [k.param for k in p.keys]
         self.scalar_names = [s.name for _, s in p.scalars]
         self.scalars = _scalar_kinds(e)
@@ -517,6 +526,33 @@ class EagerCall:
             B = _apply(B, self.b_steps)
         return A, B, [_apply(t, steps) if steps else t for t, steps in zip(tensors, self.inputs)]
 
+    def to_save(self, given: tuple, operands: tuple) -> list:
+        """What ``FusedGemm``'s forward saves of A, B and the inputs the backward reads (``entry.saves``), from the
+        caller's tensors ``given`` and the ``operands`` made of them: the caller's tensor where views alone make
+        the operand (``_redo``; the backward makes them again, ``saved_operands``), else the operand. A view made
+        in the forward, under no_grad, and saved brought torch's "A view was created in no_grad mode ..." error
+        in the backward where the caller had modified the tensor in place (a bias's ``add_``, found by a probe
+        2026-11-30); the caller's tensor itself gets torch's usual "modified by an inplace operation" message,
+        naming it as the caller knows it."""
+        keep_A, keep_B, used, _ = self.entry.saves
+        (gA, gB, gt), (A, B, tensors) = given, operands
+        out = [gA if self.a_redo is not None else A] if keep_A else []
+        if keep_B:
+            out.append(gB if self.b_redo is not None else B)
+        out += [gt[i] if redo is not None else tensors[i] for i, redo in zip(used, self.used_redo)]
+        return out
+
+    def saved_operands(self, saved) -> tuple:
+        """(A, B, the inputs the backward reads) from what ``to_save`` saved (less the forward's saved values)."""
+        keep_A, keep_B, _, _ = self.entry.saves
+        i = 0
+        A = B = None
+        if keep_A:
+            A, i = _apply(saved[0], self.a_redo or ()), 1
+        if keep_B:
+            B, i = _apply(saved[i], self.b_redo or ()), i + 1
+        return A, B, [_apply(t, redo or ()) for t, redo in zip(saved[i:], self.used_redo)]
+
     def forward(self, A: Tensor, B: Tensor, tensors, scalars) -> tuple:
         """The forward-with-saves epilogue (``forward_impl``): the user's outputs, then the saved values."""
         e = self.entry
@@ -529,13 +565,9 @@ class EagerCall:
         """(dA, dB, input gradients) for the output gradients ``grads`` (``_backward``), in the caller's shapes.
         ``hand_on``: A's gradient may be handed to its producer unmultiplied (``integration.deferred``)."""
         keep_A, keep_B, used, _ = self.entry.saves
+        n_operands = keep_A + keep_B + len(used)
         saved = ctx.saved_tensors[:-1]  # less FusedGemm's anchor
-        i = 0
-        A = B = None
-        if keep_A:
-            A, i = saved[0], 1
-        if keep_B:
-            B, i = saved[i], i + 1
+        A, B, inputs = self.saved_operands(saved[:n_operands])
         seeds, present = [], []
         deferred = False
         for index, position in self.differentiable:
@@ -563,9 +595,7 @@ class EagerCall:
                 else:
                     present[j] = g.materialize()
         defer_A = hand_on and self.can_defer_A and _hand_on(ctx)
-        n_used = len(used)
-        dA, dB, dtensors = plan.run(A, B, saved[i:i + n_used], saved[i + n_used:], present, ctx.scalars,
-                                    candidate, defer_A)
+        dA, dB, dtensors = plan.run(A, B, inputs, saved[n_operands:], present, ctx.scalars, candidate, defer_A)
         e = self.entry
         if dA is not None:
             back = self.a_back_col if e.a_col else self.a_back
