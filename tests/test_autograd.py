@@ -513,7 +513,7 @@ class _Eager:
 def test_inputs_modified_in_place_before_backward_get_torchs_error(backend, name, make):
     """A row / column input, or evt.linear's weight, modified in place between the forward and the backward got
     torch's "A view was created in no_grad mode ..." error (the forward saved the views it made of them, found by a
-    probe 2026-11-30); as in eager, the backward now refuses with "modified by an inplace operation". (evtorch's
+    probe 2026-11-29); as in eager, the backward now refuses with "modified by an inplace operation". (evtorch's
     linear also needs its bias, which eager's does not save: only evtorch raises there.)"""
     import functools
     import os

@@ -184,7 +184,7 @@ def test_integer_tiles_times_scalars_in_the_interpreter(dtype, itype):
     """An integer or boolean tile times a float scalar computes in float32 (eager's promotion), so a float64
     epilogue's float64 scalar argument is cast: the interpreter handed the kernel the Python float itself, and
     ``.to`` on it failed ("'float' object has no attribute 'to'"; ``-s`` in ``tlmath.neg`` failed in float32
-    kernels too, found by a probe 2026-11-30). ``runtime.interpreter_fixes`` types float arguments as a compiled
+    kernels too, found by a probe 2026-11-29). ``runtime.interpreter_fixes`` types float arguments as a compiled
     kernel does. Every kind of scalar (Python float, int, bool, 0-d tensors) against eager, with the constant form
     and a float scalar meeting a float64 value in a float32 GEMM."""
     import helpers

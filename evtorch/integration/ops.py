@@ -532,7 +532,7 @@ class EagerCall:
         the operand (``_redo``; the backward makes them again, ``saved_operands``), else the operand. A view made
         in the forward, under no_grad, and saved brought torch's "A view was created in no_grad mode ..." error
         in the backward where the caller had modified the tensor in place (a bias's ``add_``, found by a probe
-        2026-11-30); the caller's tensor itself gets torch's usual "modified by an inplace operation" message,
+        2026-11-29); the caller's tensor itself gets torch's usual "modified by an inplace operation" message,
         naming it as the caller knows it."""
         keep_A, keep_B, used, _ = self.entry.saves
         (gA, gB, gt), (A, B, tensors) = given, operands

@@ -14,7 +14,7 @@ Three of them, all where the GPU compiles the kernels correctly, so only the int
 - **Python float arguments.** A compiled kernel receives a float argument as a typed scalar (fp64 where the
   signature says ``tl.float64``, fp32 otherwise); the interpreter handed the kernel the Python float itself, which
   has no ``.to`` and no ``.dtype``: a float64 epilogue's float scalar in a float32 op (``acc + I * s``, I an
-  integer tile) failed with "'float' object has no attribute 'to'" (found by a probe 2026-11-30). They are typed
+  integer tile) failed with "'float' object has no attribute 'to'" (found by a probe 2026-11-29). They are typed
   as the compiled kernel types them (``typed_float_arguments``).
 
 Where the interpreter's classes are not as expected (another Triton), nothing is changed.
