@@ -129,6 +129,8 @@ def gemm(A: torch.Tensor, B: torch.Tensor, epilogue: Callable | Epilogue | None 
                 _calls.clear()
             _calls[key] = hit
     ep, out_dtype, backend, site = hit
+    if ep.merging_loads:  # an input's dims merged by a reshape, read as one flat dim: a copy where they do not merge
+        inputs = ep.viewable_inputs(inputs)
     # a signature seen before: its prepared launch, without ``launch_key`` (a fresh one has no launch to find yet)
     if site is not None and not fresh:
         res = site.run(ep, A, B, inputs, out_dtype, deterministic, allow_tf32, config)

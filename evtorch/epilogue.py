@@ -16,7 +16,7 @@ from .frontend.signature import Spec, check_keywords, epilogue_params, input_spe
 from .frontend.tracer import InputSpec, Tracer
 from .ir.graph import Graph
 from .ir.interpret import Interpreter
-from .ir.layouts import make_output, output_view, poison_value
+from .ir.layouts import make_output, merges_dims, output_view, poison_value, runs_viewable
 from .ir.types import AXES, Stage
 from .passes.pipeline import run_pipeline
 from .runtime import knobs
@@ -80,6 +80,12 @@ class Epilogue:
         self.outputs = [OutputInfo(n.target, n.attrs["dims"], n.attrs["kind"], n.dtype) for n in self.traced.outputs]
         for o in self.outputs:  # refuse views that need a copy now, at trace time, with the user's sizes
             output_view(o.dims, self.axis_sizes, what=f"output {o.position} of {self.name}")
+        #: per input name, the bindings of its loads that read a run of its dims as one flat dim (a reshape merged
+        #: them: ``ir.types.MERGED``); ``viewable_inputs`` copies such an input where its strides do not merge
+        self.merging_loads: dict[str, list] = {}
+        for n in self.graph.nodes:
+            if n.op == "input" and merges_dims(n.attrs["binding"]):
+                self.merging_loads.setdefault(n.target, []).append(n.attrs["binding"])
         self._kernels = {}
         #: per output position, a dtype that overrides the rule below (internal: the autograd forward keeps
         #: the accumulator it saves in fp32 where the backward compares recomputed values exactly)
@@ -121,6 +127,18 @@ class Epilogue:
         res = tuple(values.get(o.position) for o in self.outputs)
         return res if self.returns_tuple else res[0]
 
+    def viewable_inputs(self, inputs: dict) -> dict:
+        """``inputs``, with a contiguous copy of each one whose dims a reshape in the epilogue merges into one
+        (``merging_loads``) where its strides do not merge (a transposed or sliced tensor): a load reads such a run
+        as one strided dim, and eager's ``reshape`` copies the tensor too. The others are passed as they are."""
+        out = inputs
+        for name, bindings in self.merging_loads.items():
+            t = inputs.get(name)
+            if isinstance(t, torch.Tensor) and not all(runs_viewable(t, b) for b in bindings):
+                out = dict(out) if out is inputs else out
+                out[name] = t.contiguous()
+        return out
+
     def reference(self, acc: torch.Tensor, out_dtype: torch.dtype | None = None, **inputs):
         """Run the optimized IR with torch ops (the "reference" backend)."""
         if tuple(acc.shape) != self.acc_shape:
@@ -135,6 +153,8 @@ class Epilogue:
                                 "(evt.gemm does, per call signature)")
         sizes = {a: s for a, s in zip(("L", "M", "N") if self.batched else ("M", "N"), acc.shape)}
         sizes.setdefault("L", 1)
+        if self.merging_loads:
+            inputs = self.viewable_inputs(inputs)
         raw = Interpreter(self.graph, sizes).run(acc.to(self.acc_dtype), inputs)
         out_dtype = out_dtype or self.acc_dtype
         results = {}

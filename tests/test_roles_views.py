@@ -290,13 +290,89 @@ def test_input_reshape_before_meeting_acc():
     check_gemm(lambda acc, C: acc.reshape(L * M, N) + C, AL, BL, C=rand((L * M, N), seed=42))
 
 
+def _runner(backend):
+    return lambda A, B, fn, **kw: evt.gemm(A, B, fn, backend=backend, **kw)
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("backend", ["reference", "triton"])
+def test_input_reshape_merging_dims_that_share_an_acc_axis(backend):
+    """A reshape merging input dims that meet one acc axis together (an (M, 2, 3) input reshaped to (M, N = 6)):
+    no input dim walks an axis of its own, so the run of dims is read as the one flat dim it is a view of. Was
+    refused ("the merged input dims ... do not line up with the acc axes", found by a probe). Transposed, along
+    M, over L and M, from strided sources (copied where the dims do not merge, as eager's reshape copies), and as
+    the old refusal's (M, L) merged against acc's (L, M): element f is C's flat f, so a flat dim expresses it."""
+    run = _runner(backend)
+    A, B = operands(8, 6, K, seed=44)
+    AL, BL = operands(M, N, K, L=L, seed=45)
+    cases = [
+        (A, B, lambda acc, C: acc + C.reshape(8, 6), {"C": rand((8, 2, 3), seed=46)}),
+        (A, B, lambda acc, C: acc * C.view(8, -1), {"C": rand((8, 3, 2), seed=47)}),
+        (A, B, lambda acc, C: acc + C.flatten(1), {"C": rand((8, 2, 1, 3), seed=48)}),  # a size-1 dim inside
+        (A, B, lambda acc, C: acc + C.reshape(6, 8).T, {"C": rand((2, 3, 8), seed=49)}),        # transposed
+        (A, B, lambda acc, C: acc - C.reshape(8, 6), {"C": rand((2, 4, 6), seed=50)}),          # along M
+        (A, B, lambda acc, C: acc + C.reshape(8, 6), {"C": rand((8, 3, 2), seed=51).transpose(1, 2)}),  # copy
+        (A, B, lambda acc, C: acc + C.reshape(8, 6), {"C": rand((16, 2, 3), seed=52)[::2]}),   # sliced: a view
+        (A, B, lambda acc, C, D: acc + (C * D).reshape(8, 6), {"C": rand((8, 2, 3), seed=53),
+                                                                 "D": rand((3, 2, 8), seed=54).permute(2, 1, 0)}),
+        (A, B, lambda acc, C: (acc * C.reshape(8, 6)).sum(0), {"C": rand((8, 2, 3), seed=55)}),
+        (A, B, lambda acc, C: (acc, acc * C.reshape(8, 2, 3).reshape(8, 6)), {"C": rand((8, 6), seed=56)}),
+        (A, B, lambda acc, C: acc + C.reshape(2, 4, 6).reshape(8, 6), {"C": rand((8, 6), seed=57)}),
+        (AL, BL, lambda acc, C: acc.reshape(L * M, N) + C.reshape(M * L, N), {"C": rand((M, L, N), seed=58)}),
+        (AL, BL, lambda acc, C: acc + C.reshape(L, M, N), {"C": rand((L, 2, 3, N), seed=59)}),
+        (AL, BL, lambda acc, C: acc.flatten() + C.reshape(-1), {"C": rand((2, L * M * N // 2), seed=60)}),
+    ]
+    for A_, B_, fn, kw in cases:
+        check_gemm(fn, A_, B_, runner=run, **kw)
+    ep = get_epilogue(cases[0][2], (8, 6), torch.float32, cases[0][3])
+    assert ep.graph.find("input", "C")[0].attrs["binding"] == (("M",), ("*",), ("N",))
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("backend", ["reference", "triton"])
+def test_input_reshape_merging_dims_differentiates(backend):
+    """Gradients through such a reshape reach the input in its own shape (the differentiable path views inputs
+    in canonical form with ``reshape``), also where the input's strides need the copy."""
+    g = torch.Generator().manual_seed(61)
+    A = torch.randn(8, K, generator=g, dtype=torch.float64, requires_grad=True)
+    B = torch.randn(K, 6, generator=g, dtype=torch.float64)
+    for C in (torch.randn(8, 2, 3, generator=g, dtype=torch.float64),
+              torch.randn(8, 3, 2, generator=g, dtype=torch.float64).transpose(1, 2)):
+        C = C.detach().requires_grad_()
+        fn = lambda acc, C: torch.tanh(acc * C.reshape(8, 6))
+        got = evt.gemm(A, B, fn, C=C, backend=backend)
+        want = fn(A @ B, C)
+        seed = torch.randn(want.shape, generator=g, dtype=torch.float64)
+        torch.testing.assert_close(got, want)
+        for x, y in zip(torch.autograd.grad(got, (A, C), seed), torch.autograd.grad(want, (A, C), seed)):
+            torch.testing.assert_close(x, y)
+
+
 def test_input_reshape_that_needs_index_arithmetic_is_refused():
-    """(M, L) flattened against acc's (L, M) flattened: element f is C[f // L, f % L] but acc[f // M, f % M];
-    no per-axis strides express that."""
-    AL, BL = operands(M, N, K, L=L, seed=43)
-    with pytest.raises(evt.ShapeError, match=r"merged input dims C\.dim0\*C\.dim1 do not line up with the acc "
-                                             r"axes L\*M"):
-        evt.gemm(AL, BL, lambda acc, C: acc.reshape(L * M, N) + C.reshape(M * L, N), C=rand((M, L, N)))
+    """Merges that are no view of the input are refused at trace time, naming the input: its dims merged out of
+    order (a transpose first), an input broadcast along part of the merged dims, a part of a split dim merged
+    with another dim."""
+    A, B = operands(8, 6, K, seed=62)
+    with pytest.raises(evt.ShapeError, match=r"input 'C'.*merges dims 2, 1 of input 'C'.*not adjacent dims in order"):
+        evt.gemm(A, B, lambda acc, C: acc + C.transpose(1, 2).reshape(8, 6), C=rand((8, 3, 2)))
+    with pytest.raises(evt.ShapeError, match=r"reads input 'v' with index arithmetic.*broadcast"):
+        evt.gemm(A, B, lambda acc, C, v: acc + (C + v).reshape(8, 6), C=rand((8, 2, 3)), v=rand((3,)))
+    A2, B2 = operands(16, 3, K, seed=63)
+    with pytest.raises(evt.ShapeError, match=r"input 'C'.*merges C\.dim1\[part of 2\], a part of an input dim"):
+        evt.gemm(A2, B2, lambda acc, C: acc + C.reshape(8, 2, 3).reshape(16, 3), C=rand((8, 6)))
+
+
+def test_strided_input_that_cannot_merge_is_named_by_the_load():
+    """``Epilogue.reference`` copies an input whose merged dims' strides do not merge, as evt.gemm does; the load's
+    stride computation itself names the input and the fix where it meets one."""
+    from evtorch.ir.layouts import input_axis_strides
+    fn = lambda acc, C: acc + C.reshape(8, 6)
+    C = rand((8, 3, 2), seed=64).transpose(1, 2)
+    ep = evt.trace(fn, acc=evt.spec((8, 6)), C=C)
+    acc = rand((8, 6), seed=65)
+    torch.testing.assert_close(ep.reference(acc, C=C), fn(acc, C))
+    with pytest.raises(evt.ShapeError, match=r"input 'C'.*dims 1\.\.2.*do not merge without a copy.*C\.contiguous"):
+        input_axis_strides("C", C, ep.graph.find("input", "C")[0].attrs["binding"], {"L": 1, "M": 8, "N": 6})
 
 
 def test_acc_combined_with_its_own_transpose_is_an_error():

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from ..ir.types import AXES
+from ..ir.types import AXES, MERGED
 
 
 def space(batched: bool) -> tuple[str, ...]:
@@ -32,10 +32,16 @@ def to_canonical(x: torch.Tensor, binding, order, sizes) -> torch.Tensor:
     """View input ``x`` bound as ``binding`` (per dim: the axes it walks) in canonical form."""
     if x.dim() == 0:
         return x
-    owners = [a for axes in binding for a in axes]
-    t = x.reshape([sizes[a] for a in owners])      # splits merged dims, drops unbound size-1 dims
+    owners = _owners(binding)
+    t = x.reshape([sizes[a] for a in owners])      # splits merged dims, merges MERGED runs, drops size-1 dims
     t = t.permute([owners.index(a) for a in order if a in owners])
     return t.reshape(canonical_shape(owners, order, sizes))
+
+
+def _owners(binding) -> list:
+    """The axes an input bound as ``binding`` walks, in the order of its dims (a ``MERGED`` dim walks its run's
+    axes, which the run's last dim names)."""
+    return [a for axes in binding if axes != MERGED for a in axes]
 
 
 def walked_axes(dims) -> tuple[str, ...]:
@@ -78,7 +84,7 @@ def canonical_steps(shape, binding, order, sizes) -> tuple:
     """The steps of ``to_canonical`` for an input of ``shape`` bound as ``binding``: ((method, argument), ...)."""
     if len(shape) == 0:
         return ()
-    owners = [a for axes in binding for a in axes]
+    owners = _owners(binding)
     steps = []
     cur = [sizes[a] for a in owners]
     if cur != list(shape):

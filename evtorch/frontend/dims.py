@@ -14,10 +14,12 @@ into reduced axes, and outputs record their dims so the runtime can hand back th
 """
 from __future__ import annotations
 
+import itertools
 import math
 from typing import NamedTuple
 
 from ..errors import ShapeError
+from ..ir.types import MERGED
 
 
 class Dim(NamedTuple):
@@ -169,26 +171,111 @@ def key_input(key) -> str:
     return key[0]
 
 
-def expand_binding(binding: dict, axis_sizes: dict, what: str) -> dict:
-    """``binding`` with merged keys replaced by their parts' keys, each given its share of the merged axes."""
-    out = {}
+def expand_binding(binding: dict, axis_sizes: dict, what: str, shapes: dict | None = None) -> dict:
+    """``binding`` with merged keys replaced by their parts' keys, each given its share of the merged axes.
+
+    Parts and axes are matched up in segments of equal size (``_segments``). A part alone in its segment walks
+    the segment's axes (several of them: a merged acc dim). Several parts sharing axes (``C3.reshape(8, 6)`` of an
+    (8, 2, 3) input meeting acc's N = 6: dims 1 and 2 walk N together; no part walks an axis of its own) are read
+    as one flat dim of their input (``_run_binding``), as the view ``reshape`` makes of them. ``shapes``: the
+    inputs' shapes (name -> shape), to tell the size-1 dims a run may skip."""
+    out: dict = {}
     todo = list(binding.items())
     while todo:
         key, axes = todo.pop()
         if key[0] != "+":
-            out[key] = axes
+            _bind(out, key, axes, what)
             continue
-        axes, k = list(axes), 0
-        for n, (keys, size) in enumerate(key[1]):
-            group, prod = [], 1
-            while k < len(axes) and (prod < size or (n == len(key[1]) - 1)):
-                group.append(axes[k])
-                prod *= axis_sizes[axes[k]]
+        for parts, group in _segments(key, axes, axis_sizes, what):
+            if len(parts) == 1:
+                todo += [(sub, group) for sub in parts[0][0]]
+            else:
+                for sub, sub_axes in _run_binding(key, parts, group, shapes or {}, what).items():
+                    _bind(out, sub, sub_axes, what)
+    return out
+
+
+def _bind(out: dict, key, axes, what: str) -> None:
+    if out.get(key, axes) != axes:
+        raise ShapeError(f"{what}: {key_text(key)} would walk both {_axes_text(out[key])} and {_axes_text(axes)}")
+    out[key] = axes
+
+
+def _axes_text(axes) -> str:
+    return "a merged run" if axes == MERGED else "*".join(axes) or "nothing"
+
+
+def _flat_parts(key) -> list:
+    """The (keys, size) parts of merged ``key``, outer first, a part that is itself a merge of one input's dims
+    (a reshape of a reshape) replaced by its own parts."""
+    parts = []
+    for keys, size in key[1]:
+        sub = next(iter(keys))
+        parts += _flat_parts(sub) if len(keys) == 1 and sub[0] == "+" else [(keys, size)]
+    return parts
+
+
+def _segments(key, axes, axis_sizes: dict, what: str) -> list:
+    """[(parts, axes)]: merged ``key``'s parts and the acc ``axes`` it meets cut where their running sizes agree,
+    outer first: one part to one or more axes, or several parts to one or more axes. Size-1 axes go with the
+    segment they come before (trailing ones with the last)."""
+    parts, axes = _flat_parts(key), list(axes)
+    segments, i, k = [], 0, 0
+    while i < len(parts):
+        group_parts, group_axes, psize, asize = [parts[i]], [], parts[i][1], 1
+        i += 1
+        while True:
+            while k < len(axes) and asize < psize:
+                group_axes.append(axes[k])
+                asize *= axis_sizes[axes[k]]
                 k += 1
-            if prod != size:
-                raise ShapeError(f"{what}: the merged input dims {key_text(key)} do not line up with the acc axes "
-                                 f"{'*'.join(axes)} they meet")
-            todo += [(sub, tuple(group)) for sub in keys]
+            if asize == psize:
+                break
+            if asize > psize and i < len(parts):
+                group_parts.append(parts[i])
+                psize *= parts[i][1]
+                i += 1
+                continue
+            raise ShapeError(f"{what}: the merged input dims {key_text(key)} do not line up with the acc axes "
+                             f"{'*'.join(axes)} they meet")
+        segments.append((group_parts, group_axes))
+    rest = axes[k:]
+    if math.prod(axis_sizes[a] for a in rest) != 1 or not segments:
+        raise ShapeError(f"{what}: the merged input dims {key_text(key)} do not line up with the acc axes "
+                         f"{'*'.join(axes)} they meet")
+    segments[-1][1].extend(rest)
+    return [(p, tuple(a)) for p, a in segments]
+
+
+def _run_binding(key, parts, axes, shapes: dict, what: str) -> dict:
+    """The binding of ``parts`` (of merged ``key``) that walk ``axes`` together: per input, its dims in the parts
+    are one run, all but the last ``MERGED`` into the next, the last walking ``axes``. That is a view of the input
+    (``ir.layouts.run_stride``; a copy where its strides do not merge, as eager's reshape copies) only where each
+    input has one whole dim per part, adjacent and in order (size-1 dims between them aside)."""
+    per_input: dict = {}
+    for n, (keys, _) in enumerate(parts):
+        for k in keys:
+            if k[0] == "+" or len(k) != 2:
+                raise ShapeError(f"{what}: a reshape merges {key_text(k)}, a part of an input dim, with other dims "
+                                 f"into one walking acc axes {'*'.join(axes)}; that needs index arithmetic per "
+                                 "element; reshape the input before passing it in")
+            per_input.setdefault(k[0], []).append((n, k[1]))
+    out = {}
+    for name, found in per_input.items():
+        dims = [j for _, j in found]
+        shape = shapes.get(name)
+        if [n for n, _ in found] != list(range(len(parts))):
+            raise ShapeError(f"{what}: merging {key_text(key)} into one dim walking acc axes {'*'.join(axes)} reads "
+                             f"input {name!r} with index arithmetic (it is broadcast along some of the merged dims, "
+                             "or appears in several); reshape or expand it before passing it in")
+        if any(b <= a or (shape is not None and any(shape[g] != 1 for g in range(a + 1, b)))
+               for a, b in itertools.pairwise(dims)):
+            raise ShapeError(f"{what}: a reshape merges dims {', '.join(map(str, dims))} of input {name!r} (in that "
+                             f"order) into one dim walking acc axes {'*'.join(axes)}; they are not adjacent dims in "
+                             f"order (a transpose or permute came first), so this is no view of {name!r}. Reshape "
+                             "the tensor before passing it in")
+        out.update({(name, j): MERGED for j in dims[:-1]})
+        out[(name, dims[-1])] = tuple(axes)
     return out
 
 

@@ -416,13 +416,21 @@ class Tracer:
             spec_shape = tuple(self.inputs[p.name].shape)
             # each dim walks the axes its parts are bound to, outer part first (a dim not split: one part)
             parts: dict[int, list] = {}
-            for key, axes in D.expand_binding(binding, self.axis_sizes, f"input {p.name!r}").items():
+            merged = set()  # dims read as one flat dim with the next (D.MERGED): a reshape merged them
+            shapes = {name: tuple(v.shape) for name, v in self.inputs.items()}
+            for key, axes in D.expand_binding(binding, self.axis_sizes, f"input {p.name!r}", shapes).items():
                 if key[0] == p.name:
                     j = key[1]
+                    if axes == D.MERGED:
+                        merged.add(j)
+                        continue
                     inner, size = (1, spec_shape[j]) if len(key) == 2 else key[2:]
                     parts.setdefault(j, []).append((inner, size, axes))
             per_dim = []
             for j, s in enumerate(spec_shape):
+                if j in merged:
+                    per_dim.append(D.MERGED)
+                    continue
                 ps = sorted(set(parts.get(j, [])), key=lambda t: -t[0])
                 covered = all(a[0] == b[0] * b[1] for a, b in zip(ps, ps[1:])) and \
                     math.prod(t[1] for t in ps) == s and (not ps or ps[-1][0] == 1)
@@ -431,7 +439,7 @@ class Tracer:
                     raise self._err(ShapeError, f"input {p.name!r} dim {j} (size {s}) does not line up with any "
                                                 f"axis of acc {tuple(self.acc.shape)}")
                 per_dim.append(axes)
-            axes = canonical(set().union(*[set(a) for a in per_dim]) if per_dim else ())
+            axes = canonical(set().union(*[set(a) for a in per_dim if a != D.MERGED]) if per_dim else ())
             node = self._add("input", p.name, (), {"binding": tuple(per_dim)}, axes, p.dtype, Stage.TILE,
                              name=p.name)
             self._made[id(p)] = (p, node)

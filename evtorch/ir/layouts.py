@@ -2,34 +2,87 @@
 
 Shared by the reference executor and the Triton launcher, so both read and write exactly the same elements.
 A load's ``binding`` says which axes each input dim walks; a merged dim (``('L', 'M')``) walks them with
-row-major index arithmetic, which is linear, so every load is ``base + l*sL + m*sM + n*sN``. Outputs are
+row-major index arithmetic, which is linear, so every load is ``base + l*sL + m*sM + n*sN``; a run of input dims
+merged by a reshape (``MERGED``) is read as the one flat dim it is a view of. Outputs are
 stored contiguously over the axes they walk (canonical L, M, N order) and handed back as the strided view
 the epilogue returned (``D.T`` comes back as a transposed view, as in eager).
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
 
 from ..errors import ShapeError
-from .types import AXES
+from .types import AXES, MERGED
 
 
 def input_axis_strides(name: str, tensor: torch.Tensor, binding, sizes: dict) -> dict[str, int]:
-    """Element strides per axis for loading ``tensor`` bound as ``binding`` (per dim: axes walked)."""
+    """Element strides per axis for loading ``tensor`` bound as ``binding`` (per dim: axes walked, or ``MERGED``
+    into the next dim: see ``binding_runs``)."""
     if tensor.dim() != len(binding):
         raise ShapeError(f"input {name!r} has {tensor.dim()} dims, but the epilogue was traced with {len(binding)}")
     strides = {a: 0 for a in AXES}
-    for j, axes in enumerate(binding):
+    for run, axes in binding_runs(binding):
+        size = math.prod(tensor.shape[j] for j in run)
         want = math.prod(sizes[a] for a in axes) if axes else 1
-        if tensor.shape[j] != want and not (not axes and tensor.shape[j] == 1):
-            raise ShapeError(f"input {name!r} dim {j} has size {tensor.shape[j]}, expected {want}")
+        if size != want and not (not axes and size == 1):
+            dims = f"dim {run[0]}" if len(run) == 1 else f"dims {run[0]}..{run[-1]} (merged)"
+            raise ShapeError(f"input {name!r} {dims} has size {size}, expected {want}")
+        stride = run_stride(name, tensor, run)
         inner = 1
         for a in reversed(axes):
-            strides[a] += tensor.stride(j) * inner
+            strides[a] += stride * inner
             inner *= sizes[a]
     return strides
+
+
+def binding_runs(binding):
+    """(input dims, axes walked) per run of a load's ``binding``: a dim on its own, or dims ``MERGED`` into the
+    next ones up to the first that walks axes (size-1 dims bound to nothing may sit inside a run), which the run
+    walks as one flat dim."""
+    run = []
+    for j, axes in enumerate(binding):
+        if axes == MERGED or (run and not axes):
+            run.append(j)
+            continue
+        yield run + [j], axes
+        run = []
+    if run:
+        raise AssertionError(f"internal: binding {binding} ends in a merged dim")
+
+
+def merges_dims(binding) -> bool:
+    """Whether ``binding`` reads some run of input dims as one flat dim (a ``MERGED`` entry)."""
+    return MERGED in binding
+
+
+def run_stride(name: str, tensor: torch.Tensor, run) -> int:
+    """The stride of input dims ``run`` viewed as one flat dim (a dim's own stride when it is alone). Refused
+    where they do not nest (``_nests``): ``Epilogue.viewable_inputs`` copies such an input first, as eager's
+    ``reshape`` copies it."""
+    if not _nests(tensor, run):
+        raise ShapeError(f"input {name!r}: the epilogue reshapes dims {run[0]}..{run[-1]} (sizes "
+                         f"{tuple(tensor.shape[j] for j in run)}) into one, but their strides "
+                         f"{tuple(tensor.stride(j) for j in run)} do not merge without a copy; pass "
+                         f"{name}.contiguous()")
+    real = [j for j in run if tensor.shape[j] != 1]
+    return tensor.stride(real[-1] if real else run[-1])
+
+
+def runs_viewable(tensor: torch.Tensor, binding) -> bool:
+    """Whether every merged run of ``binding`` is a view of ``tensor`` (``run_stride`` would not raise)."""
+    return all(_nests(tensor, run) for run, _ in binding_runs(binding))
+
+
+def _nests(tensor: torch.Tensor, run) -> bool:
+    """Whether dims ``run`` of ``tensor`` merge into one strided dim, as ``view`` needs: dims of size 1 take no
+    room, the others nest as row-major dims do (outer stride = inner stride * inner size); an empty tensor has
+    no elements to place."""
+    real = [j for j in run if tensor.shape[j] != 1]
+    return not tensor.numel() or all(tensor.stride(o) == tensor.stride(i) * tensor.shape[i]
+                                     for o, i in itertools.pairwise(real))
 
 
 def output_base_axes(dims) -> tuple[str, ...]:

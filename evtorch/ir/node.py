@@ -6,7 +6,8 @@ Opcodes (``Node.op``):
 op         target                                      attrs
 =========  ==========================================  ============================================
 acc        -                                           -                 (the fp32 accumulator tile)
-input      keyword input name                          binding: per input dim, the axes it walks
+input      keyword input name                          binding: per input dim, the axes it walks (or
+                                                       MERGED: merged with the next dim)
 scalar     keyword input name (a Python number)        -                 (runtime kernel argument)
 index      axis name ('M', 'N' or 'L')                 -
 const      the Python value                            -

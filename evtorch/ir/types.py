@@ -15,6 +15,12 @@ import torch
 L, M, N = "L", "M", "N"
 AXES: tuple[str, ...] = (L, M, N)  # canonical order, outermost first
 
+#: an input load's binding entry for an input dim merged into the next one: the run of dims ending at the next
+#: dim that walks axes is read as one flat dim (a view, as ``reshape`` makes one), which walks that dim's axes.
+#: ``C3.reshape(8, 6)`` of a (8, 2, 3) input meeting an (8, 6) acc binds as ``((M,), MERGED, (N,))``: dims 1 and
+#: 2 together walk N, which no per-dim binding can say (N would be split into parts of 2 and 3)
+MERGED: tuple[str, ...] = ("*",)
+
 
 def canonical(axes) -> tuple[str, ...]:
     """``axes`` sorted in canonical (L, M, N) order."""
