@@ -52,7 +52,8 @@ class Epilogue:
             result = getattr(tracer.acc, name)(**tracer.inputs)
         else:
             result = fn(tracer.acc, **tracer.inputs)
-        self.returns_tuple = isinstance(result, (tuple, list))
+        #: the epilogue's return convention, which results keep: "tensor", "tuple" or "list" (``pack_results``)
+        self.returns = returns_of(result)
         bound = tracer.finish(result)
         if self.keep is not None:  # positions as in Python indexing; anything else names no output: an error
             n = len(bound)
@@ -123,9 +124,9 @@ class Epilogue:
         return walked >= ({"L", "M", "N"} if self.batched else {"M", "N"})
 
     def pack(self, values: dict):
-        """Results in the epilogue's own return convention (a tensor or a tuple); unwanted outputs are None."""
-        res = tuple(values.get(o.position) for o in self.outputs)
-        return res if self.returns_tuple else res[0]
+        """Results in the epilogue's own return convention (a tensor, a tuple or a list); unwanted outputs are
+        None."""
+        return pack_results([values.get(o.position) for o in self.outputs], self.returns)
 
     def viewable_inputs(self, inputs: dict) -> dict:
         """``inputs``, with a contiguous copy of each one whose dims a reshape in the epilogue merges into one
@@ -185,6 +186,22 @@ class Epilogue:
         """The generated Triton source for A and B of ``dtype`` (see ``evtorch.codegen``)."""
         from .codegen.program import build_program
         return build_program(self, dtype, **options).source
+
+
+def returns_of(result) -> str:
+    """The return convention of an epilogue's ``result``: "list", "tuple" (a tuple or a tuple subclass: a named
+    tuple comes back as a plain tuple) or "tensor"."""
+    if isinstance(result, list):
+        return "list"
+    return "tuple" if isinstance(result, tuple) else "tensor"
+
+
+def pack_results(values, returns: str):
+    """``values`` (one per output, in order) in the return convention ``returns`` (``returns_of``): eager returns
+    what the function returns, so a list stays a list (it came back as a tuple, found by a probe)."""
+    if returns == "list":
+        return list(values)
+    return tuple(values) if returns == "tuple" else values[0]
 
 
 def normalize_keep(keep):

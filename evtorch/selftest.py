@@ -204,8 +204,8 @@ def template_check(case, cfg, M: int, N: int, K: int, device, dtype: torch.dtype
     ref = case.fn(A.to(ref_device).double() @ B.to(ref_device).double(),
                   **{k: v.to(ref_device).double() if torch.is_tensor(v) and v.is_floating_point() else v
                      for k, v in kw.items()})
-    out = out if isinstance(out, tuple) else (out,)
-    ref = ref if isinstance(ref, tuple) else (ref,)
+    out = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+    ref = tuple(ref) if isinstance(ref, (tuple, list)) else (ref,)
     errs = [rel_error(o, r.to(o.dtype) if o.dtype in (torch.float16, torch.bfloat16) else r) for o, r in zip(out, ref)]
     lim = tolerance(dtype, kw)
     assert all(e <= lim for e in errs), f"errors {errs} > {lim}"

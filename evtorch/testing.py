@@ -237,7 +237,7 @@ def _step_bounds(case: Case, A, B, acc, ref_inputs, dtype, allow_tf32) -> list:
     runs = []
     for shift in (-d, None, d):
         r = case.fn(acc if shift is None else acc + shift, **ref_inputs)
-        runs.append(r if isinstance(r, tuple) else (r,))
+        runs.append(tuple(r) if isinstance(r, (tuple, list)) else (r,))
     bounds = []
     for values in zip(*runs):
         if values[0].dtype == torch.bool:
@@ -296,8 +296,8 @@ def check(case: Case, *, M=37, N=45, K=29, L=3, device="cpu", dtype=torch.float3
                   else v for k, v in inputs.items()}
     acc = A.double() @ B.double()
     ref = case.fn(acc, **ref_inputs)
-    out = out if isinstance(out, tuple) else (out,)
-    ref = ref if isinstance(ref, tuple) else (ref,)
+    out = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+    ref = tuple(ref) if isinstance(ref, (tuple, list)) else (ref,)
     bounds = _step_bounds(case, A, B, acc, ref_inputs, dtype, allow_tf32) if case.step else [None] * len(ref)
     tol = tolerance(dtype, inputs)
     errors = []

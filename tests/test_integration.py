@@ -123,6 +123,21 @@ def test_compile_fullgraph_gemm(backend):
         torch.testing.assert_close(g, w)
 
 
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
+def test_compiled_calls_keep_the_epilogues_return_container(grad):
+    """Under torch.compile the operator returns a tuple; the wrapper gives a list epilogue's results back as a list
+    (and a one-tensor epilogue's as the tensor), as eager does."""
+    torch._dynamo.reset()
+    A, B, C = torch.randn(5, 4, requires_grad=grad), torch.randn(4, 6), torch.randn(5, 6)
+    for fn in (lambda acc, C: [acc + C, acc.sum(1)], lambda acc, C: (acc * C,), lambda acc, C: acc - C):
+        compiled = torch.compile(lambda A, B, C, fn=fn: evt.gemm(A, B, fn, C=C), fullgraph=True, backend="aot_eager")
+        got, want = compiled(A, B, C), fn(A @ B, C)
+        assert type(got) is type(want)
+        for g, w in zip(got if isinstance(got, (tuple, list)) else [got], want if isinstance(want, (tuple, list))
+                        else [want]):
+            torch.testing.assert_close(g, w)
+
+
 def test_integer_scalars_beyond_2_53():
     """The operator carries numbers as floats: an integer float64 cannot hold was handed to the epilogue rounded on
     the autograd and torch.compile paths, silently (found 2026-11-29). The eager autograd path now passes numbers

@@ -277,7 +277,7 @@ def test_first_call_launches_the_kernel_later_calls_launch(offset, expected):
     launch = rg._Launch.__new__(rg._Launch)
     launch.gemm = lambda A, B, args, flags=None: seen.append(flags)
     launch.epi_tma, launch.args, launch.slots, launch.vec_fn = "C", [], [], None
-    launch.views, launch.pack, launch.returns_tuple = [], [], True
+    launch.views, launch.pack, launch.returns = [], [], "tuple"
     call = type("Call", (), {"outputs": {}, "buffers": {}})()
     C = torch.zeros(64, dtype=torch.bfloat16)[offset:offset + 32]
     launch.run(torch.zeros(1), torch.zeros(1), {"C": C}, call)

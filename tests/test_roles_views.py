@@ -23,6 +23,11 @@ def load_roles(ep, name):
     return sorted({role_of(n.axes) + ("+L" if "L" in n.axes else "") for n in ep.graph.find("input", name)})
 
 
+def _runner(backend):
+    """A ``check_gemm`` runner: evt.gemm on ``backend``."""
+    return lambda A, B, fn, **kw: evt.gemm(A, B, fn, backend=backend, **kw)
+
+
 def roles_of(fn, A, B, **inputs):
     acc_shape = tuple(eager_acc(A, B).shape)
     return {k: load_roles(get_epilogue(fn, acc_shape, torch.float32, inputs), k) for k in inputs}
@@ -225,6 +230,41 @@ def test_output_views(name, fn, batched):
         assert got.stride() == want.stride(), f"{name}: a transposed output is a transposed view, like eager"
 
 
+RETURN_CONVENTIONS = [
+    ("list", lambda acc, C: [acc + C, (acc * C).sum(1)]),
+    ("list of one", lambda acc, C: [acc.T * C.T]),
+    ("tuple", lambda acc, C: (acc + C, acc.amax(0))),
+    ("tuple of one", lambda acc, C: (acc - C,)),
+    ("tensor", lambda acc, C: acc * C),
+]
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("backend", ["reference", "triton"])
+@pytest.mark.parametrize("name, fn", RETURN_CONVENTIONS, ids=[c[0] for c in RETURN_CONVENTIONS])
+def test_results_keep_the_epilogues_return_container(name, fn, backend):
+    """A list comes back a list, a tuple a tuple, a tensor a tensor, as eager returns them (a list came back as a
+    tuple, found by a probe): evt.gemm (first and cached calls), the differentiable path, outputs= pruning and
+    Epilogue.reference."""
+    A, B = operands(M, N, K, seed=66)
+    C = rand((M, N), seed=67)
+    want = fn(eager_acc(A, B), C)
+    for _ in range(2):  # the second call goes through the prepared launch
+        got = evt.gemm(A, B, fn, C=C, backend=backend)
+        assert type(got) is type(want), f"{name}: {type(got).__name__}, eager {type(want).__name__}"
+        check_gemm(fn, A, B, runner=_runner(backend), C=C)
+    Ag, Cg = A.clone().requires_grad_(), C.clone().requires_grad_()
+    got = evt.gemm(Ag, B, fn, C=Cg, backend=backend)
+    assert type(got) is type(want)
+    for g, w in zip(got if isinstance(got, (tuple, list)) else [got], want if isinstance(want, (tuple, list)) else [want]):
+        torch.testing.assert_close(g.float(), w, rtol=1e-4, atol=1e-4)
+    if isinstance(want, (tuple, list)):
+        pruned = evt.gemm(A, B, fn, C=C, backend=backend, outputs=0)
+        assert type(pruned) is type(want) and len(pruned) == len(want) and all(x is None for x in pruned[1:])
+    ep = evt.trace(fn, acc=eager_acc(A, B), C=C)
+    assert type(ep.reference(eager_acc(A, B), C=C)) is type(want)
+
+
 def test_output_views_of_size_one_axes():
     """Merging dims where some iteration axis has size 1 (L == 1, M == 1) is still one stride."""
     cases = [((1, 4), None, lambda acc: acc.T.reshape(-1)), ((M, 1), None, lambda acc: acc.T.reshape(-1)),
@@ -288,10 +328,6 @@ def test_input_reshape_before_meeting_acc():
     assert ep.graph.find("input", "C")[0].attrs["binding"] == (("M", "L"), ("N",))
     # the supported spelling from the other side still works: bring acc to the input's shape
     check_gemm(lambda acc, C: acc.reshape(L * M, N) + C, AL, BL, C=rand((L * M, N), seed=42))
-
-
-def _runner(backend):
-    return lambda A, B, fn, **kw: evt.gemm(A, B, fn, backend=backend, **kw)
 
 
 @pytest.mark.interpreter

@@ -286,6 +286,18 @@ def test_post_fuses_an_output_map(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_post_keeps_its_return_container(backend):
+    """A post function returning a list gives a list back (it came back as a tuple), a tuple a tuple."""
+    X = torch.randn(9, 4)
+    H = loop(lambda h, x: h + x, X[:1], X)
+    for post, kind in ((lambda h, x: [h * 2, h - x], list), (lambda h, x: (h * 2, h - x), tuple)):
+        got = evt.scan(lambda h, x: h + x, X, post=post, backend=backend)
+        assert type(got) is kind
+        close(got[0], 2 * H)
+        close(got[1], H - X)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_post_on_sequential_and_coupled(backend):
     T, n = 15, 4
     X = torch.randn(T, n)

@@ -13,6 +13,7 @@ import operator
 import torch
 
 from ..autodiff.canonical import from_canonical, space, to_canonical
+from ..epilogue import pack_results
 from ..errors import EpilogueError
 from ..frontend.signature import check_hashable
 from ..runtime import knobs
@@ -83,7 +84,7 @@ def plan_key(fn, a_shape, a_dtype, b_shape, specs, wrt, out_dtype, backend, dete
 def prepare(A, B, epilogue=None, /, *, as_op=False, out_dtype=None, backend=None, deterministic=False,
             allow_tf32=False, outputs=None, config=None, policy="save", **inputs):
     """The arguments of ``torch.ops.evtorch.gemm`` for this call and how to unpack its results:
-    ((A, B, tensors, scalars, key), (outputs' (position, dims), number of outputs, returns_tuple, sizes)).
+    ((A, B, tensors, scalars, key), (outputs' (position, dims), number of outputs, return convention, sizes)).
     ``scalars`` only ``as_op`` (the operator's float list); the eager path passes the numbers as given."""
     from ..api import _identity, check_backend, check_options
     from ..epilogue import Epilogue
@@ -107,7 +108,7 @@ def prepare(A, B, epilogue=None, /, *, as_op=False, out_dtype=None, backend=None
     wrt = (grad and A.requires_grad, grad and B.requires_grad,
            frozenset(n for n, v in inputs.items() if isinstance(v, torch.Tensor) and grad and v.requires_grad))
     keep = None if outputs is None else tuple(sorted(set(outputs)))
-    key, keys, scalar_names, outs, n_outputs, returns_tuple, _ = _plan(
+    key, keys, scalar_names, outs, n_outputs, returns, _ = _plan(
         fn, _static(A.shape), A.dtype, _static(B.shape), specs, wrt, out_dtype, backend, deterministic, allow_tf32,
         keep, config, policy, (col_major(A), col_major(B)))
     batched = A.dim() == 3
@@ -116,7 +117,7 @@ def prepare(A, B, epilogue=None, /, *, as_op=False, out_dtype=None, backend=None
     order = space(batched)
     tensors = [to_canonical(inputs[name], binding, order, sizes) for name, binding in keys]
     scalars = [_as_float(name, inputs[name]) for name in scalar_names] if as_op else None
-    return (A, B, tensors, scalars, key), (outs, n_outputs, returns_tuple, sizes, order)
+    return (A, B, tensors, scalars, key), (outs, n_outputs, returns, sizes, order)
 
 
 def _as_float(name: str, value) -> float:
@@ -159,7 +160,7 @@ def fused_gemm(A, B, epilogue=None, /, *, out_dtype=None, backend=None, determin
                                deterministic=deterministic, allow_tf32=allow_tf32, outputs=outputs, config=config,
                                policy=policy)
         return call(A, B, inputs)
-    args, (outs, n_outputs, returns_tuple, sizes, order) = prepare(
+    args, (outs, n_outputs, returns, sizes, order) = prepare(
         A, B, epilogue, as_op=True, out_dtype=out_dtype, backend=backend, deterministic=deterministic,
         allow_tf32=allow_tf32, outputs=outputs, config=config, policy=policy, **inputs)
     results = gemm_op(*args)
@@ -169,7 +170,7 @@ def fused_gemm(A, B, epilogue=None, /, *, out_dtype=None, backend=None, determin
         if _lead_dims is not None and dims and dims[0][0] == ("M",):
             value = value.reshape(tuple(_lead_dims) + tuple(value.shape[1:]))
         packed[position] = value
-    return tuple(packed) if returns_tuple else packed[0]
+    return pack_results(packed, returns)
 
 
 # Eager calls: each call signature gets an ``ops.EagerCall`` on its first call, made after all of ``prepare``'s

@@ -38,6 +38,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from ..autodiff import GradPlan
 from ..autodiff.canonical import canonical_shape
+from ..epilogue import pack_results
 from ..errors import EpilogueError
 from ..runtime import knobs
 from ..runtime.pools import keepable
@@ -104,10 +105,11 @@ class Entry:
     @functools.cached_property
     def static(self) -> tuple:
         """What the Python wrapper needs, as constants: (key, input keys (name, binding), scalar names,
-        outputs (position, dims), number of user outputs, returns_tuple, number of forward results)."""
+        outputs (position, dims), number of user outputs, return convention (``Epilogue.returns``), number of
+        forward results)."""
         plan = self.plan
         return (tuple((k.name, k.binding) for k in plan.keys), tuple(s.name for _, s in plan.scalars),
-                tuple((o.position, o.dims) for o in plan.outputs), len(plan.ep.outputs), plan.ep.returns_tuple,
+                tuple((o.position, o.dims) for o in plan.outputs), len(plan.ep.outputs), plan.ep.returns,
                 len(plan.forward_layout()))
 
     @functools.cached_property
@@ -192,7 +194,7 @@ def _run(A, B, epilogue, e: Entry, out_dtype, kw: dict, config=None):
         if site is not None:
             res = site.run(ep, A, B, kw, out_dtype, e.deterministic, e.allow_tf32, config)
             if res is not None:
-                return res if isinstance(res, tuple) else (res,)
+                return _as_tuple(res)
     from ..api import gemm
     with running_op(), _no_autocast(A.device.type):
         if e.backend == "triton" and _matches(ep, A, B, kw):
@@ -203,13 +205,19 @@ def _run(A, B, epilogue, e: Entry, out_dtype, kw: dict, config=None):
                 if len(_op_sites) >= 256:
                     _op_sites.clear()
                 _op_sites[key] = LaunchSite()
-            return res if isinstance(res, tuple) else (res,)
+            return _as_tuple(res)
         res = gemm(A, B, epilogue, out_dtype=out_dtype, backend=e.backend, deterministic=e.deterministic,
                    allow_tf32=e.allow_tf32, config=config, outputs=getattr(epilogue, "keep", None), **kw)
-    return res if isinstance(res, tuple) else (res,)
+    return _as_tuple(res)
 
 
 _op_sites: dict = {}
+
+
+def _as_tuple(res) -> tuple:
+    """An epilogue's results as the operator returns them, a tuple: one tensor, or a tuple or list of them (the
+    public wrappers give the epilogue's own convention back, ``pack_results``)."""
+    return tuple(res) if isinstance(res, (tuple, list)) else (res,)
 
 
 def _signature(t: Tensor) -> tuple:
@@ -223,7 +231,7 @@ def _launch(site, A, B, ep, e: Entry, out_dtype, kw: dict, config=None) -> tuple
     if site is not None:
         res = site.run(ep, A, B, kw, out_dtype, e.deterministic, e.allow_tf32, config)
         if res is not None:
-            return res if isinstance(res, tuple) else (res,)
+            return _as_tuple(res)
     return _run(A, B, ep, e, out_dtype, kw, config)
 
 
@@ -481,7 +489,7 @@ class EagerCall:
         self.autograd = p.requires_grad
         self.outputs = [(o.position, output_steps(canonical_shape(o.walked, order, self.sizes), o.dims, order,
                                                   self.sizes, lead)) for o in p.outputs]
-        self.n_outputs, self.returns_tuple = len(p.ep.outputs), p.ep.returns_tuple
+        self.n_outputs, self.returns = len(p.ep.outputs), p.ep.returns
         self.differentiable = [(i, o.position) for i, o in enumerate(p.outputs) if o.differentiable]
         self.backwards: dict = {}
         self.site = _site(e)
@@ -507,7 +515,7 @@ class EagerCall:
             for method, arg in steps:
                 value = getattr(value, method)(arg)
             packed[position] = value
-        return tuple(packed) if self.returns_tuple else packed[0]
+        return pack_results(packed, self.returns)
 
     def can_fuse(self, position: int) -> bool:
         """Whether a gradient of output ``position`` alone, handed on unmultiplied, would be fused (the check

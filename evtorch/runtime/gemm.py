@@ -21,6 +21,7 @@ from ..codegen.policy import candidate_configs, epilogue_heuristic, for_epilogue
 from ..codegen.program import build_program
 from ..codegen.reductions import buffer_shape
 from ..codegen.vector_stage import VBLOCK
+from ..epilogue import pack_results
 from ..ir.layouts import input_axis_strides, make_output
 from . import autotune, knobs
 from .autotune import interleaved_ms, make_tune_key, pick_config, time_ms
@@ -256,7 +257,7 @@ class _Launch:
     argument descriptions cost more host time than the launch itself at small sizes."""
 
     __slots__ = ("ep", "config", "device", "gemm", "news", "views", "args", "slots", "vec_fn", "vec_args",
-                 "vec_slots", "vec_launch", "pack", "returns_tuple", "source", "run_fast", "epi_tma")
+                 "vec_slots", "vec_launch", "pack", "returns", "source", "run_fast", "epi_tma")
 
     def __init__(self, ep, prog, call: _Call, A, B, config: GemmConfig, allow_tf32: bool):
         self.ep = ep
@@ -293,7 +294,7 @@ class _Launch:
                 self.vec_args, self.vec_slots = self._specs(call, prog.vector.params.params, index)
         where = {pos: i for i, (pos, _, _) in enumerate(self.views)}
         self.pack = [where.get(o.position) for o in ep.outputs]
-        self.returns_tuple = ep.returns_tuple
+        self.returns = ep.returns
         self.run_fast = self._generate()
 
     def _epi_tma_input(self, prog, call: _Call):
@@ -434,7 +435,8 @@ class _Launch:
                 ns[f"_vs{n}"], ns[f"_vt{n}"] = v
                 views.append(f"n{i}.as_strided(_vs{n}, _vt{n})")
         res = [views[i] if i is not None else "None" for i in self.pack]
-        lines.append(f"    return ({', '.join(res)},)" if self.returns_tuple else f"    return {res[0]}")
+        lines.append(f"    return [{', '.join(res)}]" if self.returns == "list" else
+                     f"    return ({', '.join(res)},)" if self.returns == "tuple" else f"    return {res[0]}")
         self.source = "\n".join(lines) + "\n"
         exec(compile(self.source, f"<evtorch launch {self.ep.name}>", "exec"), ns)
         return ns["run"]
@@ -461,8 +463,7 @@ class _Launch:
                 vec_args[i] = new[key] if kind == _NEW else inputs[key] if kind != _BOOL else int(inputs[key])
             self.vec_fn(*vec_args)
         views = [new[i] if v is None else new[i].as_strided(*v) for _, i, v in self.views]
-        res = tuple(None if i is None else views[i] for i in self.pack)
-        return res if self.returns_tuple else res[0]
+        return pack_results([None if i is None else views[i] for i in self.pack], self.returns)
 
 
 class _Result:

@@ -18,6 +18,7 @@ from typing import Callable
 
 import torch
 
+from ..epilogue import pack_results
 from ..errors import EpilogueError, EpilogueTypeError
 from ..frontend.signature import check_dense
 from ..integration.dispatch import check_transforms, func_grad_active, resolve_deterministic, transforms_active
@@ -235,6 +236,6 @@ def scan(body: Callable, *inputs: torch.Tensor, init=None, dim: int = 0, post: C
         # post output has fewer dims
         d = dim % (inputs[0] if inputs else init_list[0]).dim()
         outs = [r.movedim(0, min(d, r.dim() - 1)) if r.dim() > 0 else r for r in results]
-        return tuple(outs) if traced.post_returns_tuple else outs[0]
+        return pack_results(outs, traced.post_returns)
     outs = [r.movedim(0, d) for r, d in zip(results, out_dims)]
     return tuple(outs) if init_tuple else outs[0]

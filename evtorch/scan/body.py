@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..epilogue import returns_of
 from ..ir.graph import Graph
 from ..ir.types import FLOAT_DTYPES
 from . import trace as TR
@@ -49,13 +50,13 @@ class ScanBody:
 
         self.post: Graph | None = None
         self.post_specs: list[RowSpec] = []
-        self.post_returns_tuple = False
+        self.post_returns = "tensor"  # the post function's return convention (epilogue.returns_of)
         if post is not None:
             p_states, p_inputs = TR.param_names(post, len(states), len(inputs), "post function")
             ptracer = TR.ScanTracer(k, [(n, s.shape, s.dtype) for n, s in zip(p_states, self.states)],
                                     [(n, s.shape, s.dtype) for n, s in zip(p_inputs, self.inputs)], post=True)
             presult = TR.call_traced(post, ptracer.states + ptracer.inputs, "post function")
-            self.post_returns_tuple = isinstance(presult, (tuple, list))
+            self.post_returns = returns_of(presult)
             outs = ptracer.finish(presult, None, None, "post function")
             self.post_specs = [RowSpec(f"post{p}", tuple(v.shape), v.dtype) for p, v in enumerate(outs)]
             self.post = TR.optimize(ptracer.graph)
