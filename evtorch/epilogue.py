@@ -28,6 +28,7 @@ class OutputInfo:
     dims: tuple          # per returned dim: (axes walked, expanded size or None)
     kind: str            # "tile" or "vector"
     dtype: torch.dtype   # the IR dtype of the value
+    order: tuple | None = None  # the base's axes where not stored in (L, M, N) order (``.contiguous()``)
 
 
 class Epilogue:
@@ -78,9 +79,10 @@ class Epilogue:
         self.reassociate = "reassociate" not in knobs.disabled_passes()
         #: whether the autodiff applies composites' own derivative rules (autodiff/reverse.py; read likewise)
         self.composite_grads = "composite_grads" not in knobs.disabled_passes()
-        self.outputs = [OutputInfo(n.target, n.attrs["dims"], n.attrs["kind"], n.dtype) for n in self.traced.outputs]
+        self.outputs = [OutputInfo(n.target, n.attrs["dims"], n.attrs["kind"], n.dtype, n.attrs.get("order"))
+                        for n in self.traced.outputs]
         for o in self.outputs:  # refuse views that need a copy now, at trace time, with the user's sizes
-            output_view(o.dims, self.axis_sizes, what=f"output {o.position} of {self.name}")
+            output_view(o.dims, self.axis_sizes, what=f"output {o.position} of {self.name}", order=o.order)
         #: per input name, the bindings of its loads that read a run of its dims as one flat dim (a reshape merged
         #: them: ``ir.types.MERGED``); ``viewable_inputs`` copies such an input where its strides do not merge
         self.merging_loads: dict[str, list] = {}
@@ -164,12 +166,15 @@ class Epilogue:
                 continue
             dtype = self.output_dtype(o, out_dtype)
             base, base_axes, view = make_output(o.dims, sizes, dtype, acc.device,
-                                                poison_value(dtype) if knobs.poison_enabled() else None)
+                                                poison_value(dtype) if knobs.poison_enabled() else None, o.order)
             # axes the output does not walk are size 1 in the raw value (or in the iteration space): take their
             # first element before expanding, so an empty axis (M, N or L == 0) elsewhere never gets indexed
             value = raw[o.position]
             value = value[tuple(slice(None) if a in base_axes else slice(0, 1) for a in AXES)]
             value = value.expand([sizes[a] if a in base_axes else 1 for a in AXES])
+            # the base's axes in its order (L, M, N unless .contiguous() laid the output out otherwise)
+            value = value.permute([AXES.index(a) for a in base_axes] + [i for i, a in enumerate(AXES)
+                                                                        if a not in base_axes])
             base.copy_(value.reshape(base.shape))
             results[o.position] = view
         return self.pack(results)

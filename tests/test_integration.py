@@ -138,6 +138,22 @@ def test_compiled_calls_keep_the_epilogues_return_container(grad):
             torch.testing.assert_close(g, w)
 
 
+def test_compiled_contiguous_outputs_are_contiguous():
+    """Under torch.compile the operator returns canonical outputs and the wrapper takes the returned views: a
+    ``.contiguous()`` output is laid out in its own order first, so it comes back contiguous (with its gradient)."""
+    torch._dynamo.reset()
+    A, B = torch.randn(5, 4, requires_grad=True), torch.randn(4, 6)
+    def fn(acc):
+        return acc.T.contiguous() * 2, acc.T, acc.T.contiguous().reshape(-1)
+    compiled = torch.compile(lambda A, B: evt.gemm(A, B, fn), fullgraph=True, backend="aot_eager")
+    got, want = compiled(A, B), fn(A @ B)
+    for g, w in zip(got, want):
+        assert g.stride() == w.stride()
+        torch.testing.assert_close(g, w)
+    torch.testing.assert_close(torch.autograd.grad(got[0].sum() + got[2].square().sum(), A)[0],
+                               torch.autograd.grad(want[0].sum() + want[2].square().sum(), A)[0])
+
+
 def test_integer_scalars_beyond_2_53():
     """The operator carries numbers as floats: an integer float64 cannot hold was handed to the epilogue rounded on
     the autograd and torch.compile paths, silently (found 2026-11-29). The eager autograd path now passes numbers

@@ -265,6 +265,74 @@ def test_results_keep_the_epilogues_return_container(name, fn, backend):
     assert type(ep.reference(eager_acc(A, B), C=C)) is type(want)
 
 
+CONTIGUOUS_OUTPUTS = [
+    ("T.contiguous()", lambda acc: acc.T.contiguous(), False),
+    ("t().contiguous() * 2 + 1", lambda acc: acc.t().contiguous() * 2 + 1, False),
+    ("number + T.contiguous()", lambda acc: 0.5 + acc.T.contiguous(), False),
+    ("T * T.contiguous() (first operand's layout)", lambda acc: acc.T * acc.T.contiguous(), False),
+    ("T.contiguous() and T", lambda acc: [acc.T.contiguous(), acc.T], False),
+    ("T.contiguous().reshape(-1)", lambda acc: acc.T.contiguous().reshape(-1), False),
+    ("T.contiguous() expanded after", lambda acc: acc.T.contiguous()[None].expand(2, N, M), False),
+    ("clone(contiguous_format)", lambda acc: acc.T.clone(memory_format=torch.contiguous_format), False),
+    ("clone() keeps the layout", lambda acc: torch.clone(acc.T), False),
+    ("zeros_like of T.contiguous()", lambda acc: torch.zeros_like(acc.T.contiguous()) + acc.T, False),
+    ("contiguous() of acc", lambda acc: acc.contiguous(), False),
+    ("ones_like(acc).T.contiguous()", lambda acc: (acc, torch.ones_like(acc).T.contiguous() * 2), False),
+    ("batched permute(2, 0, 1).contiguous()", lambda acc: acc.permute(2, 0, 1).contiguous(), True),
+    ("batched mT.contiguous()", lambda acc: torch.relu(acc.mT.contiguous()), True),
+    ("batched transpose(0, 1).contiguous() merged", lambda acc: acc.transpose(0, 1).contiguous().reshape(M, L * N),
+     True),
+]
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("backend", ["reference", "triton"])
+@pytest.mark.parametrize("name, fn, batched", CONTIGUOUS_OUTPUTS, ids=[c[0] for c in CONTIGUOUS_OUTPUTS])
+def test_contiguous_outputs_are_contiguous(name, fn, batched, backend):
+    """``.contiguous()`` lays a value out row-major in its own dims, and an output keeps that layout: its base is
+    stored in that order (``acc.T.contiguous()`` came back as a transposed view, found by a probe). Views taken
+    afterwards are views of that layout (a merge that needed a copy of ``acc.T`` is one of ``acc.T.contiguous()``);
+    elementwise results take the layout of their first full-size operand, as eager's. Also on the differentiable
+    path (its outputs are laid out outside the operator)."""
+    A, B = operands(M, N, K, L=L if batched else None, seed=68)
+    for grad in (False, True):
+        A_ = A.clone().requires_grad_(grad)
+        got = check_gemm(fn, A_, B, runner=_runner(backend))
+        want = fn(eager_acc(A_, B))
+        for g, w in zip(got if isinstance(got, (tuple, list)) else [got],
+                        want if isinstance(want, (tuple, list)) else [want]):
+            assert g.is_contiguous() == w.is_contiguous(), f"{name}: strides {g.stride()} vs eager {w.stride()}"
+            assert [s for s, n in zip(g.stride(), g.shape) if n > 1] == \
+                [s for s, n in zip(w.stride(), w.shape) if n > 1], f"{name}: strides {g.stride()} vs eager {w.stride()}"
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("backend", ["reference", "triton"])
+def test_contiguous_of_a_value_of_inputs_alone(backend):
+    """``.contiguous()`` of a value computed from inputs alone: its dims' axes are known once it is bound, and the
+    output is laid out in them then."""
+    A, B = operands(M, N, K, seed=70)
+    C = rand((M, N), seed=71)
+    for fn in (lambda acc, C: (acc, C.T.contiguous() * 2), lambda acc, C: (acc, (C * 2).T.contiguous() + 1)):
+        got = check_gemm(fn, A, B, runner=_runner(backend), C=C)
+        assert got[1].is_contiguous() and got[1].shape == (N, M)
+
+
+def test_contiguous_memory_formats_other_than_row_major_are_refused_by_name():
+    A, B = operands(M, N, K, seed=69)
+    with pytest.raises(evt.UnsupportedOpError, match=r"contiguous\(memory_format=torch.channels_last\) is not "
+                                                     r"supported; expected torch.contiguous_format"):
+        evt.gemm(A, B, lambda acc: acc[None, None].contiguous(memory_format=torch.channels_last))
+    with pytest.raises(evt.UnsupportedOpError, match=r"clone\(memory_format=torch.channels_last\).*contiguous_format "
+                                                     r"or torch.preserve_format"):
+        evt.gemm(A, B, lambda acc: acc[None, None].clone(memory_format=torch.channels_last))
+    with pytest.raises(evt.EpilogueTypeError, match=r"contiguous\(memory_format=torch.preserve_format\) is not "
+                                                    "supported"):
+        evt.gemm(A, B, lambda acc: acc.T.contiguous(memory_format=torch.preserve_format))
+    with pytest.raises(evt.UnsupportedOpError, match=r"contiguous\(\) of \(2, M, N\), an expanded value"):
+        evt.gemm(A, B, lambda acc: acc[None].expand(2, M, N).contiguous())
+
+
 def test_output_views_of_size_one_axes():
     """Merging dims where some iteration axis has size 1 (L == 1, M == 1) is still one stride."""
     cases = [((1, 4), None, lambda acc: acc.T.reshape(-1)), ((M, 1), None, lambda acc: acc.T.reshape(-1)),

@@ -50,12 +50,15 @@ def walked_axes(dims) -> tuple[str, ...]:
     return tuple(a for a in AXES if a in walked)
 
 
-def from_canonical(t: torch.Tensor, dims, order, sizes) -> torch.Tensor:
-    """The view an epilogue returned (``dims``, as recorded by the tracer) of canonical value ``t``."""
+def from_canonical(t: torch.Tensor, dims, order, sizes, layout=None) -> torch.Tensor:
+    """The view an epilogue returned (``dims``, as recorded by the tracer) of canonical value ``t``; ``layout``: the
+    output's memory order where ``.contiguous()`` gave it one (its node's ``order``), laid out so first."""
     walked = [a for axes, _ in dims for a in axes]                 # in the order the user returned them
     full = canonical_shape(walked, order, sizes)
     if list(t.shape) != full:
         t = t.expand(full)
+    for method, arg in layout_steps(layout, order):
+        t = apply_step(t, method, arg)
     rest = [a for a in order if a not in walked]
     t = t.permute([order.index(a) for a in walked + rest])
     t = t.reshape([_prod([sizes[a] for a in axes]) for axes, _ in dims])
@@ -99,9 +102,9 @@ def canonical_steps(shape, binding, order, sizes) -> tuple:
     return tuple(steps)
 
 
-def output_steps(shape, dims, order, sizes, lead=None) -> tuple:
-    """The steps of ``from_canonical`` for a canonical value of ``shape``, then (``lead``, for evt.linear) the
-    reshape giving an output whose first dim walks the rows the leading dims ``lead``."""
+def output_steps(shape, dims, order, sizes, lead=None, layout=None) -> tuple:
+    """The steps of ``from_canonical`` for a canonical value of ``shape`` (``layout``: as there), then (``lead``,
+    for evt.linear) the reshape giving an output whose first dim walks the rows the leading dims ``lead``."""
     walked = [a for axes, _ in dims for a in axes]
     steps = []
     cur = list(shape)
@@ -109,6 +112,7 @@ def output_steps(shape, dims, order, sizes, lead=None) -> tuple:
     if cur != full:
         steps.append(("expand", tuple(full)))
         cur = full
+    steps += layout_steps(layout, order)
     rest = [a for a in order if a not in walked]
     perm = [order.index(a) for a in walked + rest]
     if perm != list(range(len(cur))):
@@ -128,9 +132,25 @@ def output_steps(shape, dims, order, sizes, lead=None) -> tuple:
     return tuple(steps)
 
 
+def layout_steps(layout, order) -> list:
+    """Steps laying a canonical value out in memory order ``layout`` (axes, outermost first; None: as it is)
+    without changing its shape: into that order, a contiguous copy, and back. The views taken of it afterwards
+    then have the strides eager gives them (``acc.T.contiguous()`` is a contiguous (N, M) tensor)."""
+    if not layout:
+        return []
+    perm = [order.index(a) for a in layout] + [i for i, a in enumerate(order) if a not in layout]
+    back = [perm.index(i) for i in range(len(perm))]
+    return [("permute", tuple(perm)), ("contiguous", None), ("permute", tuple(back))]
+
+
+def apply_step(t: torch.Tensor, method: str, arg) -> torch.Tensor:
+    """One view step (``contiguous`` takes no argument)."""
+    return t.contiguous() if method == "contiguous" else getattr(t, method)(arg)
+
+
 def apply_steps(t: torch.Tensor, steps) -> torch.Tensor:
     for method, arg in steps:
-        t = getattr(t, method)(arg)
+        t = apply_step(t, method, arg)
     return t
 
 

@@ -69,6 +69,7 @@ class OutputInfo:
     walked: tuple       # axes of its canonical form
     kind: str
     differentiable: bool
+    layout: tuple | None = None  # the output node's ``order`` (``.contiguous()``): see canonical.layout_steps
 
 
 @dataclass(frozen=True)
@@ -161,7 +162,7 @@ class GradPlan:
             if kept is not None and o.target not in kept:
                 continue
             self.outputs.append(OutputInfo(o.target, o.args[0], o.attrs["dims"], walked_axes(o.attrs["dims"]),
-                                           o.attrs["kind"], o.dtype.is_floating_point))
+                                           o.attrs["kind"], o.dtype.is_floating_point, o.attrs.get("order")))
         self.vectors = _save_candidates(self.graph)
         self.wrt_acc = bool(wrt_acc)
         self.wrt_inputs = frozenset(wrt_inputs)

@@ -42,6 +42,15 @@ class Dim(NamedTuple):
 
 ONE = Dim(1)
 
+#: ``TracedTensor.order`` of a pending value made ``.contiguous()``: row-major in its dims, whose axes are known
+#: once it is bound (``memory_order``)
+CONTIGUOUS_DIMS = "dims"
+
+
+def memory_order(dims: tuple[Dim, ...]) -> tuple[str, ...]:
+    """The axes of bound ``dims`` in the order a row-major layout of them puts them, outermost first."""
+    return tuple(a for d in dims for a in d.axes)
+
 
 def permute(dims: tuple[Dim, ...], order) -> tuple[Dim, ...]:
     return tuple(dims[d] for d in order)

@@ -21,17 +21,22 @@ _CAST_METHODS = {"float": torch.float32, "half": torch.float16, "bfloat16": torc
 
 class TracedTensor:
     """A value of the epilogue being traced. ``node`` is its IR node once bound to the iteration axes;
-    values computed from keyword inputs alone stay ``pending`` until they meet the accumulator."""
+    values computed from keyword inputs alone stay ``pending`` until they meet the accumulator.
 
-    __slots__ = ("tracer", "node", "pending", "dims", "dtype", "label")
+    ``order``: the memory order of the value's axes, outermost first, where ``.contiguous()`` laid it out in
+    another order than acc's (L, M, N) (``D.CONTIGUOUS_DIMS`` for a pending value: row-major in its dims, axes not
+    known yet); None otherwise. An output returned with an order is stored in it (``ir.layouts.output_view``)."""
 
-    def __init__(self, tracer, node, pending, dims, dtype, label=None):
+    __slots__ = ("tracer", "node", "pending", "dims", "dtype", "label", "order")
+
+    def __init__(self, tracer, node, pending, dims, dtype, label=None, order=None):
         self.tracer = tracer
         self.node = node
         self.pending = pending
         self.dims = tuple(dims)
         self.dtype = dtype
         self.label = label
+        self.order = order
 
     # ---------------------------------------------------------------- metadata (static, allowed)
     @property

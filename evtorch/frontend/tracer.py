@@ -147,7 +147,8 @@ class Tracer:
         self._refuse_captured(name, args, kwargs)
         views = {torch.transpose: "transpose", torch.swapaxes: "transpose", torch.permute: "permute",
                  torch.unsqueeze: "unsqueeze", torch.squeeze: "squeeze", torch.reshape: "reshape",
-                 torch.flatten: "flatten", torch.t: "t", torch.broadcast_to: "expand"}
+                 torch.flatten: "flatten", torch.t: "t", torch.broadcast_to: "expand", torch.clone: "clone",
+                 torch.Tensor.contiguous: "contiguous", torch.Tensor.clone: "clone"}
         if func in views:
             return self.view(args[0], views[func], args[1:], kwargs)
         if func in (torch.zeros_like, torch.ones_like, torch.full_like):
@@ -323,13 +324,13 @@ class Tracer:
                 ins = frozenset().union(*[d.inputs for _, ds in aligned if ds[i] is not None for d in [ds[i]]])
                 dims.append(D.Dim(out_shape[i], (), ins))
             pend = _Pending("op", op=op, operands=tuple(operands), attrs=attrs, dtype=out_dtype)
-            return TracedTensor(self, None, pend, dims, out_dtype)
+            return TracedTensor(self, None, pend, dims, out_dtype, order=_result_order(aligned, out_shape, None))
 
         nodes = [self.materialize(v, binding) if isinstance(v, TracedTensor) else self.const(v, op)
                  for v in operands]
         node = self._compute(op, nodes, attrs, out_dtype, spelled)
         dims = [D.Dim(out_shape[i], pos_axes[i] or ()) for i in range(rank)]
-        return TracedTensor(self, node, None, dims, out_dtype)
+        return TracedTensor(self, node, None, dims, out_dtype, order=_result_order(aligned, out_shape, dims))
 
     def _unbindable_msg(self, spelled, bad, proxies, out_shape):
         vec = [p for p in proxies if p.node is not None and p.node.stage == Stage.VECTOR]
@@ -497,7 +498,8 @@ class Tracer:
             else:
                 dims.append(D.Dim(d.size))
         node = self.materialize(v, binding)
-        return TracedTensor(self, node, None, dims, v.dtype, label=v.label)
+        order = D.memory_order(dims) if v.order == D.CONTIGUOUS_DIMS else v.order
+        return TracedTensor(self, node, None, dims, v.dtype, label=v.label, order=order)
 
     def _own_axes(self, key):
         """The axes input dim ``key`` walks when its input is right-aligned against acc (None if it does not fit)."""
@@ -541,7 +543,7 @@ class Tracer:
         if node.dtype != dtype:
             node = self._compute(self.registry["cast"], [node], {"dtype": dtype}, dtype, "full_like")
         x = self.bind_to_acc(x, func.__name__) if x.node is None else x
-        return TracedTensor(self, node, None, x.dims, dtype)
+        return TracedTensor(self, node, None, x.dims, dtype, order=x.order)
 
     def index(self, v: TracedTensor, dim: int, what: str) -> TracedTensor:
         if not isinstance(v, TracedTensor):
@@ -562,7 +564,7 @@ class Tracer:
         what = f".{method}()"
         dims, rank = v.dims, v.ndim
         if method in ("contiguous", "clone"):
-            return v
+            return self.contiguous(v, method, args, kwargs)
         if method in ("transpose", "swapaxes", "swapdims"):
             new = D.permute(dims, D.transpose_order(args, kwargs, rank, what))
         elif method == "t":
@@ -636,7 +638,32 @@ class Tracer:
             # failed inside Triton, "Value argument cannot be block type", found by a probe 2026-11-29)
             raise self._err(UnsupportedOpError, f"{what} makes a 0-d view of {D.describe(dims)}, whose dims all have "
                                                 "size 1; keep a dim (.reshape(1)) or reduce it (.sum())")
-        return TracedTensor(self, v.node, v.pending, new, v.dtype, label=v.label)
+        return TracedTensor(self, v.node, v.pending, new, v.dtype, label=v.label, order=_view_order(v))
+
+    def contiguous(self, v: TracedTensor, method: str, args, kwargs) -> TracedTensor:
+        """``x.contiguous()`` / ``x.clone(memory_format=torch.contiguous_format)``: the value laid out row-major in
+        its own dims (``order``), which an output keeps (``acc.T.contiguous()`` came back as a transposed view, found
+        by a probe); ``clone()`` keeps the layout, as eager's does. Other memory formats are refused by name."""
+        unknown = sorted(set(kwargs) - {"memory_format"})
+        if args or unknown:  # as eager's: memory_format is keyword-only
+            raise self._err(EpilogueTypeError, f".{method}() takes only the keyword memory_format=, got "
+                                               f"{len(args)} positional argument(s) and keywords {unknown}")
+        fmt = kwargs.get("memory_format", torch.contiguous_format if method == "contiguous" else torch.preserve_format)
+        if fmt == torch.preserve_format:
+            if method == "contiguous":  # as eager: "preserve memory format is unsupported by the contiguous operator"
+                raise self._err(EpilogueTypeError, ".contiguous(memory_format=torch.preserve_format) is not "
+                                                   "supported (nor in eager PyTorch); use torch.contiguous_format")
+            return v
+        if fmt != torch.contiguous_format:
+            raise self._err(UnsupportedOpError, f".{method}(memory_format={fmt}) is not supported; expected "
+                                                "torch.contiguous_format" + (" or torch.preserve_format"
+                                                                            if method == "clone" else ""))
+        if any(d.expanded for d in v.dims):
+            raise self._err(UnsupportedOpError, f".{method}() of {D.describe(v.dims)}, an expanded value (a dim of "
+                                                "stride 0), would store each element several times; make it "
+                                                "contiguous before the expand (expand is a view)")
+        order = D.CONTIGUOUS_DIMS if v.node is None else D.memory_order(v.dims)
+        return TracedTensor(self, v.node, v.pending, v.dims, v.dtype, label=v.label, order=order)
 
     def getitem(self, v: TracedTensor, index) -> TracedTensor:
         index = index if isinstance(index, tuple) else (index,)
@@ -662,7 +689,7 @@ class Tracer:
             else:
                 new.append(v.dims[k])
                 k += 1
-        return TracedTensor(self, v.node, v.pending, new, v.dtype, label=v.label)
+        return TracedTensor(self, v.node, v.pending, new, v.dtype, label=v.label, order=_view_order(v))
 
     # ------------------------------------------------------------------ reductions
     def reduce(self, op: OpDef, x, dim=None, keepdim=False, dtype=None) -> TracedTensor:
@@ -724,10 +751,45 @@ class Tracer:
             v = self.bind_to_acc(v, f"output {i}")
             kind = "vector" if v.node.stage == Stage.VECTOR else "tile"
             out_dims = tuple((d.axes, d.size if d.expanded else None) for d in v.dims)
-            self.graph.add("output", i, (v.node,), {"dims": out_dims, "kind": kind}, v.node.axes, v.dtype,
-                           v.node.stage, name=f"out{i}", meta={"where": None})
+            attrs = {"dims": out_dims, "kind": kind}
+            order = _output_order(v)
+            if order is not None:  # only where .contiguous() laid the value out otherwise than acc is
+                attrs["order"] = order
+            self.graph.add("output", i, (v.node,), attrs, v.node.axes, v.dtype, v.node.stage, name=f"out{i}",
+                           meta={"where": None})
             bound.append(v)
         return bound
+
+
+def _view_order(v: TracedTensor):
+    """The memory order of a view of ``v``: its axes' (a view moves no data); a pending value's row-major layout in
+    its dims is not that of the view's dims, so it is dropped (the view is laid out as its input is)."""
+    return None if v.order == D.CONTIGUOUS_DIMS else v.order
+
+
+def _result_order(aligned, out_shape, dims):
+    """The memory order of an elementwise result, as eager's TensorIterator picks it: the layout of the first
+    operand that is not broadcast along any dim of the result (``aligned``: (operand, its dims right-aligned));
+    None (acc's layout) where that operand has none or there is no such operand. ``dims``: the result's bound
+    dims (None while pending)."""
+    for p, pdims in aligned:
+        if all(d is not None and d.size == s for d, s in zip(pdims, out_shape)):
+            if p.order == D.CONTIGUOUS_DIMS:
+                return D.memory_order(dims) if dims is not None else D.CONTIGUOUS_DIMS
+            return p.order
+    return None
+
+
+def _output_order(v: TracedTensor):
+    """The order an output's base is stored in: ``v.order`` over the axes the output walks, or None where that is
+    acc's (L, M, N) order anyway."""
+    if not isinstance(v.order, tuple):
+        return None
+    walked = [a for d in v.dims for a in d.axes]
+    order = tuple(a for a in v.order if a in walked)
+    if sorted(order) != sorted(walked) or order == canonical(walked):
+        return None
+    return order
 
 
 def _same(a, b) -> bool:

@@ -84,7 +84,8 @@ def plan_key(fn, a_shape, a_dtype, b_shape, specs, wrt, out_dtype, backend, dete
 def prepare(A, B, epilogue=None, /, *, as_op=False, out_dtype=None, backend=None, deterministic=False,
             allow_tf32=False, outputs=None, config=None, policy="save", **inputs):
     """The arguments of ``torch.ops.evtorch.gemm`` for this call and how to unpack its results:
-    ((A, B, tensors, scalars, key), (outputs' (position, dims), number of outputs, return convention, sizes)).
+    ((A, B, tensors, scalars, key), (outputs' (position, dims, layout), number of outputs, return convention,
+    sizes)).
     ``scalars`` only ``as_op`` (the operator's float list); the eager path passes the numbers as given."""
     from ..api import _identity, check_backend, check_options
     from ..epilogue import Epilogue
@@ -165,8 +166,8 @@ def fused_gemm(A, B, epilogue=None, /, *, out_dtype=None, backend=None, determin
         allow_tf32=allow_tf32, outputs=outputs, config=config, policy=policy, **inputs)
     results = gemm_op(*args)
     packed = [None] * n_outputs
-    for (position, dims), value in zip(outs, results):
-        value = from_canonical(value, dims, order, sizes)
+    for (position, dims, layout), value in zip(outs, results):
+        value = from_canonical(value, dims, order, sizes, layout)
         if _lead_dims is not None and dims and dims[0][0] == ("M",):
             value = value.reshape(tuple(_lead_dims) + tuple(value.shape[1:]))
         packed[position] = value

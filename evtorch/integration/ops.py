@@ -37,7 +37,7 @@ from torch import Tensor
 from torch.utils._python_dispatch import _disable_current_modes
 
 from ..autodiff import GradPlan
-from ..autodiff.canonical import canonical_shape
+from ..autodiff.canonical import apply_step, canonical_shape
 from ..epilogue import pack_results
 from ..errors import EpilogueError
 from ..runtime import knobs
@@ -105,11 +105,11 @@ class Entry:
     @functools.cached_property
     def static(self) -> tuple:
         """What the Python wrapper needs, as constants: (key, input keys (name, binding), scalar names,
-        outputs (position, dims), number of user outputs, return convention (``Epilogue.returns``), number of
+        outputs (position, dims, layout), number of user outputs, return convention (``Epilogue.returns``), number of
         forward results)."""
         plan = self.plan
         return (tuple((k.name, k.binding) for k in plan.keys), tuple(s.name for _, s in plan.scalars),
-                tuple((o.position, o.dims) for o in plan.outputs), len(plan.ep.outputs), plan.ep.returns,
+                tuple((o.position, o.dims, o.layout) for o in plan.outputs), len(plan.ep.outputs), plan.ep.returns,
                 len(plan.forward_layout()))
 
     @functools.cached_property
@@ -421,7 +421,7 @@ class FusedGemm(torch.autograd.Function):
 
 def _apply(t: Tensor, steps) -> Tensor:
     for method, arg in steps:
-        t = getattr(t, method)(arg)
+        t = apply_step(t, method, arg)
     return t
 
 
@@ -488,7 +488,7 @@ class EagerCall:
         self.scalars = _scalar_kinds(e)
         self.autograd = p.requires_grad
         self.outputs = [(o.position, output_steps(canonical_shape(o.walked, order, self.sizes), o.dims, order,
-                                                  self.sizes, lead)) for o in p.outputs]
+                                                  self.sizes, lead, o.layout)) for o in p.outputs]
         self.n_outputs, self.returns = len(p.ep.outputs), p.ep.returns
         self.differentiable = [(i, o.position) for i, o in enumerate(p.outputs) if o.differentiable]
         self.backwards: dict = {}
@@ -513,7 +513,7 @@ class EagerCall:
         packed = [None] * self.n_outputs
         for (position, steps), value in zip(self.outputs, results):
             for method, arg in steps:
-                value = getattr(value, method)(arg)
+                value = apply_step(value, method, arg)
             packed[position] = value
         return pack_results(packed, self.returns)
 

@@ -91,12 +91,14 @@ def output_base_axes(dims) -> tuple[str, ...]:
     return tuple(a for a in AXES if a in walked)
 
 
-def output_view(dims, sizes: dict, what: str = "output"):
-    """(base shape, view sizes, view strides) for an output returned with logical ``dims``.
+def output_view(dims, sizes: dict, what: str = "output", order=None):
+    """(base shape, base axes, view sizes, view strides) for an output returned with logical ``dims``.
 
-    ``dims``: per returned dim, (axes walked, expanded size or None). Raises when the returned view is not a
-    strided view of the contiguous base (it would need a copy)."""
-    base_axes = output_base_axes(dims)
+    ``dims``: per returned dim, (axes walked, expanded size or None). ``order``: the axes of the base, outermost
+    first, where the output is not stored in (L, M, N) order (``.contiguous()`` of a transposed value: the output
+    node's ``order``); the kernels store through per-axis strides, so any order is one. Raises when the returned
+    view is not a strided view of the contiguous base (it would need a copy)."""
+    base_axes = tuple(order) if order else output_base_axes(dims)
     base_shape = [sizes[a] for a in base_axes]
     base_strides, acc = {}, 1
     for a in reversed(base_axes):
@@ -130,9 +132,10 @@ def poison_value(dtype: torch.dtype):
     return True if dtype == torch.bool else -1
 
 
-def make_output(dims, sizes: dict, dtype: torch.dtype, device, fill=None):
-    """Allocate an output's contiguous base (optionally poisoned) and its returned view."""
-    base_shape, base_axes, vs, vst = output_view(dims, sizes)
+def make_output(dims, sizes: dict, dtype: torch.dtype, device, fill=None, order=None):
+    """Allocate an output's contiguous base (optionally poisoned; its axes in ``order``, see ``output_view``) and
+    its returned view."""
+    base_shape, base_axes, vs, vst = output_view(dims, sizes, order=order)
     base = torch.empty(base_shape, dtype=dtype, device=device) if fill is None else \
         torch.full(base_shape, fill, dtype=dtype, device=device)
     if list(vs) == list(base.shape) and tuple(vst) == base.stride():

@@ -61,7 +61,7 @@ class _Call:
             dtype = ep.output_dtype(o, out_dtype)
             fill = 0 if o.position in direct else (_poison_value(dtype) if poison else None)
             self.fills[o.position] = fill
-            self.outputs[o.position] = make_output(o.dims, self.sizes, dtype, self.device, fill)
+            self.outputs[o.position] = make_output(o.dims, self.sizes, dtype, self.device, fill, o.order)
         self.block_m, self.block_n = config_blocks
         self.buffers = {}
         self.inits = {}  # per buffer key: its fill (None: uninitialised)
