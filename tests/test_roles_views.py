@@ -610,3 +610,37 @@ def test_squeezing_a_size_one_axis_of_acc(backend):
     for fn in (lambda acc: acc.squeeze(), lambda acc: acc.reshape(())):  # 0-d: a tile has no 0-d store
         with pytest.raises(evt.EpilogueError, match=r"0-d view of .* keep a dim \(.reshape\(1\)\) or reduce"):
             evt.gemm(A, B, fn, backend=backend)
+
+
+# ------------------------------------------------------------------------------------------------ on a GPU
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("shape", [(6, 10, 4), (512, 384, 256)], ids=["tiny", "tma"])
+def test_gpu_contiguous_outputs_lists_and_merged_inputs(dtype, shape):
+    """The frontend fixes of 2026-11-29 on the device's templates (the larger shape takes the Hopper kernels, whose
+    TMA store is dropped for an output laid out in its own order): outputs made ``.contiguous()`` come back
+    contiguous with eager's values, list results stay lists, inputs whose merged dims share an acc axis load as
+    their flat view."""
+    M, N, K = shape
+    A, B = (t.cuda() for t in operands(M, N, K, dtype, seed=80))
+
+    def run(A, B, fn, **kw):
+        return evt.gemm(A, B, fn, **kw)
+
+    for name, fn, batched in CONTIGUOUS_OUTPUTS:
+        if batched or "expanded after" in name:  # those read the module's small M, N, L
+            continue
+        got, want = check_gemm(fn, A, B, runner=run), fn(eager_acc(A, B))
+        for g, w in zip(got if isinstance(got, (tuple, list)) else [got],
+                        want if isinstance(want, (tuple, list)) else [want]):
+            assert g.is_contiguous() == w.is_contiguous() and g.shape == w.shape, name
+        assert type(got) is type(want), name
+
+    def merged(acc, C):
+        return [acc + C.reshape(M, N), (acc * C.reshape(M, N)).sum(0)]
+
+    C = rand((M, 2, N // 2), dtype, seed=81).cuda()
+    got = check_gemm(merged, A, B, runner=run, C=C)
+    assert isinstance(got, list)
+    check_gemm(merged, A, B, runner=run, C=rand((M, N // 2, 2), dtype, seed=82).cuda().transpose(1, 2))  # a copy
