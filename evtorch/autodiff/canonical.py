@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from ..ir.types import AXES, MERGED
+from ..ir.types import AXES
 
 
 def space(batched: bool) -> tuple[str, ...]:
@@ -41,7 +41,9 @@ def to_canonical(x: torch.Tensor, binding, order, sizes) -> torch.Tensor:
 def _owners(binding) -> list:
     """The axes an input bound as ``binding`` walks, in the order of its dims (a ``MERGED`` dim walks its run's
     axes, which the run's last dim names)."""
-    return [a for axes in binding if axes != MERGED for a in axes]
+    # a membership test of strings, not ``axes != MERGED``: torch 2.11's Dynamo cannot guard the tuple comparison
+    # of a constant binding (InternalTorchDynamoError in every compiled call, H200, 2026-11-29)
+    return [a for axes in binding for a in axes if a in AXES]
 
 
 def walked_axes(dims) -> tuple[str, ...]:

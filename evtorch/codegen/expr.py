@@ -67,8 +67,8 @@ def compute_expr(node: Node, operands: list[str], compute: torch.dtype, emission
     op = REGISTRY[node.target]
     args = node.args
     compute = op_compute_dtype(node, compute)
-    if compute == torch.float64 and not (emission == "exact" and op.triton_gpu_float64):
-        emission = None  # the GPU-only forms are float32's but those that say they serve float64 (fastmath.exact_op)
+    if (emission == "fast" and compute == torch.float64) or (emission == "exact" and not op.gpu_form_serves(compute)):
+        emission = None  # approximations are float32's; a GPU form serves the computes its op names
     if op.has(CAST):
         target = node.attrs["dtype"]
         if target == torch.bool:

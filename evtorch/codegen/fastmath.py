@@ -29,13 +29,15 @@ shows as more values rounding one ulp the other way: on the H200, dgelu_bgrad's 
 
 **Exact GPU forms.** An op may also have an ``OpDef.triton_gpu`` emission: its accurate computation in a form only
 a GPU runs. ``tlmath.tanh_gpu``: ``tanh`` with the range fix-ups its operands never need left out, its ex2 and
-reciprocal as bare MUFU ops in inline PTX (27 -> 21 SASS instructions a value, the same bits). ``tlmath.pow_gpu``:
-libdevice's pow, the function eager's pow kernel calls on a GPU, so ``x ** 2.7`` gives eager's bits there (the
-portable ``powf`` is within an ulp of it in float32, and up to some hundred ulps off in float64, which has no wider
-type to compute in). Being no approximation, a GPU form is used on every node of such an op that does not take
-``triton_fast``, in ``auto`` and ``always``: a tanh that feeds a float32 output or a sum (the backward's GELU
-derivative ahead of the bias gradient). pow's serves float64 computations too (``OpDef.triton_gpu_float64``: libdevice
-has a float64 pow; MUFU ops are float32 only). ``never`` keeps the portable emissions.
+reciprocal as bare MUFU ops in inline PTX (27 -> 21 SASS instructions a value, the same bits), for float32
+computations. ``tlmath.pow_gpu``: libdevice's pow, for float64 computations only, where it gave eager's bits on an
+H200 for every exponent tried (2.7, -1.3, 0.33, 1.5, 4, -3, -4, 5, 33, -35: the portable form is up to some hundred
+float64 ulps off, having no wider type to compute in); in float32 libdevice's powf differed from eager's in 40% of
+the values (one or two ulps, H200, Triton 3.6, 2026-11-29), so float32 keeps the portable float64 route (within an
+ulp of eager's on the CPU; on a GPU, where eager's powf is itself up to two ulps off, not yet measured). Each op names the computes its form serves (``OpDef.triton_gpu_computes``). Being no
+approximation, a GPU form is used on every node of such an op that does not take ``triton_fast``, in ``auto`` and
+``always``: a tanh that feeds a float32 output or a sum (the backward's GELU derivative ahead of the bias
+gradient). ``never`` keeps the portable emissions.
 
 Modes (``EVTORCH_FAST_MATH``): ``auto`` (the rule, default), ``always`` (every op with a fast emission, whatever
 the output precision), ``never``. Whatever the mode: only fp32 compute is approximated or reassociated (fp64
@@ -147,17 +149,11 @@ def select(graph: Graph, output_dtypes: dict, compute: torch.dtype, mode: str) -
 
 def exact_forms_active(mode: str, compute: torch.dtype) -> bool:
     """Whether a computation in ``compute`` under ``mode`` uses the exact GPU forms (the scans ask this too). Being
-    no approximations, they also serve float64 computations, those ops' whose form takes float64
-    (``OpDef.triton_gpu_float64``)."""
+    no approximations, they may serve float64 computations too: each op names the computes its form serves
+    (``OpDef.gpu_form_serves``)."""
     if mode not in MODES:
         raise ValueError(f"unknown fast-math mode {mode!r}")
     return mode != "never" and compute in (torch.float32, torch.float64)
-
-
-def exact_op(op, compute: torch.dtype) -> bool:
-    """Whether ``op``'s exact GPU form serves a computation in ``compute`` (the epilogues' and the scans' emitters
-    ask)."""
-    return compute != torch.float64 or op.triton_gpu_float64
 
 
 def exact_nodes(graph: Graph, compute: torch.dtype, mode: str, fast: frozenset) -> frozenset:
@@ -166,7 +162,7 @@ def exact_nodes(graph: Graph, compute: torch.dtype, mode: str, fast: frozenset) 
     if not exact_forms_active(mode, compute):
         return frozenset()
     return frozenset(i for i, n in enumerate(graph.nodes)
-                     if i not in fast and has_emission(n, "triton_gpu") and exact_op(REGISTRY[n.target], compute))
+                     if i not in fast and has_emission(n, "triton_gpu") and REGISTRY[n.target].gpu_form_serves(compute))
 
 
 @dataclass(frozen=True)

@@ -72,7 +72,7 @@ def _pow(input, exponent): ...
 
 define("pow", _pow, operands=("input",), torch_ref=lambda x, exponent: x ** exponent,
        triton=lambda exponent: _pow_emission(exponent), triton_gpu=lambda exponent: _pow_gpu_emission(exponent),
-       triton_gpu_float64=True,
+       triton_gpu_computes=("float64",),
        # x ** 0 is 1 everywhere, its gradient 0 (0 * x ** -1 was NaN at x = 0, found by a probe 2026-11-29)
        derivative=lambda g, x, out, exponent: (
            g if exponent == 1 else torch.zeros_like(g) if exponent == 0 else g * exponent * torch.pow(x, exponent - 1),),
@@ -93,7 +93,8 @@ def _power_by_squaring(p: int) -> str:
 
 
 # the exponents ATen's pow kernels compute without pow (a product, a reciprocal, sqrt, rsqrt): evtorch computes them
-# the same way on every device; every other exponent is pow itself on a GPU (``pow_gpu``, the ``triton_gpu`` form)
+# the same way on every device; every other exponent of a float64 value is libdevice's pow on a GPU (``pow_gpu``,
+# the ``triton_gpu`` form: eager's bits there), of a float32 or 16-bit one float64 arithmetic rounded once
 EAGER_POW_SPECIAL = frozenset({0, 1, 2, 3, -1, -2, 0.5, -0.5})
 
 
@@ -122,8 +123,8 @@ def _pow_emission(exponent) -> str:
 
 
 def _pow_gpu_emission(exponent) -> str | None:
-    """The exact GPU form of ``x ** exponent``: eager's pow (libdevice) where eager calls it, else None (the
-    portable emission already computes as eager does)."""
+    """The exact GPU form of ``x ** exponent`` (float64 computations: ``triton_gpu_computes``): eager's pow
+    (libdevice) where eager calls it, else None (the portable emission already computes as eager does)."""
     return None if exponent in EAGER_POW_SPECIAL else f"tlmath.pow_gpu({{0}}, {float(exponent)!r})"
 
 

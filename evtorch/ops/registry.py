@@ -21,7 +21,7 @@ An ``OpDef`` says everything evtorch knows about an op, in one place:
   ``triton`` is already what eager computes): an accurate computation that only a GPU runs (inline PTX, libdevice),
   at least as accurate as ``triton``: ``tanh``'s bits in fewer instructions, or eager's own libdevice function
   (pow). Used on a GPU wherever fast math is on and the node does not take ``triton_fast``
-  (``codegen/fastmath.py``), in float32 computations and, where ``triton_gpu_float64`` says so, float64 ones;
+  (``codegen/fastmath.py``), in the compute dtypes ``triton_gpu_computes`` names (float32 by default);
 - ``decompose``: instead of an emission, a composite written in other ops (few primitives, many composites);
 - ``derivative``: reverse-mode rule ``(ctx, grad, *operands, out, **attrs) -> tuple of grads`` written with
   ctx's builder ops (see ``evtorch.autodiff``); a composite's, where given, replaces differentiating its
@@ -57,7 +57,7 @@ class OpDef:
     triton_fast: str | Callable | None = None  # hardware approximation (fast-math path; see codegen/fastmath.py)
     fast_exact: bool = False   # triton_fast measured as accurate as triton (then not limited to 16-bit outputs)
     triton_gpu: str | Callable | None = None  # accurate GPU-only form: tanh's bits in PTX, eager's libdevice pow
-    triton_gpu_float64: bool = False  # triton_gpu also serves float64 computations (libdevice: yes; MUFU PTX: no)
+    triton_gpu_computes: tuple[str, ...] = ("float32",)  # the compute dtypes triton_gpu serves (gpu_form_serves)
     decompose: Callable | None = None
     derivative: Callable | None = None
     torch_fns: tuple = ()
@@ -73,6 +73,11 @@ class OpDef:
 
     def has(self, trait: str) -> bool:
         return trait in self.traits
+
+    def gpu_form_serves(self, compute) -> bool:
+        """Whether ``triton_gpu`` is used for this op computing in ``compute`` (a torch dtype): only where it was
+        checked against eager on a GPU (``triton_gpu_computes``)."""
+        return str(compute).rsplit(".", 1)[-1] in self.triton_gpu_computes
 
     def bind(self, args: tuple, kwargs: dict) -> tuple[list, dict]:
         """Normalise a call to (operand values, attribute dict), applying the signature's defaults."""

@@ -19,7 +19,6 @@ from ..ops import REGISTRY
 from ..ops.registry import BOOL_ONLY, CAST, COMPARE
 # one spelling of dtypes, constants and ops in generated code
 from ..codegen.expr import TL_DTYPE as TL, format_op, literal
-from ..codegen.fastmath import exact_op
 from . import lanes as LN
 
 HEADER = '''import triton
@@ -63,7 +62,7 @@ def convert(value, compute) -> str:
 def compute_expr(n: Node, operands: list, compute, exact: bool = False) -> tuple[str, object]:
     """(expression, held dtype) of compute node ``n`` from operand (expression, held dtype) pairs. ``exact``: ops
     with an exact GPU form (``OpDef.triton_gpu``: tanh's values in fewer instructions, eager's pow) use it where it
-    serves ``compute`` (``fastmath.exact_op``)."""
+    serves ``compute`` (``OpDef.gpu_form_serves``)."""
     op = REGISTRY[n.target]
     if op.has(CAST):
         target = n.attrs["dtype"]
@@ -85,7 +84,7 @@ def compute_expr(n: Node, operands: list, compute, exact: bool = False) -> tuple
         conv = [operands[0][0]] + [convert(v, compute) if floating else v[0] for v in operands[1:]]
     else:
         conv = [convert(v, compute) if floating else v[0] for v in operands]
-    emission = "exact" if exact and exact_op(op, compute) else None
+    emission = "exact" if exact and op.gpu_form_serves(compute) else None
     return format_op(op, n.attrs, conv, compute, emission), (compute if floating else n.dtype)
 
 

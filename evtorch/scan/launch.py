@@ -140,7 +140,7 @@ def sync_args(device, size: int, tickets: int):
 def gpu_forms(x: torch.Tensor, compute: torch.dtype) -> bool:
     """Whether a scan on ``x``'s device uses the ops' exact GPU forms (``OpDef.triton_gpu``): as the GEMM epilogues
     do (``codegen/fastmath.py``), on an NVIDIA GPU of compute capability >= 7.5 for float32 computations (float64 ones
-    for the ops whose form serves them: ``fastmath.exact_op``), unless
+    for the ops whose form serves them: ``OpDef.gpu_form_serves``), unless
     ``EVTORCH_FAST_MATH=never``. The hardware approximations (``triton_fast``) are never used in a scan: a state
     carries an approximation's error into every later step."""
     return exact_forms_active(fast_math_mode(x), compute)
