@@ -77,6 +77,21 @@ def test_sub_with_alpha_is_not_simplified_as_plain_sub(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_a_float_scalar_meets_float64_ops_unrounded(backend):
+    """``acc.double() * s`` in a float32 GEMM: eager multiplies by the Python float's double; the kernel took the
+    argument as float32 (1.5e-9 off for s = 0.1, found by a probe). It is now a float64 argument where float64 ops
+    read it, and float32 ops still take it rounded to float32, as eager's do."""
+    g = torch.Generator().manual_seed(3)
+    A, B = torch.randn(8, 5, generator=g), torch.randn(5, 6, generator=g)
+    D = torch.randn(8, 6, generator=g, dtype=torch.float64)
+    fn = lambda acc, s, D: (acc.double() * s, D * s, acc * s, acc.double() > s, acc + s)  # noqa: E731
+    got = evt.gemm(A, B, fn, s=0.1, D=D, backend=backend, out_dtype=torch.float64)
+    want = fn(A @ B, 0.1, D)
+    for i, (a, w) in enumerate(zip(got, want)):
+        assert torch.equal(a, w.to(a.dtype)), i
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_integer_powers_from_five_are_products(backend):
     """x ** 5 .. x ** 32 went through exp2(p * log2|x|): 3.0 ** 5 was 242.99997, up to 14 ulps off; now repeated
     squares in float64, rounded once: exact where the power is, the signs of negative bases and zeros and the

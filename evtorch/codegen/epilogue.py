@@ -30,7 +30,7 @@ from ..ir.graph import Graph
 from ..ir.layouts import output_base_axes
 from ..ir.node import Node
 from ..ir.types import HALF_DTYPES, Stage
-from .expr import TL_DTYPE, compute_expr, converted, literal
+from .expr import TL_DTYPE, compute_expr, converted, literal, op_compute_dtype
 from .params import ParamList
 from .reductions import IDENTITY, ReductionPlan, key_params
 
@@ -125,6 +125,29 @@ class EpilogueEmitter:
         self.user_ops: dict = {}
         self.prefetched: list[Node] = []  # M x N input loads, in ``pf<k>`` order
         self._pf = False  # emitting ``<fn>_pf`` (prefetched loads are arguments)
+        self._wide = self._wide_scalars()  # id -> argument name, filled as the scalars are emitted
+
+    def _wide_scalars(self) -> dict:
+        """Float scalar inputs below float64 that some tile op computes with in float64 (``acc.double() * s`` in a
+        float32 epilogue): eager multiplies by the Python float's double there, so the kernel takes the argument
+        as float64 (``ParamList.scalar``), hands it unrounded to those ops and in its own dtype to the others. A
+        float32 argument was 1.5e-9 off for s = 0.1 (found by a probe, 2026-11-29). {id: None} until emitted."""
+        users = self.graph.users()
+        return {id(n): None for n in self.graph.nodes
+                if n.op == "scalar" and n.dtype.is_floating_point and n.dtype != torch.float64
+                and any(self._computes_in_float64(u) for u in users[id(n)])}
+
+    def _computes_in_float64(self, u: Node) -> bool:
+        from ..ops import REGISTRY
+        return (u.op == "compute" and u.stage == Stage.TILE and u.target in REGISTRY
+                and op_compute_dtype(u, self.compute) == torch.float64)
+
+    def _operand(self, a: Node, user: Node) -> str:
+        """``a``'s expression as ``user``'s operand: a float64 argument unrounded where ``user`` computes in
+        float64 (``_wide_scalars``)."""
+        if self._wide.get(id(a)) is not None and self._computes_in_float64(user):
+            return self._wide[id(a)]
+        return self.var[id(a)]
 
     # ------------------------------------------------------------------ planning
     def plan_reductions(self) -> list[ReductionPlan]:
@@ -228,7 +251,10 @@ class EpilogueEmitter:
         if n.op == "const":
             return literal(n.target, self.compute) if n.target is not None else 'float("nan")'
         if n.op == "scalar":
-            return self.params.scalar(n)
+            if id(n) not in self._wide:
+                return self.params.scalar(n)
+            name = self._wide[id(n)] = self.params.scalar(n, wide=True)
+            return f"{name}.to({TL_DTYPE[n.dtype]})"
         if n.op == "index":
             return {"M": "offs_m[:, None]", "N": "offs_n[None, :]", "L": "pid_l"}[n.target]
         if n.op == "input":
@@ -238,7 +264,7 @@ class EpilogueEmitter:
             op = REGISTRY[n.target]
             if op.user_defined is not None:
                 self.user_ops[op.name] = op.user_defined
-            return self._assign(n, compute_expr(n, [self.var[id(a)] for a in n.args], self.compute,
+            return self._assign(n, compute_expr(n, [self._operand(a, n) for a in n.args], self.compute,
                                                 self.emission.get(id(n))))
         raise AssertionError(f"unexpected tile node {n.format()}")
 

@@ -41,10 +41,11 @@ class ParamList:
             self.params.append(Param(name, kind, key, annotation))
         return self._by_key[k]
 
-    def scalar(self, node) -> str:
-        """The argument of scalar input ``node``: a float64 one is declared tl.float64 (``Param.annotation``)."""
+    def scalar(self, node, wide: bool = False) -> str:
+        """The argument of scalar input ``node``: a float64 one, or a float one with ``wide`` (float64 ops read
+        it), is declared tl.float64 (``Param.annotation``)."""
         return self.get("scalar", node.target, f"sc_{node.target}",
-                        "tl.float64" if node.dtype == torch.float64 else "")
+                        "tl.float64" if node.dtype == torch.float64 or wide else "")
 
     def annotations(self) -> dict[str, str]:
         """{name: annotation} of the parameters whose kernel signature must type them (``Param.annotation``)."""
