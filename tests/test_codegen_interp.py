@@ -526,6 +526,11 @@ def test_gpu_probe_fixes_float64_scalars_bool_add_constant_outputs():
     out = evt.gemm(Af, Bf, lambda acc, m: (m + m, (acc > 0) + m, torch.zeros_like(acc).sum(0), acc * 0 + 1), m=m)
     assert torch.equal(out[0], m) and torch.equal(out[1], (Af @ Bf > 0) | m)
     assert not out[2].any() and torch.equal(out[3], torch.ones_like(out[3]))
+    # a float scalar meets float64 ops unrounded in a float32 GEMM (a float64 argument there): exact at K = 1
+    X, ones = torch.randn(64, 1, device="cuda"), torch.ones(1, 40, device="cuda")
+    got = evt.gemm(X, ones, lambda acc, s: (acc.double() * s, acc * s), s=0.1, out_dtype=torch.float64)
+    assert torch.equal(got[0], X.double().expand(64, 40) * 0.1)
+    assert torch.equal(got[1], (X.expand(64, 40) * 0.1).double())
 
 
 @pytest.mark.interpreter
