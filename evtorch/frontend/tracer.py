@@ -203,7 +203,9 @@ class Tracer:
                 raise self._err(UnsupportedOpError, f"{spelled}: the exponent must be a constant number, got "
                                                     f"{type(attrs['exponent']).__name__}; for a tensor exponent "
                                                     "write torch.exp(y * torch.log(x))")
-            attrs = dict(attrs, exponent=_eager_exponent(operands[0], attrs["exponent"]))
+            rounded = _eager_exponent(operands[0], attrs["exponent"])
+            if rounded != attrs["exponent"]:  # eager's backward multiplies by the exponent as given
+                attrs = dict(attrs, exponent=rounded, unrounded=attrs["exponent"])
         if op.name == "add" and all(isinstance(v, bool) or (isinstance(v, TracedTensor) and v.dtype == torch.bool)
                                     for v in operands) and attrs.get("alpha", 1) in (1, True):
             # torch's bool + bool is a logical or (True + True is True); a kernel's 1-bit add would wrap to False

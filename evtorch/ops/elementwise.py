@@ -67,15 +67,27 @@ define("abs", _unary, torch_ref=_abs_ref, triton="tl.abs({0})",
        torch_fns=(torch.abs, torch.absolute), methods=("abs", "absolute", "__abs__"))
 
 
-def _pow(input, exponent): ...
+# ``unrounded``: set by the tracer only, where it rounded a 16-bit operand's exponent as eager does
+# (frontend/tracer.py, ``_eager_exponent``); eager's backward takes the exponent as given
+def _pow(input, exponent, *, unrounded=None): ...
 
 
-define("pow", _pow, operands=("input",), torch_ref=lambda x, exponent: x ** exponent,
-       triton=lambda exponent: _pow_emission(exponent), triton_gpu=lambda exponent: _pow_gpu_emission(exponent),
-       triton_gpu_computes=("float64",),
-       # x ** 0 is 1 everywhere, its gradient 0 (0 * x ** -1 was NaN at x = 0, found by a probe 2026-11-29)
-       derivative=lambda g, x, out, exponent: (
-           g if exponent == 1 else torch.zeros_like(g) if exponent == 0 else g * exponent * torch.pow(x, exponent - 1),),
+def _pow_derivative(g, x, out, exponent, unrounded=None):
+    """torch's ``pow_backward``: ``grad * (p * x.pow(p - 1))`` with ``p`` the exponent as given (a 16-bit ``x``
+    rounds it only inside ``pow``); ``x ** 0`` has a zero gradient (``0 * x ** -1`` was NaN at x = 0, found by a
+    probe 2026-11-29)."""
+    p = exponent if unrounded is None else unrounded
+    if p == 0:
+        return (torch.zeros_like(g),)
+    if p == 1:
+        return (g,)
+    return (g * (p * torch.pow(x, p - 1)),)
+
+
+define("pow", _pow, operands=("input",), torch_ref=lambda x, exponent, unrounded=None: x ** exponent,
+       triton=lambda exponent, unrounded=None: _pow_emission(exponent),
+       triton_gpu=lambda exponent, unrounded=None: _pow_gpu_emission(exponent), triton_gpu_computes=("float64",),
+       derivative=_pow_derivative,
        torch_fns=(torch.pow,), methods=("pow", "__pow__"), traits=frozenset({FLOAT_ONLY}),
        doc="x ** c for a constant exponent c; small integer exponents become multiplications")
 
