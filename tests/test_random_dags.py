@@ -416,7 +416,8 @@ def test_random_dag_gpu_emission_plan(case, out, mode):
         assert REGISTRY[graph.nodes[i].target].triton_fast is not None
     for i in emissions.exact:
         assert REGISTRY[graph.nodes[i].target].triton_gpu is not None
-    with_form = {i for i, n in enumerate(graph.nodes) if fastmath.has_emission(n, "triton_gpu")}
+    with_form = {i for i, n in enumerate(graph.nodes) if fastmath.has_emission(n, "triton_gpu")
+                 and REGISTRY[n.target].gpu_form_serves(ep.acc_dtype)}
     event(f"mode {mode}, exact forms: {len(emissions.exact)}, approximations: {len(emissions.fast)}")
     if mode == "never" or ep.acc_dtype != torch.float32:
         assert not emissions
