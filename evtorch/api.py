@@ -123,7 +123,7 @@ def gemm(A: torch.Tensor, B: torch.Tensor, epilogue: Callable | Epilogue | None 
         key = hit = None
     fresh = hit is None
     if fresh:
-        hit = _prepare(A, B, epilogue, out_dtype, backend, outputs, inputs, allow_tf32)
+        hit = _prepare(A, B, epilogue, out_dtype, backend, outputs, inputs, allow_tf32, config)
         if key is not None:
             if len(_calls) >= _CALLS_LIMIT:
                 _calls.clear()
@@ -136,11 +136,7 @@ def gemm(A: torch.Tensor, B: torch.Tensor, epilogue: Callable | Epilogue | None 
         res = site.run(ep, A, B, inputs, out_dtype, deterministic, allow_tf32, config)
         if res is not None:
             return res
-    if backend == "reference":
-        if config is not None:  # no kernel to configure, but a config of the wrong kind is still a mistake
-            from .codegen.configs import GemmConfig
-            if not isinstance(config, GemmConfig):
-                raise EpilogueTypeError(f"config must be an evtorch GemmConfig or None, got {type(config).__name__}")
+    if backend == "reference":  # (config, which no kernel reads here, was checked by _prepare)
         acc = torch.matmul(A.to(ep.acc_dtype), B.to(ep.acc_dtype))
         return ep.reference(acc, out_dtype=out_dtype, **inputs)
     return _run_gemm(ep, A, B, inputs, out_dtype=out_dtype, deterministic=deterministic, allow_tf32=allow_tf32,
@@ -168,15 +164,29 @@ def _call_key(A, B, epilogue, out_dtype, backend, deterministic, allow_tf32, out
     return tuple(key)
 
 
-def check_options(epilogue, allow_tf32, inputs: dict) -> None:
+def check_options(epilogue, allow_tf32, inputs: dict, config=None) -> None:
     """The call's options, before the epilogue is traced (by evt.gemm and ``integration.function.prepare``): the
     epilogue given as ``epilogue=`` reached the tracer as an input of the identity epilogue, and a string for a
-    flag was taken as true."""
+    flag was taken as true. ``config`` is checked here for every backend and path: on the triton backend a dict
+    failed as "unhashable type: 'dict'" (a cache key) and a string as the launcher's bare TypeError (found by a
+    probe 2026-11-30)."""
+    check_config(config)
     if epilogue is None and "epilogue" in inputs:
         raise EpilogueTypeError("evt.gemm takes the epilogue positionally, after A and B: evt.gemm(A, B, fn, "
                                 "**inputs); got it as the keyword epilogue=")
     if not isinstance(allow_tf32, bool):  # (deterministic is checked by dispatch.resolve_deterministic)
         raise EpilogueTypeError(f"allow_tf32 must be True or False, got {allow_tf32!r}")
+
+
+def check_config(config) -> None:
+    """``config=``: None (autotune / heuristic) or an evtorch ``GemmConfig``; on the reference backend, which has
+    no kernel to configure, a config of the wrong kind is still a mistake."""
+    if config is None:
+        return
+    from .codegen.configs import GemmConfig
+    if not isinstance(config, GemmConfig):
+        raise EpilogueTypeError(f"config must be an evtorch GemmConfig or None, got {type(config).__name__} "
+                                f"{config!r:.100} (make one with evtorch.codegen.configs.GemmConfig(...))")
 
 
 def check_backend(A, backend) -> str:
@@ -200,10 +210,10 @@ def check_backend(A, backend) -> str:
     return backend
 
 
-def _prepare(A, B, epilogue, out_dtype, backend, outputs, inputs, allow_tf32=False) -> tuple:
+def _prepare(A, B, epilogue, out_dtype, backend, outputs, inputs, allow_tf32=False, config=None) -> tuple:
     """Every check of a call and its traced epilogue: (epilogue, out_dtype, backend, its ``LaunchSite`` on the
     Triton backend, else None)."""
-    check_options(epilogue, allow_tf32, inputs)
+    check_options(epilogue, allow_tf32, inputs, config)
     epilogue = _identity if epilogue is None else epilogue
     L, M, N, K, batched = check_operands(A, B)
     if out_dtype is not None and out_dtype not in GEMM_DTYPES:

@@ -222,6 +222,9 @@ def normalize_keep(keep):
                                 f"{type(keep).__name__}") from None
     if not all(isinstance(k, int) and not isinstance(k, bool) for k in keep):
         raise EpilogueTypeError(f"outputs= takes output positions (ints), got {keep!r}")
+    if not keep:  # evt.gemm returned None, and the differentiable path said "the epilogue returned nothing"
+        raise EpilogueError("outputs= selects no output (got an empty sequence); pass the positions of the outputs "
+                            "wanted, at least one, or None for all of them")
     return tuple(sorted(set(keep)))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -607,3 +608,50 @@ def test_unbound_tensor_methods_as_epilogues():
     A2 = A.clone().requires_grad_()
     want, = torch.autograd.grad(torch.Tensor.tanh(A2 @ B).sum(), A2)
     torch.testing.assert_close(got, want)
+
+
+def _raises_evtorch(cls, call, *names):
+    """``call()`` raises ``cls`` (an evtorch error, never a raw one) whose message contains every string in ``names``."""
+    with pytest.raises(cls) as ei:
+        call()
+    assert type(ei.value).__module__ == "evtorch.errors", f"a raw {type(ei.value).__name__} escaped: {ei.value}"
+    for name in names:
+        assert name in str(ei.value), f"message does not name {name!r}: {ei.value}"
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["plain", "differentiable"])
+def test_options_are_checked_alike_with_and_without_gradients(grad):
+    """A probe (2026-11-30) found the differentiable path (an operand requiring grad) and the triton backend
+    checking options differently from plain evt.gemm: ``outputs=0`` (one position) met a raw "'int' object is not
+    iterable", ``outputs=[]`` returned None without gradients and said "the epilogue returned nothing" with them,
+    ``config={...}`` failed "unhashable type: 'dict'" and ``config="fast"`` on the triton backend the launcher's
+    bare TypeError, and a non-number input (list, str, None, complex, NumPy array) reached ``float()``."""
+    fn = lambda acc, s: (acc * s, acc.sum(1))  # noqa: E731
+    A2 = A.clone().requires_grad_(grad)
+    call = lambda **kw: evt.gemm(A2, B, fn, **{"s": 2.0, **kw})  # noqa: E731
+    got = call(outputs=0)
+    assert got[1] is None and torch.allclose(got[0], (A @ B) * 2.0)
+    assert got[0].requires_grad == grad
+    _raises_evtorch(EpilogueError, lambda: call(outputs=[]), "outputs= selects no output")
+    _raises_evtorch(EpilogueTypeError, lambda: call(outputs=[0.0]), "outputs=")
+    for backend in ("reference", "triton"):
+        for config, shown in (("fast", "str 'fast'"), ({"BLOCK_M": 16}, "dict {'BLOCK_M': 16}")):
+            _raises_evtorch(EpilogueTypeError, lambda: call(config=config, backend=backend),
+                            "config must be an evtorch GemmConfig or None", shown)
+    for value, kind in (([1.0], "a list"), ("x", "a str"), (None, "a NoneType"), (1j, "a complex"),
+                        (np.ones(3, dtype="float32"), "a numpy.ndarray"), (np.float32(2.0), "numpy.float32")):
+        _raises_evtorch(EpilogueTypeError, lambda: call(s=value), "input 's'", kind, "expected a tensor")
+
+
+def test_linear_policy_and_stray_inputs_are_named():
+    """``evt.linear(x, w, None, scale=2.0)`` (or ``outputs=[0]``, an evt.gemm option evt.linear has not) ran and
+    ignored the input, having no epilogue to give it to; ``policy="bogus"`` was a bare ValueError of the plan and
+    ``policy=[...]`` "unhashable type: 'list'" (found by a probe, 2026-11-30)."""
+    x, W = torch.randn(3, 8), torch.randn(4, 8)
+    for kw in ({"scale": 2.0}, {"outputs": [0]}):
+        for xx in (x, x.clone().requires_grad_()):
+            _raises_evtorch(EpilogueTypeError, lambda: evt.linear(xx, W, None, **kw), f"'{next(iter(kw))}'",
+                            "no epilogue (fn=None")
+    for policy in ("bogus", ["save"]):
+        _raises_evtorch(EpilogueError, lambda: evt.linear(x, W, torch.tanh, policy=policy),
+                        "policy must be one of ('save', 'recompute')", repr(policy))

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import torch
 
 from ..epilogue import Epilogue
+from ..errors import EpilogueError
 from ..frontend.tracer import InputSpec
 from ..ir.node import Node
 from ..ir.types import axes_str, dtype_name
@@ -138,7 +139,7 @@ class GradPlan:
 
     def __init__(self, ep: Epilogue, *, wrt_acc: bool, wrt_inputs, out_dtype: torch.dtype, policy: str = "save"):
         if policy not in POLICIES:
-            raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
+            raise EpilogueError(f"policy must be one of {POLICIES}, got {policy!r}")
         self.ep = ep
         self.name = ep.name
         self.order = space(ep.batched)

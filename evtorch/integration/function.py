@@ -13,7 +13,7 @@ import operator
 import torch
 
 from ..autodiff.canonical import from_canonical, space, to_canonical
-from ..epilogue import pack_results
+from ..epilogue import normalize_keep, pack_results
 from ..errors import EpilogueError
 from ..frontend.signature import check_hashable
 from ..runtime import knobs
@@ -27,8 +27,19 @@ def _static(shape) -> tuple:
     return tuple([operator.index(s) for s in shape])
 
 
-def _number_type(v):
-    return bool if isinstance(v, bool) else int if isinstance(v, int) else float
+def _number_type(name, v):
+    """The Python type of keyword input ``v``, a number (a tensor is handled by the caller). Anything else is
+    refused with evt.gemm's own message (``input_spec``): a list, a string, None or a NumPy array reached
+    ``float()`` in ``_as_float`` as a raw TypeError / ValueError, and a NumPy float32 was taken where evt.gemm
+    without gradients refuses it (found by a probe 2026-11-30)."""
+    if isinstance(v, bool):
+        return bool
+    if isinstance(v, (int, torch.SymInt)):
+        return int
+    if not isinstance(v, (float, torch.SymFloat)):
+        from ..frontend.signature import input_spec
+        input_spec(name, v)  # raises: not a number
+    return float
 
 
 @torch.compiler.assume_constant_result
@@ -99,16 +110,18 @@ def prepare(A, B, epilogue=None, /, *, as_op=False, out_dtype=None, backend=None
         cast_A, cast_B = autocast_target(A.dtype, low), autocast_target(B.dtype, low)
         A = A.to(cast_A) if cast_A is not None else A
         B = B.to(cast_B) if cast_B is not None else B
-    check_options(epilogue, allow_tf32, inputs)
+    check_options(epilogue, allow_tf32, inputs, config)
+    if not isinstance(policy, str) or policy not in ("save", "recompute"):  # (a list failed unhashable in _plan)
+        raise EpilogueError(f"policy must be one of ('save', 'recompute'), got {policy!r}")
     check_hashable(epilogue, "the epilogue")
     backend = check_backend(A, backend)
     fn = epilogue.fn if isinstance(epilogue, Epilogue) else (epilogue if epilogue is not None else _identity)
     specs = tuple((name, "tensor", _static(v.shape), v.dtype) if isinstance(v, torch.Tensor) else
-                  (name, _number_type(v), (), None) for name, v in inputs.items())
+                  (name, _number_type(name, v), (), None) for name, v in inputs.items())
     grad = torch.is_grad_enabled()
     wrt = (grad and A.requires_grad, grad and B.requires_grad,
            frozenset(n for n, v in inputs.items() if isinstance(v, torch.Tensor) and grad and v.requires_grad))
-    keep = None if outputs is None else tuple(sorted(set(outputs)))
+    keep = normalize_keep(outputs)  # as evt.gemm takes it: an int is one position (it raised a raw TypeError)
     key, keys, scalar_names, outs, n_outputs, returns, _ = _plan(
         fn, _static(A.shape), A.dtype, _static(B.shape), specs, wrt, out_dtype, backend, deterministic, allow_tf32,
         keep, config, policy, (col_major(A), col_major(B)))

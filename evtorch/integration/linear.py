@@ -156,12 +156,20 @@ def _check(x, weight, bias) -> None:
 
 def _check_inputs(fn, names) -> None:
     """The keyword inputs' ``names`` against the user's epilogue, in its own names: the GEMM's check would list the
-    bias the wrapper passes (``linear_bias``) among the inputs to give."""
-    if fn is not None:
-        try:
-            check_keywords(fn, {k: None for k in names if k != BIAS})
-        except EpilogueTypeError as e:
-            raise EpilogueTypeError(f"evt.linear: {e}") from None
+    bias the wrapper passes (``linear_bias``) among the inputs to give. Without an epilogue (``fn=None``, the
+    plain linear) there is nothing to take them: ``evt.linear(x, w, None, scale=2.0)`` (or ``outputs=[0]``, an
+    evt.gemm option evt.linear has not) ran and ignored them (found by a probe 2026-11-30)."""
+    extra = [k for k in names if k != BIAS]
+    if fn is None:
+        if extra:
+            raise EpilogueTypeError(f"evt.linear: got keyword input(s) {', '.join(map(repr, extra))} but no epilogue "
+                                    "(fn=None, the plain linear) to take them; pass fn, e.g. "
+                                    "evt.linear(x, weight, fn, bias, **inputs) with fn(y, **inputs)")
+        return
+    try:
+        check_keywords(fn, {k: None for k in extra})
+    except EpilogueTypeError as e:
+        raise EpilogueTypeError(f"evt.linear: {e}") from None
 
 
 def _check_flattening(fn, x, weight, bias, inputs) -> None:
