@@ -155,9 +155,9 @@ def test_compiled_contiguous_outputs_are_contiguous():
 
 
 def test_integer_scalars_beyond_2_53():
-    """The operator carries numbers as floats: an integer float64 cannot hold was handed to the epilogue rounded on
-    the autograd and torch.compile paths, silently (found 2026-11-29). The eager autograd path now passes numbers
-    as given; the operator refuses what it cannot carry, and a 0-d int64 tensor carries it."""
+    """The operator carried numbers as floats: an integer float64 cannot hold was handed to the epilogue rounded on
+    the autograd and torch.compile paths, silently (found 2026-11-29), and then refused by the operator. Since
+    2026-11-30 it takes a ``Scalar[]`` and ints travel as int64 (exact on every path); beyond int64 is refused."""
     torch._dynamo.reset()
     A, B = torch.randn(4, 3, requires_grad=True), torch.randn(3, 5)
     big = 2 ** 53 + 1
@@ -169,23 +169,32 @@ def test_integer_scalars_beyond_2_53():
         _, prod, eq = evt.gemm(A_, B, f, I=I, k=big)
         assert bool(eq.all()) and torch.equal(prod, I * big)
     compiled = torch.compile(lambda A, B, I, k: evt.gemm(A, B, f, I=I, k=k), fullgraph=True, backend="aot_eager")
-    with pytest.raises(Exception, match=r"input 'k' is an integer beyond 2\*\*53.*0-d int64 tensor"):
-        compiled(A, B, I, big)
-    _, prod, eq = compiled(A, B, I, torch.tensor(big))
-    assert bool(eq.all()) and torch.equal(prod, I * big)
+    for k in (big, torch.tensor(big)):
+        _, prod, eq = compiled(A, B, I, k)
+        assert bool(eq.all()) and torch.equal(prod, I * big)
+    with pytest.raises(Exception, match=r"input 'k' is an integer outside int64"):
+        compiled(A, B, I, 2 ** 63)
 
 
-@pytest.mark.parametrize("dynamic", [True, False])
+@pytest.mark.parametrize("dynamic", [True, None])
 def test_compiled_int_scalars_take_new_values(dynamic):
     """The 2**53 check ran in a helper Dynamo needs a constant for: an int scalar that Dynamo made symbolic
     (dynamic=True, or a second value) failed the compile ("assume_constant_result argument conversion failed",
-    found 2026-11-29 by a probe, a day after the check was added)."""
+    found 2026-11-29 by a probe, a day after the check was added). And the operator's ``float[]`` guarded on each
+    int's value (``sym_float(k) == 3.0``): every new value recompiled and the ninth failed ``fullgraph=True`` at
+    Dynamo's recompile limit, where the docs said ints stay symbolic (found by a probe 2026-11-30; the operator
+    takes a ``Scalar[]`` now). At most two graphs for twelve values: the first value's, then a symbolic one."""
+    from torch._dynamo.testing import CompileCounterWithBackend
     torch._dynamo.reset()
-    A, B = torch.randn(8, 4), torch.randn(4, 6)
-    f = torch.compile(lambda A, B, k: evt.gemm(A, B, lambda acc, k: acc * k, k=k), backend="aot_eager",
+    A, B = torch.randn(8, 4, requires_grad=True), torch.randn(4, 6)
+    counter = CompileCounterWithBackend("aot_eager")
+    f = torch.compile(lambda A, B, k: evt.gemm(A, B, lambda acc, k: acc * k, k=k), backend=counter,
                       fullgraph=True, dynamic=dynamic)
-    for k in (2, 3, 5):
-        torch.testing.assert_close(f(A, B, k), (A @ B) * k)
+    for k in range(2, 14):
+        out = f(A, B, k)
+        torch.testing.assert_close(out, (A @ B) * k)
+        torch.testing.assert_close(torch.autograd.grad(out.sum(), A)[0], torch.full((8, 6), float(k)) @ B.T)
+    assert counter.frame_count <= 2
 
 
 def test_compile_fullgraph_no_grad_and_module():
@@ -225,9 +234,9 @@ def test_compiled_calls_follow_torchs_deterministic_flag(monkeypatch):
     ran = []
     real = ops.forward_impl
 
-    def spy(A, B, tensors, scalars, plan):
+    def spy(A, B, tensors, scalars, ints, plan):
         ran.append(ops.entry(plan).deterministic)
-        return real(A, B, tensors, scalars, plan)
+        return real(A, B, tensors, scalars, ints, plan)
     monkeypatch.setattr(ops, "forward_impl", spy)
     A, B = torch.randn(8, 6, requires_grad=True), torch.randn(6, 5)
     step = torch.compile(lambda A, B: evt.gemm(A, B, lambda acc: acc.sum(0)), fullgraph=True, backend="aot_eager")

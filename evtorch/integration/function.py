@@ -95,9 +95,10 @@ def plan_key(fn, a_shape, a_dtype, b_shape, specs, wrt, out_dtype, backend, dete
 def prepare(A, B, epilogue=None, /, *, as_op=False, out_dtype=None, backend=None, deterministic=False,
             allow_tf32=False, outputs=None, config=None, policy="save", **inputs):
     """The arguments of ``torch.ops.evtorch.gemm`` for this call and how to unpack its results:
-    ((A, B, tensors, scalars, key), (outputs' (position, dims, layout), number of outputs, return convention,
+    ((A, B, tensors, scalars, ints, key), (outputs' (position, dims, layout), number of outputs, return convention,
     sizes)).
-    ``scalars`` only ``as_op`` (the operator's float list); the eager path passes the numbers as given."""
+    ``scalars`` and ``ints`` only ``as_op`` (the operator's number lists, ``ops`` module docstring); the eager path
+    passes the numbers as given."""
     from ..api import _identity, check_backend, check_options
     from ..epilogue import Epilogue
     if not isinstance(A, torch.Tensor) or not isinstance(B, torch.Tensor):
@@ -130,21 +131,32 @@ def prepare(A, B, epilogue=None, /, *, as_op=False, out_dtype=None, backend=None
     sizes = {"L": a_shape[0] if batched else 1, "M": a_shape[-2], "N": b_shape[-1]}
     order = space(batched)
     tensors = [to_canonical(inputs[name], binding, order, sizes) for name, binding in keys]
-    scalars = [_as_float(name, inputs[name]) for name in scalar_names] if as_op else None
-    return (A, B, tensors, scalars, key), (outs, n_outputs, returns, sizes, order)
+    if not as_op:
+        return (A, B, tensors, None, None, key), (outs, n_outputs, returns, sizes, order)
+    kinds = {spec[0]: spec[1] for spec in specs}
+    scalars = [_as_float(name, inputs[name]) for name in scalar_names if kinds[name] is not int]
+    ints = [_as_int(name, inputs[name]) for name in scalar_names if kinds[name] is int]
+    return (A, B, tensors, scalars, ints, key), (outs, n_outputs, returns, sizes, order)
 
 
 def _as_float(name: str, value) -> float:
-    """A runtime scalar as the operator's ``float[]`` holds it. An integer float64 cannot hold exactly (beyond
-    2**53) is refused: ``int(float(k))`` would hand the epilogue another number (found 2026-11-29). ``torch._check``
-    raises for a known value and guards a symbolic one (Dynamo's dynamic ints), where an exception raised in traced
-    code, or a helper that needs a constant, broke the compile."""
-    if isinstance(value, (int, torch.SymInt)) and not isinstance(value, bool):
-        message = (f"evt.gemm: input {name!r} is an integer beyond 2**53 in magnitude, which torch.ops.evtorch.gemm "
-                   "passes as a float64 scalar, exact only up to 2**53; pass it as a 0-d int64 tensor "
-                   "(torch.tensor(k))")  # no value in it: formatting a symbolic int would specialize it
-        torch._check(abs(value) <= 2 ** 53, lambda: message)
+    """A runtime number the operator's ``float[] scalars`` carries (a float or a bool)."""
     return float(value)
+
+
+def _as_int(name: str, value):
+    """A runtime int as the operator's ``SymInt[] ints`` carries it: an int64, exact, and symbolic where Dynamo made
+    it so. (Until 2026-11-30 ints went into the ``float[]`` too: ``float(k)`` guarded on each value
+    (``sym_float(k) == 3.0``), so every new int recompiled and the ninth failed a ``fullgraph=True`` compile at the
+    recompile limit, found by a probe where the docs said ints stay symbolic; and ints beyond 2**53, which a float64
+    does not hold, had to be refused.) An int outside int64 is refused: ``torch._check`` raises for a known value
+    and guards a symbolic one, where an exception raised in traced code, or a helper that needs a constant, broke
+    the compile."""
+    message = (f"evt.gemm: input {name!r} is an integer outside int64, which torch.ops.evtorch.gemm passes as an "
+               "int64 scalar; pass a float or a value in [-2**63, 2**63)")  # no value in it: formatting a symbolic
+    torch._check(-2 ** 63 <= value, lambda: message)  # int would specialize it
+    torch._check(value < 2 ** 63, lambda: message)
+    return value
 
 
 def fused_gemm(A, B, epilogue=None, /, *, out_dtype=None, backend=None, deterministic=None, allow_tf32=False,
@@ -199,7 +211,7 @@ _CALLS_LIMIT = 1024
 def _eager_call(key, A, B, epilogue, lead, inputs, raw=None, **options):
     """The ``EagerCall`` of a new signature (``raw``: see ``EagerCall``), remembered under ``key``."""
     from .ops import EagerCall
-    plan_key = prepare(A, B, epilogue, **options, **inputs)[0][4]  # every check; builds the plan
+    plan_key = prepare(A, B, epilogue, **options, **inputs)[0][-1]  # every check; builds the plan
     call = EagerCall(plan_key, A, B, inputs, lead, raw)
     if key is not None:
         if len(_calls) >= _CALLS_LIMIT:
@@ -218,4 +230,4 @@ def grad_plan(A, B, epilogue=None, /, **options):
     """The ``autodiff.GradPlan`` evt.gemm uses for this call: ``.summary()``, ``.saved_for_backward``,
     ``.backward(seeds).show()``. Which leaves are differentiated follows ``requires_grad`` as in the call."""
     from .ops import entry
-    return entry(op_arguments(A, B, epilogue, **options)[4]).plan
+    return entry(op_arguments(A, B, epilogue, **options)[-1]).plan

@@ -4,11 +4,17 @@ Both take canonical tensors (``autodiff.canonical``) and a plan key naming a ``G
 ``lookup`` (the epilogue, shapes, dtypes, which inputs require grad and the options are all in the plan, so the
 key is a constant to torch.compile)::
 
-    evtorch::gemm(Tensor A, Tensor B, Tensor[] tensors, float[] scalars, str plan) -> Tensor[]
+    evtorch::gemm(Tensor A, Tensor B, Tensor[] tensors, float[] scalars, SymInt[] ints, str plan) -> Tensor[]
         the user's outputs (canonical), then what the plan saves for the backward
     evtorch::gemm_backward(Tensor? A, Tensor? B, Tensor[] tensors, Tensor[] saved, Tensor[] grads,
-                           float[] scalars, SymInt[] sizes, str plan) -> Tensor[]
+                           float[] scalars, SymInt[] ints, SymInt[] sizes, str plan) -> Tensor[]
         dA (if A requires grad), dB (if B does), then the gradient of each canonical input that gets one
+
+The number inputs travel in two lists, the integers in ``ints`` and the others (floats, bools) in ``scalars``,
+each in the plan's order (``merge_scalars`` makes the one list the implementations take): a ``SymInt[]`` keeps a
+Dynamo-symbolic int symbolic, where the single ``float[]`` of before guarded on each value (every new int
+recompiled; found by a probe 2026-11-30); a ``Scalar[]`` would too, but torch.export cannot save one that is empty
+or mixes ints and floats.
 
 Each has a fake (meta) implementation computing output shapes from A's and B's (symbolic) sizes, so
 ``torch.compile`` and ``torch.library.opcheck`` see through them; ``evtorch::gemm``'s autograd kernel records
@@ -155,6 +161,22 @@ def _scalars(e: Entry, values) -> list:
     return [t(v) for t, v in zip(e.scalar_types, values)]
 
 
+def merge_scalars(e: Entry, floats, ints) -> list:
+    """The runtime scalars of ``e``'s plan in its order, from the operators' two lists (module docstring)."""
+    if not ints:
+        return floats
+    floats, ints = iter(floats), iter(ints)
+    return [next(ints) if t is int else next(floats) for t in e.scalar_types]
+
+
+def split_scalars(e: Entry, values) -> tuple[list, list]:
+    """``merge_scalars``' inverse: (floats, ints) of the plan's runtime scalars ``values``."""
+    if int not in e.scalar_types:
+        return list(values), []
+    return ([float(v) for t, v in zip(e.scalar_types, values) if t is not int],
+            [v for t, v in zip(e.scalar_types, values) if t is int])
+
+
 def _scalar_kinds(e: Entry) -> list:
     """(parameter, type) of each runtime scalar of ``e``'s plan: how a float from the scalar list is passed."""
     return list(zip([param for param, _ in e.plan.scalars], e.scalar_types))
@@ -278,11 +300,12 @@ def _matches(ep, A: Tensor, B: Tensor, kw: dict) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------------- forward
-def forward_impl(A: Tensor, B: Tensor, tensors: list[Tensor], scalars: list[float], plan: str) -> list[Tensor]:
+def forward_impl(A: Tensor, B: Tensor, tensors: list[Tensor], scalars: list[float], ints: list[int],
+                 plan: str) -> list[Tensor]:
     e = entry(plan)
     p = e.plan
     kw = {k.param: t for k, t in zip(p.keys, tensors)}
-    kw.update({name: v for (name, _), v in zip(p.scalars, _scalars(e, scalars))})
+    kw.update({name: v for (name, _), v in zip(p.scalars, _scalars(e, merge_scalars(e, scalars, ints)))})
     return list(_run(A, B, p.forward_epilogue, e, e.out_dtype, kw, e.config))
 
 
@@ -293,17 +316,18 @@ def forward_impl(A: Tensor, B: Tensor, tensors: list[Tensor], scalars: list[floa
 # training step calls both operators on every step, inside AOTAutograd's runtime, where no input requires grad:
 # the autograd kernel's first line sends such calls straight to the implementation.
 _lib = torch.library.Library("evtorch", "DEF")
-_lib.define("gemm(Tensor A, Tensor B, Tensor[] tensors, float[] scalars, str plan) -> Tensor[]",
+_lib.define("gemm(Tensor A, Tensor B, Tensor[] tensors, float[] scalars, SymInt[] ints, str plan) -> Tensor[]",
             tags=(torch.Tag.pt2_compliant_tag,))
 _lib.define("gemm_backward(Tensor? A, Tensor? B, Tensor[] tensors, Tensor[] saved, Tensor[] grads, "
-            "float[] scalars, SymInt[] sizes, str plan) -> Tensor[]", tags=(torch.Tag.pt2_compliant_tag,))
+            "float[] scalars, SymInt[] ints, SymInt[] sizes, str plan) -> Tensor[]",
+            tags=(torch.Tag.pt2_compliant_tag,))
 gemm_op = torch.ops.evtorch.gemm.default
 gemm_backward_op = torch.ops.evtorch.gemm_backward.default
-_lib.impl("gemm", lambda A, B, tensors, scalars, plan: forward_impl(A, B, tensors, scalars, plan),
+_lib.impl("gemm", lambda A, B, tensors, scalars, ints, plan: forward_impl(A, B, tensors, scalars, ints, plan),
           "CompositeExplicitAutograd")  # (looked up per call, so that a test can wrap forward_impl)
 
 
-def _gemm_fake(A, B, tensors, scalars, plan):
+def _gemm_fake(A, B, tensors, scalars, ints, plan):
     p = entry(plan).plan
     sizes = _sizes(A, B)
     return [A.new_empty(canonical_shape(axes, p.order, sizes), dtype=dtype) for axes, dtype in p.forward_layout()]
@@ -316,36 +340,36 @@ def _requires_grad(*tensors) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
-def _gemm_autograd(A, B, tensors, scalars, plan):
+def _gemm_autograd(A, B, tensors, scalars, ints, plan):
     """``evtorch::gemm``'s autograd kernel: the operator recorded as one ``_GemmOp`` node where an input requires
     grad (torch.compile's tracing of the step), else straight on to the implementation (the compiled step)."""
     if _requires_grad(A, B, *tensors):
         plan = entry(plan).covering(plan, A, B, tensors)
-        return list(_GemmOp.apply(A, B, scalars, plan, *tensors))
+        return list(_GemmOp.apply(A, B, scalars, ints, plan, *tensors))
     with torch._C._AutoDispatchBelowAutograd():
-        return gemm_op(A, B, tensors, scalars, plan)
+        return gemm_op(A, B, tensors, scalars, ints, plan)
 
 
 class _GemmOp(torch.autograd.Function):
     """``evtorch::gemm`` under autograd: the forward below autograd, what ``_setup`` saves, ``_backward``."""
 
     @staticmethod
-    def forward(ctx, A, B, scalars, plan, *tensors):
+    def forward(ctx, A, B, scalars, ints, plan, *tensors):
         with torch._C._AutoDispatchBelowAutograd():
-            out = gemm_op(A, B, list(tensors), scalars, plan)
-        _setup(ctx, (A, B, tensors, scalars, plan), out)
+            out = gemm_op(A, B, list(tensors), scalars, ints, plan)
+        _setup(ctx, (A, B, tensors, scalars, ints, plan), out)
         return tuple(out)
 
     @staticmethod
     def backward(ctx, *grads):
         dA, dB, dtensors, _, _ = _backward(ctx, grads)
-        return (dA, dB, None, None, *dtensors)
+        return (dA, dB, None, None, None, *dtensors)
 
 
 def _setup(ctx, inputs, output):
-    A, B, tensors, scalars, plan = inputs
+    A, B, tensors, scalars, ints, plan = inputs
     keep_A, keep_B, used, n_user = entry(plan).saves
-    ctx.plan, ctx.scalars = plan, scalars
+    ctx.plan, ctx.scalars, ctx.ints = plan, scalars, ints
     ctx.layout = (keep_A, keep_B, len(used), len(tensors))
     ctx.sizes = [A.shape[0] if A.dim() == 3 else 1, A.shape[-2], B.shape[-1], A.shape[-1]]
     ctx.save_for_backward(*([A] if keep_A else []), *([B] if keep_B else []), *[tensors[i] for i in used],
@@ -368,7 +392,7 @@ def _backward(ctx, grads, backward=None):
     program = p.backward(tuple(seeds))
     key = f"{ctx.plan}|{','.join(map(str, seeds))}"
     present = [g for o, g in zip(p.outputs, grads) if o.position in seeds]
-    res = list((backward or gemm_backward_op)(A, B, used, saved, present, ctx.scalars, ctx.sizes, key))
+    res = list((backward or gemm_backward_op)(A, B, used, saved, present, ctx.scalars, ctx.ints, ctx.sizes, key))
     dA = res.pop(0) if e.wrt_A and program.d_acc else None
     dB = res.pop(0) if e.wrt_B and program.d_acc else None
     by_param = dict(zip(program.grads, res))
@@ -923,7 +947,8 @@ _op_backwards: dict = {}
 
 
 def backward_impl(A: Tensor | None, B: Tensor | None, tensors: list[Tensor], saved: list[Tensor],
-                  grads: list[Tensor], scalars: list[float], sizes: list[int], plan: str) -> list[Tensor]:
+                  grads: list[Tensor], scalars: list[float], ints: list[int], sizes: list[int],
+                  plan: str) -> list[Tensor]:
     """``evtorch::gemm_backward`` (what torch.compile's backward graph calls): the eager path's ``EagerBackward``,
     one per plan and signature of the arguments (their launch sites assume what the signature fixes), so that a
     repeated call costs the eager backward's host time, not its checks and its preparation again."""
@@ -937,7 +962,7 @@ def backward_impl(A: Tensor | None, B: Tensor | None, tensors: list[Tensor], sav
         if len(_op_backwards) >= 256:
             _op_backwards.clear()
         _op_backwards[memo] = bw
-    dA, dB, dtensors = bw.run(A, B, tensors, saved, grads, scalars, cast=False)
+    dA, dB, dtensors = bw.run(A, B, tensors, saved, grads, merge_scalars(bw.entry, scalars, ints), cast=False)
     e = bw.entry
     out = []
     # a column-major operand's gradient comes back as its row-major transpose (EagerBackward.run)
@@ -972,7 +997,7 @@ def grad_dtypes(p: GradPlan, program) -> dict:
 _lib.impl("gemm_backward", lambda *args: backward_impl(*args), "CompositeExplicitAutograd")
 
 
-def _gemm_backward_fake(A, B, tensors, saved, grads, scalars, sizes, plan):
+def _gemm_backward_fake(A, B, tensors, saved, grads, scalars, ints, sizes, plan):
     key, seeds = plan.split("|")
     e = entry(key)
     p = e.plan
@@ -1007,11 +1032,11 @@ def _no_double_backward(*grads, anchors=()):
     return refuse_double_backward(grads, anchors, _DOUBLE_BACKWARD)
 
 
-def _gemm_backward_autograd(A, B, tensors, saved, grads, scalars, sizes, plan):
+def _gemm_backward_autograd(A, B, tensors, saved, grads, scalars, ints, sizes, plan):
     """``evtorch::gemm_backward``'s autograd kernel: its results refuse to be differentiated (``_NoDoubleBackward``)
     where an input requires grad (a backward taken with create_graph=True)."""
     with torch._C._AutoDispatchBelowAutograd():
-        out = gemm_backward_op(A, B, tensors, saved, grads, scalars, sizes, plan)
+        out = gemm_backward_op(A, B, tensors, saved, grads, scalars, ints, sizes, plan)
     if _requires_grad(A, B, *tensors, *saved, *grads):
         return _no_double_backward(*out, anchors=(A, B, *tensors, *saved, *grads))
     return out
