@@ -169,7 +169,7 @@ def check_options(epilogue, allow_tf32, inputs: dict, config=None) -> None:
     epilogue given as ``epilogue=`` reached the tracer as an input of the identity epilogue, and a string for a
     flag was taken as true. ``config`` is checked here for every backend and path: on the triton backend a dict
     failed as "unhashable type: 'dict'" (a cache key) and a string as the launcher's bare TypeError (found by a
-    probe 2026-11-30)."""
+    probe 2026-11-29)."""
     check_config(config)
     if epilogue is None and "epilogue" in inputs:
         raise EpilogueTypeError("evt.gemm takes the epilogue positionally, after A and B: evt.gemm(A, B, fn, "

@@ -621,7 +621,7 @@ def _raises_evtorch(cls, call, *names):
 
 @pytest.mark.parametrize("grad", [False, True], ids=["plain", "differentiable"])
 def test_options_are_checked_alike_with_and_without_gradients(grad):
-    """A probe (2026-11-30) found the differentiable path (an operand requiring grad) and the triton backend
+    """A probe (2026-11-29) found the differentiable path (an operand requiring grad) and the triton backend
     checking options differently from plain evt.gemm: ``outputs=0`` (one position) met a raw "'int' object is not
     iterable", ``outputs=[]`` returned None without gradients and said "the epilogue returned nothing" with them,
     ``config={...}`` failed "unhashable type: 'dict'" and ``config="fast"`` on the triton backend the launcher's
@@ -646,7 +646,7 @@ def test_options_are_checked_alike_with_and_without_gradients(grad):
 def test_linear_policy_and_stray_inputs_are_named():
     """``evt.linear(x, w, None, scale=2.0)`` (or ``outputs=[0]``, an evt.gemm option evt.linear has not) ran and
     ignored the input, having no epilogue to give it to; ``policy="bogus"`` was a bare ValueError of the plan and
-    ``policy=[...]`` "unhashable type: 'list'" (found by a probe, 2026-11-30)."""
+    ``policy=[...]`` "unhashable type: 'list'" (found by a probe, 2026-11-29)."""
     x, W = torch.randn(3, 8), torch.randn(4, 8)
     for kw in ({"scale": 2.0}, {"outputs": [0]}):
         for xx in (x, x.clone().requires_grad_()):

@@ -157,7 +157,7 @@ def test_compiled_contiguous_outputs_are_contiguous():
 def test_integer_scalars_beyond_2_53():
     """The operator carried numbers as floats: an integer float64 cannot hold was handed to the epilogue rounded on
     the autograd and torch.compile paths, silently (found 2026-11-29), and then refused by the operator. Since
-    2026-11-30 it takes a ``Scalar[]`` and ints travel as int64 (exact on every path); beyond int64 is refused."""
+    2026-11-29 it takes a ``Scalar[]`` and ints travel as int64 (exact on every path); beyond int64 is refused."""
     torch._dynamo.reset()
     A, B = torch.randn(4, 3, requires_grad=True), torch.randn(3, 5)
     big = 2 ** 53 + 1
@@ -182,7 +182,7 @@ def test_compiled_int_scalars_take_new_values(dynamic):
     (dynamic=True, or a second value) failed the compile ("assume_constant_result argument conversion failed",
     found 2026-11-29 by a probe, a day after the check was added). And the operator's ``float[]`` guarded on each
     int's value (``sym_float(k) == 3.0``): every new value recompiled and the ninth failed ``fullgraph=True`` at
-    Dynamo's recompile limit, where the docs said ints stay symbolic (found by a probe 2026-11-30; the operator
+    Dynamo's recompile limit, where the docs said ints stay symbolic (found by a probe 2026-11-29; the operator
     takes a ``Scalar[]`` now). At most two graphs for twelve values: the first value's, then a symbolic one."""
     from torch._dynamo.testing import CompileCounterWithBackend
     torch._dynamo.reset()

@@ -31,7 +31,7 @@ def _number_type(name, v):
     """The Python type of keyword input ``v``, a number (a tensor is handled by the caller). Anything else is
     refused with evt.gemm's own message (``input_spec``): a list, a string, None or a NumPy array reached
     ``float()`` in ``_as_float`` as a raw TypeError / ValueError, and a NumPy float32 was taken where evt.gemm
-    without gradients refuses it (found by a probe 2026-11-30)."""
+    without gradients refuses it (found by a probe 2026-11-29)."""
     if isinstance(v, bool):
         return bool
     if isinstance(v, (int, torch.SymInt)):
@@ -146,7 +146,7 @@ def _as_float(name: str, value) -> float:
 
 def _as_int(name: str, value):
     """A runtime int as the operator's ``SymInt[] ints`` carries it: an int64, exact, and symbolic where Dynamo made
-    it so. (Until 2026-11-30 ints went into the ``float[]`` too: ``float(k)`` guarded on each value
+    it so. (Until 2026-11-29 ints went into the ``float[]`` too: ``float(k)`` guarded on each value
     (``sym_float(k) == 3.0``), so every new int recompiled and the ninth failed a ``fullgraph=True`` compile at the
     recompile limit, found by a probe where the docs said ints stay symbolic; and ints beyond 2**53, which a float64
     does not hold, had to be refused.) An int outside int64 is refused: ``torch._check`` raises for a known value

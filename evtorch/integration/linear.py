@@ -158,7 +158,7 @@ def _check_inputs(fn, names) -> None:
     """The keyword inputs' ``names`` against the user's epilogue, in its own names: the GEMM's check would list the
     bias the wrapper passes (``linear_bias``) among the inputs to give. Without an epilogue (``fn=None``, the
     plain linear) there is nothing to take them: ``evt.linear(x, w, None, scale=2.0)`` (or ``outputs=[0]``, an
-    evt.gemm option evt.linear has not) ran and ignored them (found by a probe 2026-11-30)."""
+    evt.gemm option evt.linear has not) ran and ignored them (found by a probe 2026-11-29)."""
     extra = [k for k in names if k != BIAS]
     if fn is None:
         if extra:

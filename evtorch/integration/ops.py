@@ -13,7 +13,7 @@ key is a constant to torch.compile)::
 The number inputs travel in two lists, the integers in ``ints`` and the others (floats, bools) in ``scalars``,
 each in the plan's order (``merge_scalars`` makes the one list the implementations take): a ``SymInt[]`` keeps a
 Dynamo-symbolic int symbolic, where the single ``float[]`` of before guarded on each value (every new int
-recompiled; found by a probe 2026-11-30); a ``Scalar[]`` would too, but torch.export cannot save one that is empty
+recompiled; found by a probe 2026-11-29); a ``Scalar[]`` would too, but torch.export cannot save one that is empty
 or mixes ints and floats.
 
 Each has a fake (meta) implementation computing output shapes from A's and B's (symbolic) sizes, so
