@@ -634,3 +634,28 @@ def test_composite_of_keyword_inputs_used_by_both_stages(backend):
     want = torch.autograd.grad(ref[0].sum() + (ref[1] * 2.0).sum(), (A, b))
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["reference", pytest.param("triton", marks=pytest.mark.interpreter)])
+def test_outputs_no_gradient_reaches_do_not_require_one(backend):
+    """An output that no leaf needing a gradient reaches (``v * 2`` of an input without one, beside ``acc + v``)
+    came back with ``requires_grad`` True, and a backward through it gave zeros where eager raises (found by a
+    probe). Each output's ``requires_grad`` is now eager's, eager and compiled, and so is the error."""
+    g = torch.Generator().manual_seed(5)
+    A, B = torch.randn(4, 3, generator=g), torch.randn(3, 5, generator=g)
+    v, C = torch.randn(5, generator=g), torch.randn(4, 5, generator=g)
+
+    def fn(acc, v, C):
+        return acc + v, v * 2.0, (C * v).sum(0), acc.sum(1), C.exp()
+
+    for wrt in ("A", "v", "C", "AC"):
+        leaves = {"A": A, "v": v, "C": C}
+        leaves = {k: (t.clone().requires_grad_() if k in wrt else t) for k, t in leaves.items()}
+        want = fn(leaves["A"] @ B, leaves["v"], leaves["C"])
+        run = lambda A, B, v, C: evt.gemm(A, B, fn, v=v, C=C, backend=backend)  # noqa: E731
+        compiled = torch.compile(run, backend="aot_eager", fullgraph=True)
+        for got in (run(leaves["A"], B, leaves["v"], leaves["C"]), compiled(leaves["A"], B, leaves["v"], leaves["C"])):
+            assert [t.requires_grad for t in got] == [t.requires_grad for t in want], wrt
+            quiet = next(t for t, w in zip(got, want) if not w.requires_grad)
+            with pytest.raises(RuntimeError, match="does not require grad"):
+                quiet.sum().backward()

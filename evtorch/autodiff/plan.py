@@ -173,6 +173,20 @@ class GradPlan:
         self._analyse()
 
     # ------------------------------------------------------------------ shapes and dtypes
+    @functools.cached_property
+    def independent(self) -> tuple[int, ...]:
+        """Indexes (in ``outputs``) of the outputs that no leaf needing a gradient reaches (``v * 2`` of an input
+        without one, beside ``acc + v`` with A needing one): eager returns them with ``requires_grad`` False, so
+        the forward marks them non-differentiable. They came back requiring a gradient, and a backward through one
+        gave zeros where eager raises (found by a probe, 2026-11-29)."""
+        wrt = {(k.name, k.binding) for k in self.wrt_keys}
+        reached: set[int] = set()
+        for n in self.graph.nodes:
+            if (n.op == "acc" and self.wrt_acc) or (n.op == "input" and (n.target, n.attrs["binding"]) in wrt) \
+                    or any(id(a) in reached for a in n.args):
+                reached.add(id(n))
+        return tuple(i for i, o in enumerate(self.outputs) if id(o.node) not in reached)
+
     def output_dtype(self, o: OutputInfo) -> torch.dtype:
         return self.ep.output_dtype(next(x for x in self.ep.outputs if x.position == o.position), self.out_dtype)
 

@@ -358,6 +358,9 @@ class _GemmOp(torch.autograd.Function):
         with torch._C._AutoDispatchBelowAutograd():
             out = gemm_op(A, B, list(tensors), scalars, ints, plan)
         _setup(ctx, (A, B, tensors, scalars, ints, plan), out)
+        quiet = [out[i] for i in entry(plan).plan.independent]  # as FusedGemm: eager's requires_grad
+        if quiet:
+            ctx.mark_non_differentiable(*quiet)
         return tuple(out)
 
     @staticmethod
@@ -425,8 +428,9 @@ class FusedGemm(torch.autograd.Function):
         anchor = A.new_empty(0)
         ctx.save_for_backward(*call.to_save(given, (A, B, tensors)), *out[n_user:], anchor)
         ctx.set_materialize_grads(False)
-        if len(out) > n_user:
-            ctx.mark_non_differentiable(*out[n_user:])
+        quiet = [out[i] for i in call.entry.plan.independent] + list(out[n_user:])
+        if quiet:
+            ctx.mark_non_differentiable(*quiet)
         return (*out, anchor)
 
     @staticmethod
