@@ -807,3 +807,25 @@ def test_torch_func_grad_differentiates_step_by_step(backend):
     A2 = A.clone().requires_grad_()
     want, = torch.autograd.grad(f(A2), A2)
     torch.testing.assert_close(torch.func.grad(f)(A), want)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_histories_come_back_in_inits_container(backend):
+    """A list init came back as a tuple, where the eager loop it replaces keeps one history per element of the
+    list (found by a probe, 2026-11-30); a tuple init still gives a tuple, a tensor init a tensor."""
+    X = torch.randn(9, 3)
+    body = lambda a, b, x: (a + x, 0.5 * b + a)  # noqa: E731
+    want = loop(body, (X[:1], torch.zeros(1, 3)), X)
+    got = evt.scan(body, X, init=[X[:1], torch.zeros(1, 3)], backend=backend)
+    assert type(got) is list and len(got) == 2
+    for g, w in zip(got, want):
+        close(g, w)
+    assert type(evt.scan(body, X, init=(X[:1], torch.zeros(1, 3)), backend=backend)) is tuple
+    one = evt.scan(lambda a, x: a + x, X, init=[X[:1]], backend=backend)
+    assert type(one) is list and len(one) == 1
+    close(one[0], X.cumsum(0))
+    X2 = X.clone().requires_grad_()  # through the autograd path too
+    got = evt.scan(lambda a, x: a * 0.5 + x, X2, init=[X2[:1]], backend=backend)
+    assert type(got) is list
+    got[0].sum().backward()
+    assert X2.grad is not None

@@ -112,6 +112,14 @@ def test_bad_arguments():
         evt.scan(lambda h, x, y: h + x, X, 2.0)
 
 
+@pytest.mark.parametrize("init,what", [((), "an empty tuple"), ((X[:1], None), "a tuple whose element 1 is a NoneType"),
+                                       ([X[:1], 2.0], "a list whose element 1 is a float"), (0.0, "got float")])
+def test_init_that_is_not_tensors(init, what):
+    """A tuple init with a non-tensor element read only 'got tuple' (found by a probe, 2026-11-30)."""
+    with raises(EpilogueError, "init must be a tensor or a non-empty tuple or list of tensors", what):
+        evt.scan(lambda h, x: h + x, X, init=init)
+
+
 def test_config_of_the_wrong_type():
     with pytest.raises(evt.EpilogueTypeError, match="ScanConfig"):
         evt.scan(lambda h, x: h + x, torch.randn(4, 2), config="fast", backend="triton")

@@ -79,6 +79,17 @@ class _Runner:
         return run_forward(body, inits, inputs, T, self.backend, self.config, self.deterministic)
 
 
+def _describe(init) -> str:
+    """What a refused ``init`` is, down to the element that is not a tensor (``(X[:1], None)`` read only as
+    'got tuple' before, which did not say what was wrong with it)."""
+    if isinstance(init, (tuple, list)):
+        if not init:
+            return f"an empty {type(init).__name__}"
+        bad = next(j for j, t in enumerate(init) if not isinstance(t, torch.Tensor))
+        return f"a {type(init).__name__} whose element {bad} is a {type(init[bad]).__name__}"
+    return type(init).__name__
+
+
 def _time_major(x: torch.Tensor, dim: int, what: str) -> tuple[torch.Tensor, int]:
     if x.dim() == 0:
         raise ScanShapeError(f"{what} is a 0-d tensor; it needs a dim to scan over (dim={dim})")
@@ -99,8 +110,8 @@ def scan(body: Callable, *inputs: torch.Tensor, init=None, dim: int = 0, post: C
     Args:
         body: ``body(*states, *inputs) -> new state rows`` (a tensor, or a tuple with one per state).
         *inputs: tensors with the same length T along ``dim``; the body sees one row (step) of each.
-        init: the first k steps of the state(s): a tensor (one state) or a tuple of tensors (several), each
-            with leading extent k >= 1 along ``dim``. Default: ``inputs[0]``'s first step (one state).
+        init: the first k steps of the state(s): a tensor (one state) or a tuple or list of tensors (one per
+            state), each with leading extent k >= 1 along ``dim``. Default: ``inputs[0]``'s first step (one state).
         dim: the scan dim, for inputs, init and results alike.
         post: optional ``post(*states, *inputs) -> outputs``: returned instead of the states, per step. Their
             scan dim is the inputs' (``dim`` counted on the inputs' rank), or their last dim where they have
@@ -118,8 +129,8 @@ def scan(body: Callable, *inputs: torch.Tensor, init=None, dim: int = 0, post: C
             reference backend) are deterministic either way.
 
     Returns:
-        The full history of each state (T steps along ``dim``; the first k are init), a tensor or a tuple
-        like ``init``; with ``post``, its outputs (a tensor or tuple, like ``post`` returns).
+        The full history of each state (T steps along ``dim``; the first k are init): a tensor (init a tensor or
+        None), a tuple (init a tuple) or a list (init a list), as the eager loop would hold them; with ``post``, its outputs (a tensor or tuple, like ``post`` returns).
     """
     if not callable(body):
         raise EpilogueTypeError(f"evt.scan: body must be a function, got {type(body).__name__}")
@@ -142,10 +153,10 @@ def scan(body: Callable, *inputs: torch.Tensor, init=None, dim: int = 0, post: C
     elif isinstance(init, torch.Tensor):
         init_list, init_tuple = [init], False
     elif isinstance(init, (tuple, list)) and init and all(isinstance(t, torch.Tensor) for t in init):
-        init_list, init_tuple = list(init), True
+        init_list, init_tuple = list(init), type(init)
     else:
-        raise EpilogueTypeError("evt.scan: init must be a tensor or a non-empty tuple of tensors (one per state), "
-                                f"got {type(init).__name__}")
+        raise EpilogueTypeError("evt.scan: init must be a tensor or a non-empty tuple or list of tensors (one per "
+                                f"state), got {_describe(init)}")
 
     if length is not None:  # an integer (numpy's and 0-d integer tensors too, operator.index), not 3.7 floored
         try:
@@ -238,4 +249,14 @@ def scan(body: Callable, *inputs: torch.Tensor, init=None, dim: int = 0, post: C
         outs = [r.movedim(0, min(d, r.dim() - 1)) if r.dim() > 0 else r for r in results]
         return pack_results(outs, traced.post_returns)
     outs = [r.movedim(0, d) for r, d in zip(results, out_dims)]
-    return tuple(outs) if init_tuple else outs[0]
+    return _like_init(outs, init_tuple)
+
+
+def _like_init(outs: list[torch.Tensor], container):
+    """The histories in init's container: one tensor for a tensor init, else a tuple or a list as init was. A
+    list init came back as a tuple before, where the eager loop it replaces (``hs = [init_a, init_b]``, one history
+    per element) gives a list, so code indexing or appending to it as a list broke (found by a probe, 2026-11-30).
+    A tuple subclass (a namedtuple) is not rebuilt: its constructor takes fields, not one iterable."""
+    if not container:
+        return outs[0]
+    return list(outs) if issubclass(container, list) else tuple(outs)
