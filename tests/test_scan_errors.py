@@ -112,6 +112,16 @@ def test_bad_arguments():
         evt.scan(lambda h, x, y: h + x, X, 2.0)
 
 
+@pytest.mark.parametrize("dim", [0.0, "0", None, True])
+def test_dim_that_is_not_an_int(dim):
+    """A float or string dim failed inside torch (``movedim() received an invalid combination of arguments``) or
+    Python (``'<=' not supported``) without naming the parameter; True scanned dim 1 (found by a probe,
+    2026-11-30)."""
+    with raises(EpilogueError, "dim must be an int", repr(dim)):
+        evt.scan(lambda h, x: h + x, X, dim=dim)
+    assert evt.scan(lambda h, x: h + x, X, dim=torch.tensor(-2)).shape == X.shape  # an integer tensor is an int
+
+
 @pytest.mark.parametrize("init,what", [((), "an empty tuple"), ((X[:1], None), "a tuple whose element 1 is a NoneType"),
                                        ([X[:1], 2.0], "a list whose element 1 is a float"), (0.0, "got float")])
 def test_init_that_is_not_tensors(init, what):

@@ -90,6 +90,20 @@ def _describe(init) -> str:
     return type(init).__name__
 
 
+def _check_dim(dim) -> int:
+    """``dim`` as an int (numpy's and 0-d integer tensors too, through ``operator.index``). A float or a string
+    failed inside torch (``movedim() received an invalid combination of arguments``) or Python (``'<=' not
+    supported between instances of 'int' and 'str'``), naming neither the parameter nor what it takes (found by
+    a probe, 2026-11-30); a bool would silently scan dim 1 for True."""
+    try:
+        if isinstance(dim, bool):
+            raise TypeError
+        return operator.index(dim)
+    except TypeError:
+        raise EpilogueTypeError(f"evt.scan: dim must be an int (the dim to scan over, e.g. 0 or -1), got "
+                                f"{type(dim).__name__} {dim!r}") from None
+
+
 def _time_major(x: torch.Tensor, dim: int, what: str) -> tuple[torch.Tensor, int]:
     if x.dim() == 0:
         raise ScanShapeError(f"{what} is a 0-d tensor; it needs a dim to scan over (dim={dim})")
@@ -158,6 +172,7 @@ def scan(body: Callable, *inputs: torch.Tensor, init=None, dim: int = 0, post: C
         raise EpilogueTypeError("evt.scan: init must be a tensor or a non-empty tuple or list of tensors (one per "
                                 f"state), got {_describe(init)}")
 
+    dim = _check_dim(dim)
     if length is not None:  # an integer (numpy's and 0-d integer tensors too, operator.index), not 3.7 floored
         try:
             steps = None if isinstance(length, bool) else operator.index(length)
