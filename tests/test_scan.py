@@ -829,3 +829,32 @@ def test_histories_come_back_in_inits_container(backend):
     assert type(got) is list
     got[0].sum().backward()
     assert X2.grad is not None
+
+
+def _wrapping_loop(fn, X):
+    """Eager, in the state's own integer dtype (the float64 ``loop`` oracle cannot wrap)."""
+    hist = [X[0]]
+    for t in range(1, X.shape[0]):
+        hist.append(fn(hist[-1], X[t]).to(X.dtype))
+    return torch.stack(hist)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype,fn", [
+    (torch.uint8, lambda h, x: h + x + (-1)),                 # lane-wise
+    (torch.uint8, lambda h, x: h - 300 + x),
+    (torch.int8, lambda h, x: h * 300 + x),
+    (torch.int32, lambda h, x: h + x + 2 ** 40),              # associative sum (the constant in the coefficients)
+    (torch.int32, lambda h, x: torch.maximum(h, x - 2 ** 33)),
+    (torch.int32, lambda h, x: h + (x > 2 ** 32 + 1).int()),  # a comparison: eager compares with 1
+])
+def test_python_ints_wrap_into_integer_states_as_in_eager(backend, dtype, fn):
+    """Eager converts a Python int meeting an integer tensor to its dtype, wrapping (``uint8 + -1`` adds 255);
+    the kernels handed Triton the bare constant, which it refused ('Scalar 1099511627776 is out of range for
+    type int32', 'Cannot perform a binary operation between an unsigned tensor and a negative scalar'; found by a
+    probe, 2026-11-30)."""
+    info = torch.iinfo(dtype)
+    X = torch.randint(max(info.min, -100), min(info.max, 250), (9, 3), dtype=dtype)
+    got = evt.scan(fn, X, backend=backend)
+    assert got.dtype == dtype
+    assert torch.equal(got, _wrapping_loop(fn, X))

@@ -74,6 +74,7 @@ def compute_expr(n: Node, operands: list, compute, exact: bool = False) -> tuple
             return expr, dtype
         return f"{expr}.to({TL[target]})", target
     floating = n.dtype.is_floating_point
+    operands = wrap_int_constants(n, operands)
     if op.has(BOOL_ONLY):
         conv = [e for e, _ in operands]
     elif op.has(COMPARE):
@@ -86,6 +87,35 @@ def compute_expr(n: Node, operands: list, compute, exact: bool = False) -> tuple
         conv = [convert(v, compute) if floating else v[0] for v in operands]
     emission = "exact" if exact and op.gpu_form_serves(compute) else None
     return format_op(op, n.attrs, conv, compute, emission), (compute if floating else n.dtype)
+
+
+def wrap_int_constants(n: Node, operands: list) -> list:
+    """``operands`` with each Python-int constant of an integer op wrapped into the op's integer dtype, as eager
+    converts the scalar (``uint8 + -1`` adds 255, ``int32 + 2**40`` adds 0, ``int32 > 2**32 + 1`` compares with 1).
+    Bare, Triton refused them on the scan's tiles: ``Scalar 1099511627776 is out of range for type int32``,
+    ``Cannot perform a binary operation between an unsigned tensor and a negative scalar`` (an InterpreterError on
+    the CPU, a compile error on a GPU; found by a probe, 2026-11-30), where the reference backend ran. The dtype is
+    the op's result (arithmetic, ``where``) or, for a comparison, its operands' promoted integer dtype."""
+    held_types = [d for _, d in operands if d != "const"]
+    if not held_types or any(d.is_floating_point for d in held_types):
+        return operands
+    dtype = n.dtype
+    if dtype == torch.bool:  # a comparison: eager converts the scalar to the tensor operands' dtype
+        dtype = held_types[0]
+        for d in held_types[1:]:
+            dtype = torch.promote_types(dtype, d)
+    if dtype == torch.bool or dtype.is_floating_point or dtype.is_complex:
+        return operands
+    bits = torch.iinfo(dtype).bits
+    out = []
+    for a, v in zip(n.args, operands):
+        if v[1] == "const" and isinstance(a.target, int) and not isinstance(a.target, bool):
+            w = a.target % (1 << bits)
+            if dtype.is_signed and w >= 1 << (bits - 1):
+                w -= 1 << bits
+            v = (repr(w), "const")
+        out.append(v)
+    return out
 
 
 def emit_graph(w: Writer, graph: Graph, leaf_value, compute, prefix: str, exact: bool = False) -> dict:
