@@ -812,7 +812,7 @@ def test_torch_func_grad_differentiates_step_by_step(backend):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_histories_come_back_in_inits_container(backend):
     """A list init came back as a tuple, where the eager loop it replaces keeps one history per element of the
-    list (found by a probe, 2026-11-30); a tuple init still gives a tuple, a tensor init a tensor."""
+    list (found by a probe, 2026-11-29); a tuple init still gives a tuple, a tensor init a tensor."""
     X = torch.randn(9, 3)
     body = lambda a, b, x: (a + x, 0.5 * b + a)  # noqa: E731
     want = loop(body, (X[:1], torch.zeros(1, 3)), X)
@@ -852,7 +852,7 @@ def test_python_ints_wrap_into_integer_states_as_in_eager(backend, dtype, fn):
     """Eager converts a Python int meeting an integer tensor to its dtype, wrapping (``uint8 + -1`` adds 255);
     the kernels handed Triton the bare constant, which it refused ('Scalar 1099511627776 is out of range for
     type int32', 'Cannot perform a binary operation between an unsigned tensor and a negative scalar'; found by a
-    probe, 2026-11-30)."""
+    probe, 2026-11-29)."""
     info = torch.iinfo(dtype)
     X = torch.randint(max(info.min, -100), min(info.max, 250), (9, 3), dtype=dtype)
     got = evt.scan(fn, X, backend=backend)

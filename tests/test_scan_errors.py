@@ -116,7 +116,7 @@ def test_bad_arguments():
 def test_dim_that_is_not_an_int(dim):
     """A float or string dim failed inside torch (``movedim() received an invalid combination of arguments``) or
     Python (``'<=' not supported``) without naming the parameter; True scanned dim 1 (found by a probe,
-    2026-11-30)."""
+    2026-11-29)."""
     with raises(EpilogueError, "dim must be an int", repr(dim)):
         evt.scan(lambda h, x: h + x, X, dim=dim)
     assert evt.scan(lambda h, x: h + x, X, dim=torch.tensor(-2)).shape == X.shape  # an integer tensor is an int
@@ -125,7 +125,7 @@ def test_dim_that_is_not_an_int(dim):
 @pytest.mark.parametrize("init,what", [((), "an empty tuple"), ((X[:1], None), "a tuple whose element 1 is a NoneType"),
                                        ([X[:1], 2.0], "a list whose element 1 is a float"), (0.0, "got float")])
 def test_init_that_is_not_tensors(init, what):
-    """A tuple init with a non-tensor element read only 'got tuple' (found by a probe, 2026-11-30)."""
+    """A tuple init with a non-tensor element read only 'got tuple' (found by a probe, 2026-11-29)."""
     with raises(EpilogueError, "init must be a tensor or a non-empty tuple or list of tensors", what):
         evt.scan(lambda h, x: h + x, X, init=init)
 

@@ -94,7 +94,7 @@ def _check_dim(dim) -> int:
     """``dim`` as an int (numpy's and 0-d integer tensors too, through ``operator.index``). A float or a string
     failed inside torch (``movedim() received an invalid combination of arguments``) or Python (``'<=' not
     supported between instances of 'int' and 'str'``), naming neither the parameter nor what it takes (found by
-    a probe, 2026-11-30); a bool would silently scan dim 1 for True."""
+    a probe, 2026-11-29); a bool would silently scan dim 1 for True."""
     try:
         if isinstance(dim, bool):
             raise TypeError
@@ -270,7 +270,7 @@ def scan(body: Callable, *inputs: torch.Tensor, init=None, dim: int = 0, post: C
 def _like_init(outs: list[torch.Tensor], container):
     """The histories in init's container: one tensor for a tensor init, else a tuple or a list as init was. A
     list init came back as a tuple before, where the eager loop it replaces (``hs = [init_a, init_b]``, one history
-    per element) gives a list, so code indexing or appending to it as a list broke (found by a probe, 2026-11-30).
+    per element) gives a list, so code indexing or appending to it as a list broke (found by a probe, 2026-11-29).
     A tuple subclass (a namedtuple) is not rebuilt: its constructor takes fields, not one iterable."""
     if not container:
         return outs[0]

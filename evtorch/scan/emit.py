@@ -94,7 +94,7 @@ def wrap_int_constants(n: Node, operands: list) -> list:
     converts the scalar (``uint8 + -1`` adds 255, ``int32 + 2**40`` adds 0, ``int32 > 2**32 + 1`` compares with 1).
     Bare, Triton refused them on the scan's tiles: ``Scalar 1099511627776 is out of range for type int32``,
     ``Cannot perform a binary operation between an unsigned tensor and a negative scalar`` (an InterpreterError on
-    the CPU, a compile error on a GPU; found by a probe, 2026-11-30), where the reference backend ran. The dtype is
+    the CPU, a compile error on a GPU; found by a probe, 2026-11-29), where the reference backend ran. The dtype is
     the op's result (arithmetic, ``where``) or, for a comparison, its operands' promoted integer dtype."""
     held_types = [d for _, d in operands if d != "const"]
     if not held_types or any(d.is_floating_point for d in held_types):
