@@ -8,7 +8,7 @@ import torch
 
 import evtorch as evt
 from evtorch.errors import EpilogueError, ShapeError
-from evtorch.scan import (ScanControlFlowError, ScanError, ScanShapeError, ScanStepError, ScanTraceError,
+from evtorch.scan import (ScanConfig, ScanControlFlowError, ScanError, ScanShapeError, ScanStepError, ScanTraceError,
                           ScanUnsupportedOpError)
 
 X = torch.randn(10, 4)
@@ -186,3 +186,15 @@ def test_post_returning_nothing_is_named():
     """post=lambda h, x: () made evt.scan return an empty tuple, silently, without running the scan."""
     with raises(ScanTraceError, "post function returned an empty tuple"):
         evt.scan(lambda h, x: h + x, X, post=lambda h, x: ())
+
+
+@pytest.mark.parametrize("backend", ["reference", pytest.param("triton", marks=pytest.mark.interpreter)])
+@pytest.mark.parametrize("fn", [lambda h, x: h + x, lambda h, x: torch.tanh(h + x)], ids=["assoc", "lanes"])
+def test_deterministic_scan_refuses_a_look_back_strategy_on_every_backend(backend, fn):
+    """``deterministic=True`` with ``ScanConfig(strategy='lookback')`` was refused only where the triton backend ran
+    an associative body; the reference backend and lane-wise bodies ran it (found by a probe): the same call must
+    not pass on the CPU and fail on a GPU."""
+    X = torch.randn(9, 4)
+    with pytest.raises(ScanError, match=r"config.strategy='lookback'.*deterministic.*threepass"):
+        evt.scan(fn, X, backend=backend, deterministic=True, config=ScanConfig(strategy="lookback"))
+    evt.scan(fn, X, backend=backend, deterministic=True, config=ScanConfig(strategy="threepass"))

@@ -26,7 +26,7 @@ from ..ir.types import HALF_DTYPES
 from .autograd import differentiable
 from .body import RowSpec, ScanBody
 from .errors import ScanError, ScanShapeError
-from .launch import ScanConfig, run_forward
+from .launch import ScanConfig, check_deterministic_strategy, run_forward
 
 BACKENDS = ("reference", "triton")
 _CACHE: dict = {}
@@ -240,7 +240,9 @@ def scan(body: Callable, *inputs: torch.Tensor, init=None, dim: int = 0, post: C
     states = [RowSpec(f"s{j}", tuple(t.shape[1:]), t.dtype) for j, t in enumerate(inits)]
     specs = [RowSpec(f"x{i}", tuple(x.shape[1:]), x.dtype) for i, x in enumerate(xs)]
     traced = get_body(body, post, states, specs, k)
-    runner = _Runner(backend, config, resolve_deterministic(deterministic, "evt.scan: deterministic"))
+    deterministic = resolve_deterministic(deterministic, "evt.scan: deterministic")
+    check_deterministic_strategy(config, deterministic)
+    runner = _Runner(backend, config, deterministic)
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in inits + xs)
     if needs_grad:
         if post is None:

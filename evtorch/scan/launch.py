@@ -218,6 +218,17 @@ def _assoc_config(body, g, steps: int, interp: bool) -> ScanConfig:
     return ScanConfig(16, bn, nw, strategy="lookback", window=1, seg=256, sub=1)  # (4096, 8192): 1.47x
 
 
+def check_deterministic_strategy(config: ScanConfig | None, deterministic: bool) -> None:
+    """Refuse a ``config.strategy`` that looks back in a deterministic scan, whatever the backend and body (the
+    reference backend and lane-wise bodies never run it, but the same call must not run there and fail on a GPU's
+    associative kernels; found by a probe, 2026-11-29)."""
+    if deterministic and config is not None and config.strategy not in (None, "threepass"):
+        raise ScanError(f"evt.scan: config.strategy={config.strategy!r} combines chunks in the order their totals "
+                        "are published, which changes float roundings between runs, and the scan is deterministic "
+                        "(deterministic=True or torch.use_deterministic_algorithms): use strategy='threepass' or "
+                        "None")
+
+
 def heuristic(body, g, T: int, device, config: ScanConfig, deterministic: bool = False) -> ScanConfig:
     """The launch configuration of group ``g``: ``config``'s fields where set, the measured heuristics' elsewhere.
     ``deterministic``: an associative group takes the three-pass strategy, whose combination order is fixed (the
@@ -228,11 +239,7 @@ def heuristic(body, g, T: int, device, config: ScanConfig, deterministic: bool =
         steps = max(1, T - body.k)
         h = _assoc_config(body, g, steps, interp)
         if deterministic:
-            if config.strategy not in (None, "threepass"):
-                raise ScanError(f"evt.scan: config.strategy={config.strategy!r} combines chunks in the order their "
-                                "totals are published, which changes float roundings between runs, and the scan "
-                                "is deterministic (deterministic=True or torch.use_deterministic_algorithms): use "
-                                "strategy='threepass' or None")
+            check_deterministic_strategy(config, deterministic)
             if h.strategy != "threepass":
                 h = replace(h, strategy="threepass", window=1, seg=256, keep=False, prefetch=False, persist=None)
         bt = config.block_t or h.block_t
