@@ -95,8 +95,10 @@ def test_untraceable_bodies():
 
 
 def test_captured_tensor_and_reduction():
-    with raises(ScanTraceError, "captured from outside the scan body", "(10, 4)"):
+    with raises(ScanTraceError, "captured from outside the scan body or made inside it", "(10, 4)"):
         evt.scan(lambda h, x: h + torch.relu(X), X)
+    with raises(ScanTraceError, "captured from outside the scan body or made inside it", "(4,)", "as a number"):
+        evt.scan(lambda h, x: h + torch.relu(torch.ones(4)), X)
     with raises(ScanTraceError, "sum()", "reductions are not supported"):
         evt.scan(lambda h, x: h + x.sum(), X)
 

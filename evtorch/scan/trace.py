@@ -129,9 +129,12 @@ class ScanTracer(Tracer):
     def _refuse_captured(self, name, args, kwargs):
         for a in list(args) + list(kwargs.values()):
             if isinstance(a, torch.Tensor):
-                raise ScanTraceError(f"{name}() got a real tensor of shape {tuple(a.shape)} captured from outside "
-                                     "the scan body; pass it to evt.scan as an input (after the states' "
-                                     "parameters) so that its rows are read step by step", where=self.user_frame())
+                # the tensor may also have been made in the body (torch.ones(5)): that was reported as captured
+                # from outside, which misled (found by a probe, 2026-11-29)
+                raise ScanTraceError(f"{name}() got a real tensor of shape {tuple(a.shape)}, captured from outside "
+                                     "the scan body or made inside it; pass it to evt.scan as an input (after the "
+                                     "states' parameters) so that its rows are read step by step, or write a "
+                                     "constant as a number", where=self.user_frame())
 
     def call_torch(self, func, args, kwargs):
         if func is torch.narrow:
