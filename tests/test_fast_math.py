@@ -375,7 +375,8 @@ def test_gpu_pow_gives_eagers_bits(dtype, monkeypatch):
     give eager's float32 bits: 40% differed by one or two ulps, H200, 2026-11-29.)"""
     g = torch.Generator(device="cuda").manual_seed(0)
     N = 1 << 16
-    X = torch.cat([torch.rand(1, N, device="cuda", generator=g) * 20, torch.rand(1, N, device="cuda", generator=g) * 1e-3,
+    X = torch.cat([torch.rand(1, N, device="cuda", generator=g) * 20,
+                   torch.rand(1, N, device="cuda", generator=g) * 1e-3,
                    torch.tensor([[0.0, -0.0, float("inf"), float("-inf"), float("nan"), -2.0, -0.5, 1.0, -1.0]],
                                 device="cuda")], 1).to(dtype)
     A, B = torch.ones(1, 1, device="cuda", dtype=dtype), torch.ones(1, X.shape[1], device="cuda", dtype=dtype)

@@ -134,12 +134,18 @@ def _compares_acc(epilogues) -> bool:
     return False
 
 
+def check_policy(policy) -> None:
+    """``policy=``: one of ``POLICIES`` (a list or another unhashable value is refused here, before it meets a
+    cache key as "unhashable type")."""
+    if not isinstance(policy, str) or policy not in POLICIES:
+        raise EpilogueError(f"policy must be one of {POLICIES}, got {policy!r}")
+
+
 class GradPlan:
     """Forward-with-saves and backward epilogues of ``ep`` for the given differentiable leaves."""
 
     def __init__(self, ep: Epilogue, *, wrt_acc: bool, wrt_inputs, out_dtype: torch.dtype, policy: str = "save"):
-        if policy not in POLICIES:
-            raise EpilogueError(f"policy must be one of {POLICIES}, got {policy!r}")
+        check_policy(policy)
         self.ep = ep
         self.name = ep.name
         self.order = space(ep.batched)

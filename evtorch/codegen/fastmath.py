@@ -34,10 +34,11 @@ computations. ``tlmath.pow_gpu``: libdevice's pow, for float64 computations only
 H200 for every exponent tried (2.7, -1.3, 0.33, 1.5, 4, -3, -4, 5, 33, -35: the portable form is up to some hundred
 float64 ulps off, having no wider type to compute in); in float32 libdevice's powf differed from eager's in 40% of
 the values (one or two ulps, H200, Triton 3.6, 2026-11-29), so float32 keeps the portable float64 route (within an
-ulp of eager's on the CPU; on a GPU, where eager's powf is itself up to two ulps off, not yet measured). Each op names the computes its form serves (``OpDef.triton_gpu_computes``). Being no
-approximation, a GPU form is used on every node of such an op that does not take ``triton_fast``, in ``auto`` and
-``always``: a tanh that feeds a float32 output or a sum (the backward's GELU derivative ahead of the bias
-gradient). ``never`` keeps the portable emissions.
+ulp of eager's on the CPU; on a GPU, where eager's powf is itself up to two ulps off, not yet measured). Each op
+names the computes its form serves (``OpDef.triton_gpu_computes``). Being no approximation, a GPU form is used on
+every node of such an op that does not take ``triton_fast``, in ``auto`` and ``always``: a tanh that feeds a
+float32 output or a sum (the backward's GELU derivative ahead of the bias gradient). ``never`` keeps the portable
+emissions.
 
 Modes (``EVTORCH_FAST_MATH``): ``auto`` (the rule, default), ``always`` (every op with a fast emission, whatever
 the output precision), ``never``. Whatever the mode: only fp32 compute is approximated or reassociated (fp64
@@ -129,9 +130,14 @@ def rounded_nodes(graph: Graph, output_dtypes: dict, any_precision: bool = False
 def _active(mode: str, compute: torch.dtype) -> bool:
     """Whether ``mode`` changes anything for an epilogue computing in ``compute`` (only float32 epilogues are
     approximated or reassociated); an unknown mode is an error."""
+    return _on(mode) and compute == torch.float32
+
+
+def _on(mode: str) -> bool:
+    """Whether ``mode`` is one that uses GPU-only emissions at all; an unknown mode is an error."""
     if mode not in MODES:
         raise ValueError(f"unknown fast-math mode {mode!r}")
-    return mode != "never" and compute == torch.float32
+    return mode != "never"
 
 
 def select(graph: Graph, output_dtypes: dict, compute: torch.dtype, mode: str) -> frozenset:
@@ -151,9 +157,7 @@ def exact_forms_active(mode: str, compute: torch.dtype) -> bool:
     """Whether a computation in ``compute`` under ``mode`` uses the exact GPU forms (the scans ask this too). Being
     no approximations, they may serve float64 computations too: each op names the computes its form serves
     (``OpDef.gpu_form_serves``)."""
-    if mode not in MODES:
-        raise ValueError(f"unknown fast-math mode {mode!r}")
-    return mode != "never" and compute in (torch.float32, torch.float64)
+    return _on(mode) and compute in (torch.float32, torch.float64)
 
 
 def exact_nodes(graph: Graph, compute: torch.dtype, mode: str, fast: frozenset) -> frozenset:

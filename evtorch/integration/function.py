@@ -13,6 +13,7 @@ import operator
 import torch
 
 from ..autodiff.canonical import from_canonical, space, to_canonical
+from ..autodiff.plan import check_policy
 from ..epilogue import normalize_keep, pack_results
 from ..errors import EpilogueError
 from ..frontend.signature import check_hashable
@@ -112,8 +113,7 @@ def prepare(A, B, epilogue=None, /, *, as_op=False, out_dtype=None, backend=None
         A = A.to(cast_A) if cast_A is not None else A
         B = B.to(cast_B) if cast_B is not None else B
     check_options(epilogue, allow_tf32, inputs, config)
-    if not isinstance(policy, str) or policy not in ("save", "recompute"):  # (a list failed unhashable in _plan)
-        raise EpilogueError(f"policy must be one of ('save', 'recompute'), got {policy!r}")
+    check_policy(policy)  # before _plan, whose cache key a list policy failed as unhashable
     check_hashable(epilogue, "the epilogue")
     backend = check_backend(A, backend)
     fn = epilogue.fn if isinstance(epilogue, Epilogue) else (epilogue if epilogue is not None else _identity)

@@ -114,12 +114,12 @@ def typed_float_arguments(fn, args: tuple, kwargs: dict, tl, handle) -> tuple[tu
     names = list(types)
 
     def typed(name, value):
-        np_type = types.get(name)
-        if type(value) is not float or np_type is None:
+        type_name = types.get(name)
+        if type(value) is not float or type_name is None:
             return value
         with np.errstate(over="ignore"):
-            data = np.array([value], dtype=np.float64).astype(np_type)
-        ty = tl.str_to_ty({np.float64: "fp64", np.float32: "fp32", np.float16: "fp16"}[np_type], None)
+            data = np.array([value], dtype=np.float64).astype(_FLOAT_ARGUMENT[type_name])
+        ty = tl.str_to_ty(type_name, None)
         return tl.tensor(handle(data, ty), ty)
 
     args = tuple(typed(names[i] if i < len(names) else None, v) for i, v in enumerate(args))
@@ -127,8 +127,8 @@ def typed_float_arguments(fn, args: tuple, kwargs: dict, tl, handle) -> tuple[tu
 
 
 def _parameter_float_types(fn) -> dict:
-    """{parameter: the numpy type a float argument for it takes, None for a constexpr or a non-float
-    annotation}, in signature order (cached per function)."""
+    """{parameter: the Triton type a float argument for it takes ('fp64', 'fp32', 'fp16'), None for a constexpr or
+    a non-float annotation}, in signature order (cached per function)."""
     hit = _float_types.get(fn)
     if hit is not None:
         return hit
@@ -138,6 +138,6 @@ def _parameter_float_types(fn) -> dict:
     for name in inspect.signature(fn).parameters:
         ann = annotations.get(name)
         ty = _normalize_ty(ann) if ann is not None else "fp32"
-        types[name] = _FLOAT_ARGUMENT.get(ty)
+        types[name] = ty if ty in _FLOAT_ARGUMENT else None
     _float_types[fn] = types
     return types

@@ -18,7 +18,7 @@ from typing import Callable
 
 import torch
 
-from ..epilogue import pack_results
+from ..epilogue import pack_results, returns_of
 from ..errors import EpilogueError, EpilogueTypeError
 from ..frontend.signature import check_dense
 from ..integration.dispatch import check_transforms, func_grad_active, resolve_deterministic, transforms_active
@@ -144,7 +144,8 @@ def scan(body: Callable, *inputs: torch.Tensor, init=None, dim: int = 0, post: C
 
     Returns:
         The full history of each state (T steps along ``dim``; the first k are init): a tensor (init a tensor or
-        None), a tuple (init a tuple) or a list (init a list), as the eager loop would hold them; with ``post``, its outputs (a tensor or tuple, like ``post`` returns).
+        None), a tuple (init a tuple) or a list (init a list), as the eager loop would hold them; with ``post``,
+        its outputs (a tensor or tuple, like ``post`` returns).
     """
     if not callable(body):
         raise EpilogueTypeError(f"evt.scan: body must be a function, got {type(body).__name__}")
@@ -163,15 +164,18 @@ def scan(body: Callable, *inputs: torch.Tensor, init=None, dim: int = 0, post: C
     if init is None:
         if not inputs:
             raise ScanError("evt.scan: without inputs, init is required (the first k steps of each state)")
-        init_list, init_tuple = [], False
+        init_list = []
     elif isinstance(init, torch.Tensor):
-        init_list, init_tuple = [init], False
+        init_list = [init]
     elif isinstance(init, (tuple, list)) and init and all(isinstance(t, torch.Tensor) for t in init):
-        init_list, init_tuple = list(init), type(init)
+        init_list = list(init)
     else:
         raise EpilogueTypeError("evt.scan: init must be a tensor or a non-empty tuple or list of tensors (one per "
                                 f"state), got {_describe(init)}")
 
+    # the histories come back in init's container, as the eager loop holds them (a list init came back a tuple,
+    # found by a probe 2026-11-29); a tuple subclass (a namedtuple) as a plain tuple, as ``returns_of`` reads it
+    returns = returns_of(init)
     dim = _check_dim(dim)
     if length is not None:  # an integer (numpy's and 0-d integer tensors too, operator.index), not 3.7 floored
         try:
@@ -208,7 +212,7 @@ def scan(body: Callable, *inputs: torch.Tensor, init=None, dim: int = 0, post: C
         out_dims.append(dim % inputs[0].dim())
         ks.add(1)
     for j, t in enumerate(init_list):
-        it, d = _time_major(t, dim, f"init {j}" if init_tuple else "init")
+        it, d = _time_major(t, dim, f"init {j}" if returns != "tensor" else "init")
         inits.append(it)
         out_dims.append(d)
         ks.add(it.shape[0])
@@ -266,14 +270,4 @@ def scan(body: Callable, *inputs: torch.Tensor, init=None, dim: int = 0, post: C
         outs = [r.movedim(0, min(d, r.dim() - 1)) if r.dim() > 0 else r for r in results]
         return pack_results(outs, traced.post_returns)
     outs = [r.movedim(0, d) for r, d in zip(results, out_dims)]
-    return _like_init(outs, init_tuple)
-
-
-def _like_init(outs: list[torch.Tensor], container):
-    """The histories in init's container: one tensor for a tensor init, else a tuple or a list as init was. A
-    list init came back as a tuple before, where the eager loop it replaces (``hs = [init_a, init_b]``, one history
-    per element) gives a list, so code indexing or appending to it as a list broke (found by a probe, 2026-11-29).
-    A tuple subclass (a namedtuple) is not rebuilt: its constructor takes fields, not one iterable."""
-    if not container:
-        return outs[0]
-    return list(outs) if issubclass(container, list) else tuple(outs)
+    return pack_results(outs, returns)
